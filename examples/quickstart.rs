@@ -1,0 +1,34 @@
+//! The smallest useful dockhand program: double a number in a sandbox.
+//!
+//! On a fresh machine the first run makes the Python base image (pulled, or
+//! bootstrapped from Debian packages when no registry answers) and prints its
+//! progress; later runs reuse it.
+//!
+//! ```text
+//! cargo run --example quickstart
+//! ```
+
+use dockhand::{Client, Sandbox, Type};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let client = Client::builder()
+        .on_progress(|p| eprintln!("{p}"))
+        .connect()
+        .await?;
+
+    let double = Sandbox::code("double", "result = x * 2")
+        .input("x", Type::Int)
+        .output("result", Type::Int)
+        .build()?;
+
+    let out = client.run(&double, [("x", 21)]).await?;
+    let result: i64 = out.get("result")?;
+    println!("{result}");
+    eprintln!(
+        "ran in {:.0} ms in a fresh container from {} (removed)",
+        out.duration.as_secs_f64() * 1000.0,
+        out.image
+    );
+    Ok(())
+}

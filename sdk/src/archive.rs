@@ -1,0 +1,207 @@
+//! Tar layout: build contexts, input uploads and safe extraction of outputs.
+//! Pure functions over bytes, plus one streaming context for large files.
+
+use std::io;
+use std::path::{Component, Path};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
+use crate::error::{Error, Result};
+
+/// One file to put in an in-memory archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TarFile {
+    /// Path inside the archive (relative, `/`-separated).
+    pub path: String,
+    /// File contents.
+    pub data: Vec<u8>,
+    /// Unix permission bits.
+    pub mode: u32,
+}
+
+impl TarFile {
+    /// A regular file readable by everyone.
+    pub fn new(path: impl Into<String>, data: impl Into<Vec<u8>>) -> Self {
+        TarFile {
+            path: path.into(),
+            data: data.into(),
+            mode: 0o644,
+        }
+    }
+}
+
+fn header(path: &str, size: u64, mode: u32, kind: tar::EntryType) -> io::Result<tar::Header> {
+    let mut h = tar::Header::new_gnu();
+    h.set_path(path)?;
+    h.set_size(size);
+    h.set_mode(mode);
+    h.set_entry_type(kind);
+    // Fixed metadata keeps archives byte-for-byte reproducible.
+    h.set_mtime(0);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_cksum();
+    Ok(h)
+}
+
+/// An uncompressed tar of the given directories (created first, mode 0777 so an
+/// unprivileged process may write into them) and files.
+pub fn build_tar(dirs: &[&str], files: &[TarFile]) -> Result<Vec<u8>> {
+    let wrap = |e: io::Error| Error::io("building tar archive", e);
+    let mut builder = tar::Builder::new(Vec::new());
+    for dir in dirs {
+        let h = header(
+            &format!("{}/", dir.trim_end_matches('/')),
+            0,
+            0o777,
+            tar::EntryType::Directory,
+        )
+        .map_err(wrap)?;
+        builder.append(&h, io::empty()).map_err(wrap)?;
+    }
+    for file in files {
+        let h = header(
+            &file.path,
+            file.data.len() as u64,
+            file.mode,
+            tar::EntryType::Regular,
+        )
+        .map_err(wrap)?;
+        builder.append(&h, file.data.as_slice()).map_err(wrap)?;
+    }
+    builder.into_inner().map_err(wrap)
+}
+
+/// Adds a host directory tree under `prefix` to a tar builder (files, dirs and
+/// symlinks as they are; other kinds are skipped).
+pub fn append_host_dir(
+    builder: &mut tar::Builder<Vec<u8>>,
+    prefix: &str,
+    dir: &Path,
+) -> io::Result<()> {
+    builder.follow_symlinks(false);
+    builder.append_dir_all(prefix, dir)
+}
+
+/// A build context streamed from disk: a Dockerfile plus one large file (a root
+/// filesystem tar), without copying the large file into memory or a second file.
+pub async fn context_with_file(
+    dockerfile: &str,
+    name: &str,
+    path: &Path,
+) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static> {
+    let wrap = |e: io::Error| Error::io(format!("reading {}", path.display()), e);
+    let size = tokio::fs::metadata(path).await.map_err(wrap)?.len();
+    let file = tokio::fs::File::open(path).await.map_err(wrap)?;
+
+    let mut head = Vec::new();
+    let df = header(
+        "Dockerfile",
+        dockerfile.len() as u64,
+        0o644,
+        tar::EntryType::Regular,
+    )
+    .map_err(wrap)?;
+    head.extend_from_slice(df.as_bytes());
+    head.extend_from_slice(dockerfile.as_bytes());
+    head.resize(head.len() + padding(dockerfile.len() as u64), 0);
+    let big = header(name, size, 0o644, tar::EntryType::Regular).map_err(wrap)?;
+    head.extend_from_slice(big.as_bytes());
+
+    // Entry data is padded to 512 bytes; the archive ends with two zero blocks.
+    let mut tail = vec![0u8; padding(size)];
+    tail.extend_from_slice(&[0u8; 1024]);
+
+    let body = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
+    Ok(futures::stream::iter([Ok(Bytes::from(head))])
+        .chain(body)
+        .chain(futures::stream::iter([Ok(Bytes::from(tail))])))
+}
+
+fn padding(len: u64) -> usize {
+    ((512 - (len % 512)) % 512) as usize
+}
+
+/// Whether a relative archive path stays inside its destination.
+pub fn is_contained(path: &Path) -> bool {
+    let mut depth: i64 = 0;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn entries(tar_bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let mut archive = tar::Archive::new(tar_bytes);
+        archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let path = e.path().unwrap().to_string_lossy().into_owned();
+                let mut data = Vec::new();
+                e.read_to_end(&mut data).unwrap();
+                (path, data)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn build_tar_holds_dirs_then_files_and_is_reproducible() {
+        let files = [
+            TarFile::new("inputs/x", "21"),
+            TarFile::new("Dockerfile", "FROM a\n"),
+        ];
+        let a = build_tar(&["inputs"], &files).unwrap();
+        let b = build_tar(&["inputs"], &files).unwrap();
+        assert_eq!(a, b);
+        let got = entries(&a);
+        assert_eq!(got[0].0, "inputs/");
+        assert_eq!(got[1], ("inputs/x".to_string(), b"21".to_vec()));
+        assert_eq!(got[2], ("Dockerfile".to_string(), b"FROM a\n".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn streamed_context_is_a_valid_tar() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("rootfs.tar");
+        std::fs::write(&big, vec![7u8; 1000]).unwrap();
+        let stream = context_with_file("FROM scratch\n", "rootfs.tar", &big)
+            .await
+            .unwrap();
+        let chunks: Vec<Bytes> = stream.map(|c| c.unwrap()).collect().await;
+        let all: Vec<u8> = chunks.concat();
+        assert_eq!(all.len() % 512, 0);
+        let got = entries(&all);
+        assert_eq!(
+            got[0],
+            ("Dockerfile".to_string(), b"FROM scratch\n".to_vec())
+        );
+        assert_eq!(got[1], ("rootfs.tar".to_string(), vec![7u8; 1000]));
+    }
+
+    #[test]
+    fn containment() {
+        assert!(is_contained(Path::new("a/b/../c")));
+        assert!(is_contained(Path::new("./a")));
+        assert!(!is_contained(Path::new("../a")));
+        assert!(!is_contained(Path::new("a/../../b")));
+        assert!(!is_contained(Path::new("/etc/passwd")));
+    }
+}

@@ -1,0 +1,164 @@
+//! [`Client`]: the entry point. Connects once, then runs everything.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::engine::{labels, Engine};
+use crate::error::Result;
+use crate::image::{ImageResolver, ImageSpec, ResolvedImage};
+use crate::paths;
+use crate::progress::{Progress, ProgressHandler, Reporter};
+
+/// A connection to a Docker daemon plus the SDK's shared state (image cache,
+/// progress reporting). Cheap to clone: clones share one connection.
+///
+/// ```no_run
+/// # async fn demo() -> dockhand::Result<()> {
+/// let client = dockhand::Client::connect().await?; // honours DOCKER_HOST
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    images: ImageResolver,
+    reporter: Reporter,
+    cache_dir: PathBuf,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.inner.engine.endpoint())
+            .field("cache_dir", &self.inner.cache_dir)
+            .finish()
+    }
+}
+
+/// Options for [`Client`], validated when connecting.
+#[derive(Default)]
+pub struct ClientBuilder {
+    endpoint: Option<String>,
+    progress: Option<ProgressHandler>,
+    cache_dir: Option<PathBuf>,
+}
+
+impl ClientBuilder {
+    /// The daemon to use (`unix:///path`, `tcp://host:port`); defaults to
+    /// `DOCKER_HOST`, then the local socket.
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// Receives progress of pulls, base bootstraps and builds (also sent to `tracing`).
+    pub fn on_progress(mut self, handler: impl Fn(&Progress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(handler));
+        self
+    }
+
+    /// Where to keep the output cache and lock files (default: `DOCKHAND_CACHE_DIR`,
+    /// else `~/.cache/dockhand`).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Connects and pings the daemon; fails with
+    /// [`Error::DaemonUnreachable`](crate::Error::DaemonUnreachable) within seconds
+    /// when nothing answers.
+    pub async fn connect(self) -> Result<Client> {
+        let engine = Engine::connect(self.endpoint.as_deref()).await?;
+        let cache_dir = self.cache_dir.unwrap_or_else(paths::default_cache_dir);
+        let reporter = Reporter::new(self.progress);
+        let images = ImageResolver::new(engine.clone(), reporter.clone(), cache_dir.clone());
+        Ok(Client {
+            inner: Arc::new(Inner {
+                engine,
+                images,
+                reporter,
+                cache_dir,
+            }),
+        })
+    }
+}
+
+/// What [`Client::reap`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Ids of the containers removed.
+    pub containers: Vec<String>,
+}
+
+impl Client {
+    /// Connects with default options (see [`ClientBuilder::connect`]).
+    pub async fn connect() -> Result<Client> {
+        Client::builder().connect().await
+    }
+
+    /// Options for connecting.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The daemon endpoint in use.
+    pub fn endpoint(&self) -> &str {
+        self.inner.engine.endpoint()
+    }
+
+    /// The cache directory in use.
+    pub fn cache_dir(&self) -> &std::path::Path {
+        &self.inner.cache_dir
+    }
+
+    /// Makes sure the image for `spec` exists locally: reuses it, pulls it or
+    /// builds it (its base included), once per spec even under concurrency.
+    pub async fn resolve_image(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
+        self.inner.images.resolve(spec).await
+    }
+
+    /// Removes containers that dockhand processes on this host left behind
+    /// when they died (killed, crashed): those whose owner process is gone.
+    /// Objects of live processes, this one included, are left alone.
+    pub async fn reap(&self) -> Result<ReapReport> {
+        let mut report = ReapReport::default();
+        for (id, labels) in self.inner.engine.list_managed_containers().await? {
+            if labels::owner_is_gone(&labels) {
+                self.inner.engine.remove_container(&id).await?;
+                report.containers.push(id);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Ids of the containers this process created that still exist.
+    pub async fn live_containers(&self) -> Result<Vec<String>> {
+        Ok(self
+            .inner
+            .engine
+            .list_managed_containers()
+            .await?
+            .into_iter()
+            .filter(|(_, l)| {
+                l.get(labels::SESSION).map(String::as_str) == Some(labels::session_id())
+            })
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn reporter(&self) -> &Reporter {
+        &self.inner.reporter
+    }
+
+    pub(crate) fn images(&self) -> &ImageResolver {
+        &self.inner.images
+    }
+}

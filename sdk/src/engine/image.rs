@@ -1,0 +1,239 @@
+//! Image operations: inspect, build, pull, tag, commit, list and remove.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateImageOptionsBuilder,
+    ListImagesOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
+};
+use futures::{Stream, StreamExt};
+
+use super::{docker_err, is_not_found, labels, Engine};
+use crate::error::{Error, Result};
+
+/// What the daemon knows about a local image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// Image id (`sha256:...`).
+    pub id: String,
+    /// The image's labels.
+    pub labels: HashMap<String, String>,
+    /// Size in bytes.
+    pub size: i64,
+}
+
+/// Build output, or the builder's final error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildLine {
+    /// A piece of the build log: not always a whole line (messages may split
+    /// a line anywhere).
+    Log(String),
+    /// The builder failed with this message.
+    Failed(String),
+}
+
+impl Engine {
+    /// Looks an image up locally; `None` when absent.
+    pub async fn inspect_image(&self, reference: &str) -> Result<Option<ImageInfo>> {
+        match self.docker.inspect_image(reference).await {
+            Ok(img) => Ok(Some(ImageInfo {
+                id: img.id.unwrap_or_default(),
+                labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
+                size: img.size.unwrap_or_default(),
+            })),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(docker_err("inspect image", e)),
+        }
+    }
+
+    /// Builds `tag` from a tar build context holding a `Dockerfile`, with the
+    /// classic builder (no BuildKit session needed). The Dockerfile should end with
+    /// [`label_instruction`] so the image can be found by label. Yields the log line by line;
+    /// a failure arrives as [`BuildLine::Failed`] and ends the stream.
+    pub fn build_image<'a>(
+        &'a self,
+        tag: &str,
+        context: impl Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    ) -> impl Stream<Item = Result<BuildLine>> + Send + 'a {
+        // Labels go in through the Dockerfile (see `label_instruction`): the
+        // classic builder turns each `labels` query entry into its own step.
+        let options = BuildImageOptionsBuilder::default()
+            .dockerfile("Dockerfile")
+            .t(tag)
+            .rm(true)
+            .forcerm(true)
+            .build();
+        let body = bollard::body_try_stream(context);
+        self.docker
+            .build_image(options, None, Some(body))
+            .flat_map(|item| {
+                let lines: Vec<Result<BuildLine>> = match item {
+                    Ok(info) => {
+                        let mut out: Vec<Result<BuildLine>> = info
+                            .stream
+                            .map(|t| Ok(BuildLine::Log(t)))
+                            .into_iter()
+                            .collect();
+                        if let Some(msg) = info.error_detail.and_then(|d| d.message) {
+                            out.push(Ok(BuildLine::Failed(msg)));
+                        }
+                        out
+                    }
+                    Err(bollard::errors::Error::DockerStreamError { error }) => {
+                        vec![Ok(BuildLine::Failed(error))]
+                    }
+                    Err(e) => vec![Err(docker_err("build image", e))],
+                };
+                futures::stream::iter(lines)
+            })
+    }
+
+    /// Pulls `reference`; gives up after `timeout` (registries that hang).
+    pub async fn pull_image(&self, reference: &str, timeout: Duration) -> Result<()> {
+        let (repo, tag) = split_reference(reference);
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(repo)
+            .tag(tag)
+            .build();
+        let pull = async {
+            let mut stream = self.docker.create_image(Some(options), None, None);
+            while let Some(item) = stream.next().await {
+                item.map_err(|e| docker_err("pull image", e))?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(timeout, pull).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Docker {
+                operation: "pull image",
+                message: format!("no answer from the registry within {timeout:?}"),
+            }),
+        }
+    }
+
+    /// Adds the tag `target` to image `source`.
+    pub async fn tag_image(&self, source: &str, target: &str) -> Result<()> {
+        let (repo, tag) = split_reference(target);
+        let options = TagImageOptionsBuilder::default()
+            .repo(repo)
+            .tag(tag)
+            .build();
+        self.docker
+            .tag_image(source, Some(options))
+            .await
+            .map_err(|e| docker_err("tag image", e))
+    }
+
+    // Snapshots of interactive sessions use commit, list and remove.
+    #[allow(dead_code)]
+    /// Commits a container's filesystem as image `target`, labelled as `kind`.
+    pub async fn commit_container(
+        &self,
+        id: &str,
+        target: &str,
+        kind: &str,
+        extra_labels: HashMap<String, String>,
+    ) -> Result<String> {
+        let (repo, tag) = split_reference(target);
+        let options = CommitContainerOptionsBuilder::default()
+            .container(id)
+            .repo(repo)
+            .tag(tag)
+            .pause(true)
+            .build();
+        let mut all_labels = labels::durable(kind);
+        all_labels.extend(extra_labels);
+        let config = bollard::models::ContainerConfig {
+            labels: Some(all_labels),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .commit_container(options, config)
+            .await
+            .map_err(|e| docker_err("commit container", e))?;
+        Ok(created.id)
+    }
+
+    #[allow(dead_code)]
+    /// Lists images carrying the SDK's labels and the given `kind`: `(id, tags)`.
+    pub async fn list_managed_images(&self, kind: &str) -> Result<Vec<(String, Vec<String>)>> {
+        let filters = HashMap::from([(
+            "label",
+            vec![
+                labels::MANAGED.to_string(),
+                format!("{}={kind}", labels::KIND),
+            ],
+        )]);
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let list = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|e| docker_err("list images", e))?;
+        Ok(list.into_iter().map(|i| (i.id, i.repo_tags)).collect())
+    }
+
+    #[allow(dead_code)]
+    /// Removes an image; a missing one is fine.
+    pub async fn remove_image(&self, reference: &str) -> Result<()> {
+        let options = RemoveImageOptionsBuilder::default().force(true).build();
+        match self
+            .docker
+            .remove_image(reference, Some(options), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(docker_err("remove image", e)),
+        }
+    }
+}
+
+/// One `LABEL` line with the SDK's labels for an image of `kind` plus `extra`,
+/// in a stable order so identical builds stay identical.
+pub fn label_instruction(kind: &str, extra: &HashMap<String, String>) -> String {
+    let mut all: Vec<(String, String)> = labels::durable(kind)
+        .into_iter()
+        .chain(extra.clone())
+        .collect();
+    all.sort();
+    let pairs: Vec<String> = all
+        .iter()
+        .map(|(k, v)| format!("{k}={}", serde_json::to_string(v).unwrap_or_default()))
+        .collect();
+    format!("LABEL {}\n", pairs.join(" "))
+}
+
+/// Splits `repo[:tag]` (a registry port is not a tag) into repository and tag.
+pub(crate) fn split_reference(reference: &str) -> (&str, &str) {
+    match reference.rfind(':') {
+        Some(i) if !reference[i + 1..].contains('/') => (&reference[..i], &reference[i + 1..]),
+        _ => (reference, "latest"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_reference;
+
+    #[test]
+    fn references_split_into_repo_and_tag() {
+        assert_eq!(split_reference("python:3.11-slim"), ("python", "3.11-slim"));
+        assert_eq!(
+            split_reference("dockhand/image"),
+            ("dockhand/image", "latest")
+        );
+        assert_eq!(
+            split_reference("localhost:5000/team/img"),
+            ("localhost:5000/team/img", "latest")
+        );
+        assert_eq!(
+            split_reference("localhost:5000/team/img:v2"),
+            ("localhost:5000/team/img", "v2")
+        );
+    }
+}

@@ -1,0 +1,286 @@
+//! The one error type of the SDK.
+//!
+//! Every variant says what went wrong and, where there is something to do about
+//! it, what to do. Secret values never appear in any variant: they are redacted
+//! before an error is built (see [`crate::sandbox`]).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Shorthand for `Result<T, dockhand::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which package manager rejected a package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackageManager {
+    /// Debian's `apt-get`.
+    Apt,
+    /// Python's `pip`.
+    Pip,
+}
+
+impl fmt::Display for PackageManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PackageManager::Apt => "apt",
+            PackageManager::Pip => "pip",
+        })
+    }
+}
+
+/// A Python exception raised by sandboxed code, parsed from its traceback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonError {
+    /// Exception class name, e.g. `ZeroDivisionError`.
+    pub exception_type: String,
+    /// The exception message (may be empty).
+    pub message: String,
+    /// The full traceback text as Python printed it.
+    pub traceback: String,
+}
+
+impl fmt::Display for PythonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{}", self.exception_type)
+        } else {
+            write!(f, "{}: {}", self.exception_type, self.message)
+        }
+    }
+}
+
+/// Everything that can go wrong in dockhand.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The Docker daemon did not answer.
+    #[error("cannot reach the Docker daemon at {endpoint}: {reason}\nhint: {hint}")]
+    DaemonUnreachable {
+        /// Where the SDK looked (from `DOCKER_HOST`, or the default socket).
+        endpoint: String,
+        /// What the connection attempt reported.
+        reason: String,
+        /// How to fix it.
+        hint: String,
+    },
+
+    /// A Docker Engine API call failed.
+    #[error("docker {operation} failed: {message}")]
+    Docker {
+        /// The operation, e.g. `create container`.
+        operation: &'static str,
+        /// The daemon's message.
+        message: String,
+    },
+
+    /// A package named in an [`ImageSpec`](crate::ImageSpec) does not exist.
+    #[error("{manager} package `{package}` was not found; check its name (and version) in the image spec")]
+    InvalidPackage {
+        /// apt or pip.
+        manager: PackageManager,
+        /// The package as the package manager named it.
+        package: String,
+    },
+
+    /// An image build failed for another reason.
+    #[error(
+        "building image {tag} failed: {message}\n--- last lines of the build log ---\n{log_tail}"
+    )]
+    ImageBuild {
+        /// The tag being built.
+        tag: String,
+        /// The builder's error message.
+        message: String,
+        /// The last lines of the build log.
+        log_tail: String,
+    },
+
+    /// The base image could not be bootstrapped from Debian packages.
+    #[error("bootstrapping base image {tag} failed: {message}")]
+    BaseBootstrap {
+        /// The base image tag being made.
+        tag: String,
+        /// What failed, with the last lines of the bootstrap log.
+        message: String,
+    },
+
+    /// A host tool needed to bootstrap a base image is not installed.
+    #[error("`{tool}` is needed to make base image {tag} without a registry, but it is not installed\nhint: {hint}")]
+    BootstrapToolMissing {
+        /// The missing program.
+        tool: &'static str,
+        /// The base image tag being made.
+        tag: String,
+        /// How to install it, or how to avoid needing it.
+        hint: String,
+    },
+
+    /// The requested Python version cannot be provided on this machine.
+    #[error("python {requested} is not available: no registry answered for python:{requested}-slim and the Debian bootstrap offers {offered}\nhint: use one of the offered versions, or set `ImageSpec::base_image` to a local image with that python")]
+    UnsupportedPython {
+        /// The version asked for.
+        requested: String,
+        /// The versions the Debian bootstrap offers, comma-separated.
+        offered: String,
+    },
+
+    /// A spec or option was invalid when built.
+    #[error("invalid {what}: {message}")]
+    InvalidSpec {
+        /// What was being built (`image spec`, `sandbox`, ...).
+        what: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// An input named by the spec was not given.
+    #[error("input `{name}` is declared but was not given")]
+    MissingInput {
+        /// The input's name.
+        name: String,
+    },
+
+    /// An input was given that the spec does not declare.
+    #[error("input `{name}` is not declared by this sandbox (declared: {declared})")]
+    UnknownInput {
+        /// The input's name.
+        name: String,
+        /// The declared inputs, comma-separated.
+        declared: String,
+    },
+
+    /// An input's value does not match its declared type.
+    #[error("input `{name}` expects {expected}, got {got}")]
+    InputType {
+        /// The input's name.
+        name: String,
+        /// The declared type.
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+
+    /// The code or command exited with a non-zero status.
+    #[error("{}", describe_exit(*exit_code, python.as_ref(), stderr_tail))]
+    NonZeroExit {
+        /// The exit status.
+        exit_code: i64,
+        /// The last part of standard error.
+        stderr_tail: String,
+        /// For Python code: the exception that ended it.
+        python: Option<PythonError>,
+    },
+
+    /// Auto-IO code never assigned a declared output variable.
+    #[error("output `{name}` was never assigned by the code (assign a variable named `{name}`)")]
+    OutputNotAssigned {
+        /// The output's name.
+        name: String,
+    },
+
+    /// A declared output was not written to `/var/outputs/<name>`.
+    #[error("declared output `{name}` was not written to /var/outputs/{name}")]
+    MissingOutput {
+        /// The output's name.
+        name: String,
+    },
+
+    /// An output could not be parsed as its declared type.
+    #[error("output `{name}` should be {expected} but was {got:?}")]
+    BadOutput {
+        /// The output's name.
+        name: String,
+        /// The declared type.
+        expected: String,
+        /// (The start of) what was found.
+        got: String,
+    },
+
+    /// An output archive held a path that would escape its destination.
+    #[error("refused unsafe path `{path}` in output archive: {reason}")]
+    UnsafeArchivePath {
+        /// The offending entry.
+        path: String,
+        /// Why it is unsafe.
+        reason: &'static str,
+    },
+
+    /// The run took longer than its timeout; the container was killed.
+    #[error("timed out after {timeout:?}; the container was killed")]
+    Timeout {
+        /// The configured timeout.
+        timeout: Duration,
+        /// Standard output seen before the kill.
+        stdout: String,
+        /// Standard error seen before the kill.
+        stderr: String,
+    },
+
+    /// The container was killed for using more memory than its limit.
+    #[error("out of memory: killed after exceeding its memory limit of {limit_bytes} bytes")]
+    OutOfMemory {
+        /// The memory limit in bytes.
+        limit_bytes: i64,
+    },
+
+    /// All attempts of a retried run failed.
+    #[error("all {} attempts failed; last: {}", attempts.len(), attempts.last().map(|a| a.as_str()).unwrap_or("?"))]
+    RetriesExhausted {
+        /// Why each attempt failed, in order.
+        attempts: Vec<String>,
+        /// The last attempt's error.
+        #[source]
+        last: Box<Error>,
+    },
+
+    /// A local file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn describe_exit(exit_code: i64, python: Option<&PythonError>, stderr_tail: &str) -> String {
+    match python {
+        Some(py) => format!("code raised {py} (exit code {exit_code})\n{}", py.traceback),
+        None if stderr_tail.trim().is_empty() => format!("exited with code {exit_code}"),
+        None => format!("exited with code {exit_code}; stderr:\n{stderr_tail}"),
+    }
+}
+
+impl Error {
+    /// Wraps an I/O error with what was being done.
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// An invalid-spec error.
+    pub(crate) fn spec(what: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidSpec {
+            what,
+            message: message.into(),
+        }
+    }
+
+    /// Whether running the same thing again could succeed (used by retries):
+    /// input validation and image build errors are not retried.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::NonZeroExit { .. }
+                | Error::Timeout { .. }
+                | Error::OutOfMemory { .. }
+                | Error::MissingOutput { .. }
+                | Error::BadOutput { .. }
+                | Error::OutputNotAssigned { .. }
+                | Error::Docker { .. }
+        )
+    }
+}

@@ -1,0 +1,27 @@
+//! Images: from an [`ImageSpec`] to a local image, built once.
+//!
+//! A spec renders a Dockerfile deterministically; its content hash is the tag
+//! (`dockhand/image:<hash>`), so a spec is built once per machine and found
+//! again by any process. The Python base under it is pulled where a registry
+//! answers and made from Debian packages where none does (see [`base`]).
+//!
+//! ```no_run
+//! # async fn demo() -> dockhand::Result<()> {
+//! let client = dockhand::Client::connect().await?;
+//! let spec = dockhand::ImageSpec::default().pip(["numpy"]).trust_host_certificates();
+//! let image = client.resolve_image(&spec).await?;
+//! println!("{} ({:?})", image.reference, image.source);
+//! # Ok(()) }
+//! ```
+
+pub mod base;
+mod build;
+pub mod build_log;
+mod dockerfile;
+mod resolver;
+mod spec;
+
+pub use dockerfile::{BuildPlan, IMAGE_REPOSITORY};
+pub(crate) use resolver::ImageResolver;
+pub use resolver::{ImageSource, ResolvedImage};
+pub use spec::{host_ca_bundle, ImageSpec, CA_CERTS_ENV, DEFAULT_PYTHON};

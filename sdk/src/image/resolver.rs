@@ -1,0 +1,188 @@
+//! Resolving an [`ImageSpec`] to a local image: reuse, pull or build, once.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{base, build::run_build, ImageSpec};
+use crate::archive::{self, TarFile};
+use crate::engine::{label_instruction, labels, Engine};
+use crate::error::{Error, Result};
+use crate::progress::{Reporter, Stage};
+
+/// How long pulling a prebuilt or base override image may take.
+const PULL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where a resolved image came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSource {
+    /// It already existed locally (a cache hit): nothing was built or pulled.
+    Cached,
+    /// It was built now.
+    Built,
+    /// It was pulled now.
+    Pulled,
+}
+
+/// A local image ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedImage {
+    /// The reference to create containers from (the content-addressed tag for specs).
+    pub reference: String,
+    /// The image id.
+    pub id: String,
+    /// Where it came from.
+    pub source: ImageSource,
+    /// How long resolving took.
+    pub elapsed: Duration,
+}
+
+/// Resolves specs to images; one per client. Concurrent requests for the same
+/// spec share one build (single flight).
+pub(crate) struct ImageResolver {
+    engine: Engine,
+    reporter: Reporter,
+    cache_dir: PathBuf,
+    /// One lock per tag: the first caller builds, the others wait and then reuse.
+    flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Specs already resolved in this process (saves an inspect per run).
+    resolved: Mutex<HashMap<ImageSpec, ResolvedImage>>,
+}
+
+impl ImageResolver {
+    pub(crate) fn new(engine: Engine, reporter: Reporter, cache_dir: PathBuf) -> Self {
+        ImageResolver {
+            engine,
+            reporter,
+            cache_dir,
+            flights: Mutex::default(),
+            resolved: Mutex::default(),
+        }
+    }
+
+    /// Forgets what this process resolved (after images were removed behind its back).
+    pub(crate) fn forget(&self, spec: &ImageSpec) {
+        lock(&self.resolved).remove(spec);
+    }
+
+    pub(crate) async fn resolve(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
+        let started = Instant::now();
+        if let Some(hit) = lock(&self.resolved).get(spec) {
+            return Ok(ResolvedImage {
+                source: ImageSource::Cached,
+                elapsed: started.elapsed(),
+                ..hit.clone()
+            });
+        }
+        spec.validate()?;
+        let (reference, id, source) = match &spec.prebuilt {
+            Some(reference) => {
+                let (id, source) = self.ensure_present(reference).await?;
+                (reference.clone(), id, source)
+            }
+            None => self.build_spec(spec).await?,
+        };
+        let resolved = ResolvedImage {
+            reference,
+            id,
+            source,
+            elapsed: started.elapsed(),
+        };
+        lock(&self.resolved).insert(spec.clone(), resolved.clone());
+        Ok(resolved)
+    }
+
+    async fn build_spec(&self, spec: &ImageSpec) -> Result<(String, String, ImageSource)> {
+        let plan = spec.plan()?;
+        if let Some(info) = self.engine.inspect_image(&plan.tag).await? {
+            return Ok((plan.tag, info.id, ImageSource::Cached));
+        }
+        let flight = {
+            let mut flights = lock(&self.flights);
+            flights.entry(plan.tag.clone()).or_default().clone()
+        };
+        let _turn = flight.lock().await;
+        // Whoever held the lock before us may have built it.
+        if let Some(info) = self.engine.inspect_image(&plan.tag).await? {
+            return Ok((plan.tag, info.id, ImageSource::Cached));
+        }
+        match &spec.base_image {
+            None => {
+                base::ensure_base(
+                    &self.engine,
+                    &spec.python_version,
+                    &self.cache_dir,
+                    &self.reporter,
+                )
+                .await?
+            }
+            Some(reference) => {
+                self.ensure_present(reference).await?;
+            }
+        }
+        let extra = HashMap::from([(labels::SPEC_HASH.to_string(), plan.hash.clone())]);
+        let dockerfile = format!("{}{}", plan.dockerfile, label_instruction("image", &extra));
+        let mut files = vec![TarFile::new("Dockerfile", dockerfile)];
+        if let Some(ca) = &plan.ca_bundle {
+            files.push(TarFile::new("dockhand-ca.pem", ca.clone()));
+        }
+        let context = archive::build_tar(&[], &files)?;
+        self.reporter.report(
+            &plan.tag,
+            Stage::Build,
+            format!("building from {}", plan.base),
+        );
+        let started = Instant::now();
+        let body = futures::stream::iter([Ok(bytes::Bytes::from(context))]);
+        run_build(&self.engine, &plan.tag, body, &self.reporter).await?;
+        let info =
+            self.engine
+                .inspect_image(&plan.tag)
+                .await?
+                .ok_or_else(|| Error::ImageBuild {
+                    tag: plan.tag.clone(),
+                    message: "the build reported success but the image is missing".into(),
+                    log_tail: String::new(),
+                })?;
+        self.reporter.report(
+            &plan.tag,
+            Stage::Ready,
+            format!("built in {:.1}s", started.elapsed().as_secs_f64()),
+        );
+        Ok((plan.tag, info.id, ImageSource::Built))
+    }
+
+    /// A named image: local, or pulled.
+    async fn ensure_present(&self, reference: &str) -> Result<(String, ImageSource)> {
+        if let Some(info) = self.engine.inspect_image(reference).await? {
+            return Ok((info.id, ImageSource::Cached));
+        }
+        self.reporter
+            .report(reference, Stage::Pull, format!("pulling {reference}"));
+        self.engine
+            .pull_image(reference, PULL_TIMEOUT)
+            .await
+            .map_err(|e| Error::Docker {
+                operation: "pull image",
+                message: format!(
+                    "image {reference} is not present locally and could not be pulled: {e}"
+                ),
+            })?;
+        let info = self
+            .engine
+            .inspect_image(reference)
+            .await?
+            .ok_or_else(|| Error::Docker {
+                operation: "pull image",
+                message: format!("{reference} was pulled but is not listed"),
+            })?;
+        Ok((info.id, ImageSource::Pulled))
+    }
+}
+
+/// Locks a std mutex, recovering from poisoning (the data is a cache; a panic
+/// elsewhere does not make it wrong).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

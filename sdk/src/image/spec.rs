@@ -1,0 +1,215 @@
+//! [`ImageSpec`]: what goes into the image a sandbox, code host or session runs in.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The Python version used when a spec does not name one: the python of the
+/// Debian release the registry-less bootstrap uses (bookworm).
+pub const DEFAULT_PYTHON: &str = "3.11";
+
+/// Where a host's CA bundle usually lives, by distribution family.
+const HOST_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine, Arch
+    "/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL, CentOS
+    "/etc/ssl/ca-bundle.pem",             // openSUSE
+    "/etc/ssl/cert.pem",                  // macOS, BSDs
+];
+
+/// A declarative description of a container image.
+///
+/// Specs are plain data: equal specs render the same Dockerfile and get the
+/// same content-addressed tag on every machine, so an image is built once and
+/// reused. Fields are set with chained `with`-style methods and validated when
+/// the image is resolved (or when a sandbox using it is built).
+///
+/// ```
+/// use dockhand::ImageSpec;
+///
+/// let spec = ImageSpec::default()
+///     .pip(["numpy==2.1.3"])
+///     .apt(["jq"])
+///     .run("python3 -c 'import numpy'");
+/// assert!(spec.validate().is_ok());
+/// assert!(spec.render_dockerfile().contains("jq"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ImageSpec {
+    /// Python version (`major.minor`).
+    pub python_version: String,
+    /// Packages for `pip install`, as pip spells them (`numpy`, `pandas>=2`).
+    pub pip_packages: Vec<String>,
+    /// Debian packages for `apt-get install`.
+    pub apt_packages: Vec<String>,
+    /// Extra shell commands, each its own `RUN` step, after the packages.
+    pub commands: Vec<String>,
+    /// Build `FROM` this image instead of the default Python base.
+    pub base_image: Option<String>,
+    /// Use this image as is: nothing is built.
+    pub prebuilt: Option<String>,
+    /// PEM files whose certificates builds and containers trust (read at build time).
+    pub ca_files: Vec<PathBuf>,
+    /// Whether to also trust the DOCKHAND_CA_CERTS variable's files (default: yes).
+    pub ca_from_env: bool,
+}
+
+impl Default for ImageSpec {
+    fn default() -> Self {
+        ImageSpec {
+            python_version: DEFAULT_PYTHON.to_string(),
+            pip_packages: Vec::new(),
+            apt_packages: Vec::new(),
+            commands: Vec::new(),
+            base_image: None,
+            prebuilt: None,
+            ca_files: Vec::new(),
+            ca_from_env: true,
+        }
+    }
+}
+
+/// Environment variable with extra CA files (separated by `:`) trusted by every
+/// build whose spec keeps `ca_from_env` on.
+pub const CA_CERTS_ENV: &str = "DOCKHAND_CA_CERTS";
+
+impl ImageSpec {
+    /// A spec for the given Python version (`"3.11"`), otherwise default.
+    pub fn python(version: impl Into<String>) -> Self {
+        ImageSpec {
+            python_version: version.into(),
+            ..Default::default()
+        }
+    }
+
+    /// An already built image, used as is (pulled if missing and a registry answers).
+    pub fn prebuilt(reference: impl Into<String>) -> Self {
+        ImageSpec {
+            prebuilt: Some(reference.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Adds pip packages.
+    pub fn pip<I, S>(mut self, packages: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.pip_packages
+            .extend(packages.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds Debian (apt) packages.
+    pub fn apt<I, S>(mut self, packages: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.apt_packages
+            .extend(packages.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a shell command run as its own build step, after the packages.
+    pub fn run(mut self, command: impl Into<String>) -> Self {
+        self.commands.push(command.into());
+        self
+    }
+
+    /// Builds from `image` instead of the default Python base. The image needs
+    /// `python3` (for code) and, for packages, `apt-get` and `pip`.
+    pub fn base_image(mut self, image: impl Into<String>) -> Self {
+        self.base_image = Some(image.into());
+        self
+    }
+
+    /// Trusts the certificates in a PEM file during builds (apt, pip, curl) and in
+    /// containers (Python's `ssl`, `requests`). Needed behind TLS-intercepting proxies.
+    pub fn trust_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_files.push(path.into());
+        self
+    }
+
+    /// Trusts whatever the host trusts: its system CA bundle, when one is found
+    /// at a usual place. On a machine behind a corporate proxy whose CA is
+    /// installed on the host, this is the one switch that makes pip work.
+    pub fn trust_host_certificates(mut self) -> Self {
+        if let Some(path) = host_ca_bundle() {
+            self.ca_files.push(path);
+        }
+        self
+    }
+
+    /// Ignores the `DOCKHAND_CA_CERTS` environment variable for this spec.
+    pub fn without_env_ca(mut self) -> Self {
+        self.ca_from_env = false;
+        self
+    }
+
+    /// Whether this spec names a prebuilt image (nothing to build).
+    pub fn is_prebuilt(&self) -> bool {
+        self.prebuilt.is_some()
+    }
+
+    /// Checks the spec without touching Docker: package names that would be
+    /// read as options or break the shell, an unparsable Python version, empty commands.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::spec("image spec", msg));
+        if self.prebuilt.is_some() {
+            let has_build_steps = !self.pip_packages.is_empty()
+                || !self.apt_packages.is_empty()
+                || !self.commands.is_empty()
+                || self.base_image.is_some();
+            if has_build_steps {
+                return bad("a prebuilt image is used as is: it cannot take packages, commands or a base image (use base_image to build on top of it)".into());
+            }
+            return Ok(());
+        }
+        let version_ok = {
+            let parts: Vec<&str> = self.python_version.split('.').collect();
+            parts.len() == 2
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if !version_ok {
+            return bad(format!(
+                "python version `{}` is not of the form MAJOR.MINOR (e.g. 3.11)",
+                self.python_version
+            ));
+        }
+        for p in &self.apt_packages {
+            let valid = !p.is_empty()
+                && !p.starts_with('-')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.:=~_".contains(c));
+            if !valid {
+                return bad(format!(
+                    "apt package `{p}` is not a valid Debian package name"
+                ));
+            }
+        }
+        for p in &self.pip_packages {
+            let valid =
+                !p.trim().is_empty() && !p.starts_with('-') && !p.chars().any(|c| c.is_control());
+            if !valid {
+                return bad(format!("pip package `{p}` is not a valid requirement"));
+            }
+        }
+        if let Some(c) = self.commands.iter().find(|c| c.trim().is_empty()) {
+            return bad(format!("command `{c}` is empty"));
+        }
+        Ok(())
+    }
+}
+
+/// The host's system CA bundle, if one is at a usual place.
+pub fn host_ca_bundle() -> Option<PathBuf> {
+    HOST_CA_BUNDLES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,284 @@
+//! Input validation and the archive that carries inputs into a container.
+
+use std::path::Path;
+
+use super::preamble::{self, CONTROL_DIR, INPUTS_DIR, MAIN_FILE, OUTPUTS_DIR, RUNNER_FILE};
+use super::spec::{Param, Program, Sandbox};
+use super::value::Value;
+use crate::archive;
+use crate::error::{Error, Result};
+
+/// Checks given inputs against the declaration: every declared input given
+/// once, nothing undeclared, each of its type (ints widen to floats and JSON).
+/// Returns them in declared order.
+pub fn validate(sandbox: &Sandbox, given: Vec<(String, Value)>) -> Result<Vec<(Param, Value)>> {
+    let declared = || {
+        sandbox
+            .inputs
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut given = given;
+    if let Some((name, _)) = given
+        .iter()
+        .find(|(n, _)| !sandbox.inputs.iter().any(|p| p.name == *n))
+    {
+        return Err(Error::UnknownInput {
+            name: name.clone(),
+            declared: declared(),
+        });
+    }
+    let mut out = Vec::with_capacity(sandbox.inputs.len());
+    for p in &sandbox.inputs {
+        let pos = given
+            .iter()
+            .position(|(n, _)| *n == p.name)
+            .ok_or_else(|| Error::MissingInput {
+                name: p.name.clone(),
+            })?;
+        let (_, value) = given.swap_remove(pos);
+        if given.iter().any(|(n, _)| *n == p.name) {
+            return Err(Error::InputType {
+                name: p.name.clone(),
+                expected: format!("one {}", p.ty),
+                got: "several values".into(),
+            });
+        }
+        let value = value.coerce(p.ty).map_err(|v| Error::InputType {
+            name: p.name.clone(),
+            expected: p.ty.to_string(),
+            got: v.type_of().to_string(),
+        })?;
+        if let Value::File(path) | Value::Dir(path) = &value {
+            check_host_path(&p.name, path, matches!(value, Value::Dir(_)))?;
+        }
+        out.push((p.clone(), value));
+    }
+    Ok(out)
+}
+
+fn check_host_path(name: &str, path: &Path, want_dir: bool) -> Result<()> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::io(format!("input `{name}`: cannot read {}", path.display()), e))?;
+    if want_dir != meta.is_dir() {
+        return Err(Error::InputType {
+            name: name.into(),
+            expected: if want_dir {
+                "Dir".into()
+            } else {
+                "File".into()
+            },
+            got: format!(
+                "{} (a {})",
+                path.display(),
+                if meta.is_dir() { "directory" } else { "file" }
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The command line the container runs.
+pub fn command_line(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Vec<String> {
+    let control = format!("{INPUTS_DIR}/{CONTROL_DIR}");
+    match &sandbox.program {
+        Program::Code { auto_io: true, .. } => {
+            vec!["python3".into(), format!("{control}/{RUNNER_FILE}")]
+        }
+        Program::Code { auto_io: false, .. } => {
+            vec!["python3".into(), format!("{control}/{MAIN_FILE}")]
+        }
+        Program::Command { program, args } => {
+            let lookup = |name: &str| {
+                inputs.iter().find(|(p, _)| p.name == name).map(|(p, v)| {
+                    v.to_text()
+                        .unwrap_or_else(|| format!("{INPUTS_DIR}/{}", p.name))
+                })
+            };
+            std::iter::once(program.clone())
+                .chain(args.iter().map(|a| super::spec::substitute(a, lookup)))
+                .collect()
+        }
+    }
+}
+
+/// The tar uploaded to `/var`: `inputs/<name>` for each input (text, file or
+/// tree), dockhand's control files under `inputs/.dockhand/`, and an empty,
+/// world-writable `outputs/`.
+pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Result<Vec<u8>> {
+    let mut files = Vec::new();
+    if let Program::Code { source, auto_io } = &sandbox.program {
+        files.push(archive::TarFile::new(
+            format!("inputs/{CONTROL_DIR}/{MAIN_FILE}"),
+            source.clone(),
+        ));
+        if *auto_io {
+            let runner =
+                preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
+            files.push(archive::TarFile::new(
+                format!("inputs/{CONTROL_DIR}/{RUNNER_FILE}"),
+                runner,
+            ));
+        }
+    }
+    let mut dirs: Vec<(String, &Path)> = Vec::new();
+    for (p, value) in inputs {
+        match value {
+            Value::File(path) => {
+                let data = std::fs::read(path).map_err(|e| {
+                    Error::io(format!("input `{}`: reading {}", p.name, path.display()), e)
+                })?;
+                files.push(archive::TarFile::new(format!("inputs/{}", p.name), data));
+            }
+            Value::Dir(path) => dirs.push((format!("inputs/{}", p.name), path)),
+            other => files.push(archive::TarFile::new(
+                format!("inputs/{}", p.name),
+                other.to_text().unwrap_or_default(),
+            )),
+        }
+    }
+    let mut tar = archive::build_tar(
+        &["inputs", &format!("inputs/{CONTROL_DIR}"), "outputs"],
+        &files,
+    )?;
+    if !dirs.is_empty() {
+        // Append the trees: rebuild with a builder over the bytes so far, minus
+        // the two end-of-archive blocks.
+        tar.truncate(tar.len().saturating_sub(1024));
+        let mut builder = tar::Builder::new(tar);
+        for (prefix, path) in dirs {
+            archive::append_host_dir(&mut builder, &prefix, path)
+                .map_err(|e| Error::io(format!("reading input directory {}", path.display()), e))?;
+        }
+        tar = builder
+            .into_inner()
+            .map_err(|e| Error::io("building the inputs archive", e))?;
+    }
+    Ok(tar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::value::Type;
+    use std::io::Read;
+
+    fn sb() -> Sandbox {
+        Sandbox::code("t", "r = x")
+            .input("x", Type::Float)
+            .input("name", Type::Str)
+            .output("r", Type::Float)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn missing_unknown_and_mistyped_inputs_are_named() {
+        let err = validate(&sb(), vec![("x".into(), 1.into())]).unwrap_err();
+        assert!(
+            matches!(err, Error::MissingInput { ref name } if name == "name"),
+            "{err}"
+        );
+        let err = validate(
+            &sb(),
+            vec![
+                ("x".into(), 1.into()),
+                ("name".into(), "a".into()),
+                ("y".into(), 2.into()),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::UnknownInput { ref name, .. } if name == "y"),
+            "{err}"
+        );
+        let err = validate(
+            &sb(),
+            vec![("x".into(), "1".into()), ("name".into(), "a".into())],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::InputType { ref name, .. } if name == "x"),
+            "{err}"
+        );
+        let ok = validate(
+            &sb(),
+            vec![("name".into(), "a".into()), ("x".into(), 2.into())],
+        )
+        .unwrap();
+        assert_eq!(
+            ok[0].1,
+            Value::Float(2.0),
+            "ints widen to floats, order is declared order"
+        );
+    }
+
+    #[test]
+    fn file_inputs_must_exist_and_be_files() {
+        let s = Sandbox::code("t", "1")
+            .input("f", Type::File)
+            .build()
+            .unwrap();
+        let err = validate(&s, vec![("f".into(), Value::file("/no/such/file"))]).unwrap_err();
+        assert!(err.to_string().contains("input `f`"), "{err}");
+        let err = validate(&s, vec![("f".into(), Value::file("/tmp"))]).unwrap_err();
+        assert!(matches!(err, Error::InputType { .. }), "{err}");
+    }
+
+    #[test]
+    fn archive_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a.txt"), "A").unwrap();
+        let s = Sandbox::code("t", "print(1)")
+            .input("n", Type::Int)
+            .input("d", Type::Dir)
+            .build()
+            .unwrap();
+        let inputs = validate(
+            &s,
+            vec![("n".into(), 5.into()), ("d".into(), Value::dir(dir.path()))],
+        )
+        .unwrap();
+        let tar = archive(&s, &inputs).unwrap();
+        let mut a = tar::Archive::new(tar.as_slice());
+        let mut found = std::collections::BTreeMap::new();
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let path = e.path().unwrap().to_string_lossy().into_owned();
+            let mut data = String::new();
+            e.read_to_string(&mut data).unwrap_or_default();
+            found.insert(path, data);
+        }
+        assert_eq!(found["inputs/n"], "5");
+        assert_eq!(found["inputs/.dockhand/main.py"], "print(1)");
+        assert!(found["inputs/.dockhand/run.py"].contains("_dh_ns[\"n\"] = int("));
+        assert!(found.contains_key("outputs/"));
+        assert_eq!(found["inputs/d/sub/a.txt"], "A");
+    }
+
+    #[test]
+    fn command_placeholders_become_values_and_paths() {
+        let s = Sandbox::command("c", "grep")
+            .args(["-c", "{{pattern}}", "{{data}}"])
+            .input("pattern", Type::Str)
+            .input("data", Type::File)
+            .build()
+            .unwrap();
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let inputs = validate(
+            &s,
+            vec![
+                ("pattern".into(), "a b".into()),
+                ("data".into(), Value::file(f.path())),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            command_line(&s, &inputs),
+            ["grep", "-c", "a b", "/var/inputs/data"]
+        );
+    }
+}

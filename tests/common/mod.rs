@@ -1,0 +1,56 @@
+//! Helpers shared by the integration tests (each test file is its own crate,
+//! so not every helper is used by every file).
+#![allow(dead_code)]
+
+use dockhand::{Client, ImageSpec};
+
+/// A client on the local daemon; build progress goes to the test's output.
+pub async fn client() -> Client {
+    Client::builder()
+        .on_progress(|p| {
+            if !matches!(p.stage, dockhand::Stage::Bootstrap) {
+                eprintln!("{p}")
+            }
+        })
+        .connect()
+        .await
+        .expect("a Docker daemon must answer (see CONTRIBUTING.md)")
+}
+
+/// Images that install packages trust the host's CA bundle: outbound TLS may be
+/// intercepted by a proxy (as on CI), and pip fails without it.
+pub fn with_host_ca(spec: ImageSpec) -> ImageSpec {
+    spec.trust_host_certificates()
+}
+
+/// How many containers (running or not) carry `label` (`key=value`).
+pub fn containers_with_label(label: &str) -> usize {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Runs `python3 -c code` in `image` with the docker CLI; returns stdout.
+pub fn docker_python(image: &str, code: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            image,
+            "python3",
+            "-c",
+            code,
+        ])
+        .output()
+        .expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
