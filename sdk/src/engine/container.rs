@@ -180,14 +180,17 @@ impl Engine {
                 })
             }
         };
-        let oom_killed = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .ok()
-            .and_then(|c| c.state)
-            .and_then(|s| s.oom_killed)
-            .unwrap_or(false);
+        // Only a killed process can have been OOM-killed; spare the inspect
+        // call on the common path.
+        let oom_killed = code != 0
+            && self
+                .docker
+                .inspect_container(id, None)
+                .await
+                .ok()
+                .and_then(|c| c.state)
+                .and_then(|s| s.oom_killed)
+                .unwrap_or(false);
         Ok(ExitStatus { code, oom_killed })
     }
 

@@ -1,0 +1,91 @@
+//! Benchmark: the quickstart job run N times with its image cached, beside the
+//! same work through the docker CLI (`docker run --rm --network none ...`).
+//!
+//! ```text
+//! cargo run --release --example bench_oneshot -- [N]
+//! ```
+
+use std::time::{Duration, Instant};
+
+use dockhand::{Client, Sandbox, Type};
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let (p50, p95) = (percentile(&samples, 0.50), percentile(&samples, 0.95));
+    println!(
+        "{name:<28} n={:<4} p50={:>7.1} ms  p95={:>7.1} ms",
+        samples.len(),
+        p50.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+    (p50, p95)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(30);
+    let client = Client::connect().await?;
+    let double = Sandbox::code("double", "result = x * 2")
+        .input("x", Type::Int)
+        .output("result", Type::Int)
+        .build()?;
+    let image = client.resolve_image(double.image()).await?.reference;
+
+    // Warm both paths once (page cache, daemon caches).
+    client.run(&double, [("x", 21)]).await?;
+    std::process::Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            &image,
+            "python3",
+            "-c",
+            "print(21 * 2)",
+        ])
+        .output()?;
+
+    let mut sdk = Vec::with_capacity(n);
+    let mut cli = Vec::with_capacity(n);
+    // Interleave so drift in the machine's load hits both alike.
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = client.run(&double, [("x", 21)]).await?;
+        sdk.push(t.elapsed());
+        assert_eq!(out.get::<i64>("result")?, 42);
+
+        let t = Instant::now();
+        let out = std::process::Command::new("docker")
+            .args([
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                &image,
+                "python3",
+                "-c",
+                "print(21 * 2)",
+            ])
+            .output()?;
+        cli.push(t.elapsed());
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+    }
+    println!("one-shot run of `result = x * 2` (x = 21), image cached, {n} runs each:");
+    let (sdk50, sdk95) = summary("dockhand Client::run", sdk);
+    let (cli50, cli95) = summary("docker run --rm (CLI)", cli);
+    println!(
+        "ratio dockhand/CLI: p50 {:.2}x, p95 {:.2}x",
+        sdk50.as_secs_f64() / cli50.as_secs_f64(),
+        sdk95.as_secs_f64() / cli95.as_secs_f64()
+    );
+    Ok(())
+}
