@@ -10,15 +10,6 @@ use chrono::NaiveDateTime;
 use dockhand::{Error, RunOptions, Sandbox, StreamKind, Type, Value};
 use serde::{Deserialize, Serialize};
 
-/// Asserts that no container of sandbox `name` is left.
-fn assert_no_container(name: &str) {
-    assert_eq!(
-        common::containers_with_label(&format!("dev.dockhand.sandbox={name}")),
-        0,
-        "a container of sandbox {name} was left behind"
-    );
-}
-
 #[tokio::test]
 async fn auto_io_round_trips_every_scalar_type() {
     let client = common::client().await;
@@ -89,7 +80,7 @@ async fn auto_io_round_trips_every_scalar_type() {
     };
     assert_eq!((i2, f2), (42, 2.5));
     assert_eq!(out.exit_code, 0);
-    assert_no_container("types");
+    common::assert_no_container("types");
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
@@ -195,7 +186,7 @@ async fn file_and_dir_inputs_and_outputs() {
     assert_ne!(dir, dir2);
     drop(out);
     assert!(!dir2.exists());
-    assert_no_container("files");
+    common::assert_no_container("files");
 }
 
 #[tokio::test]
@@ -249,7 +240,7 @@ async fn commands_get_paths_and_substituted_scalars() {
         .unwrap();
     assert_eq!(out.get::<i64>("lines").unwrap(), 2);
     assert_eq!(out.stdout.text.trim(), "counted .");
-    assert_no_container("count");
+    common::assert_no_container("count");
 }
 
 #[tokio::test]
@@ -307,7 +298,7 @@ async fn python_exceptions_carry_type_message_and_traceback() {
         other => panic!("expected NonZeroExit 7, got {other:?}"),
     }
     for name in ["boom", "boom-verbatim", "fail"] {
-        assert_no_container(name);
+        common::assert_no_container(name);
     }
 }
 
@@ -359,7 +350,7 @@ async fn output_errors_are_named() {
         other => panic!("expected BadOutput, got {other:?}"),
     }
     for name in ["unassigned", "wrong-type", "missing", "junk"] {
-        assert_no_container(name);
+        common::assert_no_container(name);
     }
 }
 
@@ -389,7 +380,7 @@ async fn bad_inputs_fail_before_any_container() {
         matches!(err, Error::UnknownInput { ref name, .. } if name == "z"),
         "{err}"
     );
-    assert_no_container("typed");
+    common::assert_no_container("typed");
 }
 
 #[tokio::test]
@@ -413,8 +404,8 @@ async fn escaping_output_links_are_refused() {
     .unwrap();
     let err = client.run(&file_link, none).await.unwrap_err();
     assert!(matches!(err, Error::UnsafeArchivePath { .. }), "{err}");
-    assert_no_container("escape-dir");
-    assert_no_container("escape-file");
+    common::assert_no_container("escape-dir");
+    common::assert_no_container("escape-file");
 }
 
 #[tokio::test]

@@ -3,11 +3,30 @@
 
 mod common;
 
+fn count(args: &[&str]) -> usize {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
 #[test]
-fn no_container_with_dockhand_labels_remains() {
-    let left = common::containers_with_label("dev.dockhand.managed");
+fn no_container_or_volume_with_dockhand_labels_remains() {
+    let containers = common::containers_with_label("dev.dockhand.managed");
     assert_eq!(
-        left, 0,
+        containers, 0,
         "containers left behind: see `docker ps -a --filter label=dev.dockhand.managed`"
+    );
+    let volumes = count(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        "label=dev.dockhand.managed",
+    ]);
+    assert_eq!(
+        volumes, 0,
+        "volumes left behind: see `docker volume ls --filter label=dev.dockhand.managed`"
     );
 }

@@ -18,6 +18,8 @@ pub struct TarFile {
     pub data: Vec<u8>,
     /// Unix permission bits.
     pub mode: u32,
+    /// Owner uid and gid (root by default).
+    pub owner: (u64, u64),
 }
 
 impl TarFile {
@@ -27,7 +29,15 @@ impl TarFile {
             path: path.into(),
             data: data.into(),
             mode: 0o644,
+            owner: (0, 0),
         }
+    }
+
+    /// The same file, private to `uid:gid` (mode 0400).
+    pub fn private_to(mut self, uid: u64, gid: u64) -> Self {
+        self.mode = 0o400;
+        self.owner = (uid, gid);
+        self
     }
 }
 
@@ -45,43 +55,74 @@ fn header(path: &str, size: u64, mode: u32, kind: tar::EntryType) -> io::Result<
     Ok(h)
 }
 
-/// An uncompressed tar of the given directories (created first, mode 0777 so an
-/// unprivileged process may write into them) and files.
-pub fn build_tar(dirs: &[&str], files: &[TarFile]) -> Result<Vec<u8>> {
+/// An uncompressed tar of the given directories `(path, mode)` (created first)
+/// and files.
+pub fn build_tar(dirs: &[(&str, u32)], files: &[TarFile]) -> Result<Vec<u8>> {
     let wrap = |e: io::Error| Error::io("building tar archive", e);
     let mut builder = tar::Builder::new(Vec::new());
-    for dir in dirs {
+    for (dir, mode) in dirs {
         let h = header(
             &format!("{}/", dir.trim_end_matches('/')),
             0,
-            0o777,
+            *mode,
             tar::EntryType::Directory,
         )
         .map_err(wrap)?;
         builder.append(&h, io::empty()).map_err(wrap)?;
     }
     for file in files {
-        let h = header(
+        let mut h = header(
             &file.path,
             file.data.len() as u64,
             file.mode,
             tar::EntryType::Regular,
         )
         .map_err(wrap)?;
+        h.set_uid(file.owner.0);
+        h.set_gid(file.owner.1);
+        h.set_cksum();
         builder.append(&h, file.data.as_slice()).map_err(wrap)?;
     }
     builder.into_inner().map_err(wrap)
 }
 
-/// Adds a host directory tree under `prefix` to a tar builder (files, dirs and
-/// symlinks as they are; other kinds are skipped).
-pub fn append_host_dir(
+/// Adds a host directory tree under `prefix` to a tar builder. Ownership and
+/// modes are normalised (root-owned, 0755 for dirs and executables, 0644 for
+/// other files) so an unprivileged process in the container can read it
+/// whatever the host's modes were. Symbolic links are kept as links; other
+/// special files are skipped.
+pub fn append_tree(
     builder: &mut tar::Builder<Vec<u8>>,
     prefix: &str,
     dir: &Path,
 ) -> io::Result<()> {
-    builder.follow_symlinks(false);
-    builder.append_dir_all(prefix, dir)
+    use std::os::unix::fs::PermissionsExt;
+    let h = header(&format!("{prefix}/"), 0, 0o755, tar::EntryType::Directory)?;
+    builder.append(&h, io::empty())?;
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<io::Result<_>>()?;
+    // Sorted: the same tree always makes the same archive.
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let name = format!("{prefix}/{}", entry.file_name().to_string_lossy());
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.is_dir() {
+            append_tree(builder, &name, &path)?;
+        } else if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            let mut h = header(&name, 0, 0o777, tar::EntryType::Symlink)?;
+            builder.append_link(&mut h, &name, &target)?;
+        } else if meta.is_file() {
+            let mode = if meta.permissions().mode() & 0o111 != 0 {
+                0o755
+            } else {
+                0o644
+            };
+            let h = header(&name, meta.len(), mode, tar::EntryType::Regular)?;
+            builder.append(&h, std::fs::File::open(&path)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// A build context streamed from disk: a Dockerfile plus one large file (a root
@@ -168,8 +209,8 @@ mod tests {
             TarFile::new("inputs/x", "21"),
             TarFile::new("Dockerfile", "FROM a\n"),
         ];
-        let a = build_tar(&["inputs"], &files).unwrap();
-        let b = build_tar(&["inputs"], &files).unwrap();
+        let a = build_tar(&[("inputs", 0o755)], &files).unwrap();
+        let b = build_tar(&[("inputs", 0o755)], &files).unwrap();
         assert_eq!(a, b);
         let got = entries(&a);
         assert_eq!(got[0].0, "inputs/");

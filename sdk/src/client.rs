@@ -74,7 +74,7 @@ impl ClientBuilder {
         let engine = Engine::connect(self.endpoint.as_deref()).await?;
         let cache_dir = self.cache_dir.unwrap_or_else(paths::default_cache_dir);
         let reporter = Reporter::new(self.progress);
-        let images = ImageResolver::new(engine.clone(), reporter.clone(), cache_dir.clone());
+        let images = ImageResolver::new(engine.clone(), reporter.clone());
         Ok(Client {
             inner: Arc::new(Inner {
                 engine,

@@ -34,8 +34,8 @@ pub use image::{ImageSource, ImageSpec, ResolvedImage};
 pub use paths::CACHE_DIR_ENV;
 pub use progress::{Progress, Stage};
 pub use sandbox::{
-    CapturedText, OutputLine, Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder,
-    StreamKind, Type, Value,
+    Attempt, CacheMode, CapturedText, Hardening, Network, OutputLine, Outputs, Param, RunOptions,
+    RunOutput, Sandbox, SandboxBuilder, Secret, StreamKind, Type, Value,
 };
 
 /// Label keys dockhand puts on every object it creates.

@@ -5,8 +5,13 @@
 use dockhand::{Client, ImageSpec};
 
 /// A client on the local daemon; build progress goes to the test's output.
+/// Its output cache is private to this test process, so results cached by an
+/// earlier run (or by the user) never stand in for a real run.
 pub async fn client() -> Client {
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cache-{}", std::process::id()));
     Client::builder()
+        .cache_dir(cache)
         .on_progress(|p| {
             if !matches!(p.stage, dockhand::Stage::Bootstrap) {
                 eprintln!("{p}")
@@ -53,4 +58,13 @@ pub fn docker_python(image: &str, code: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts that no container of sandbox `name` is left.
+pub fn assert_no_container(name: &str) {
+    assert_eq!(
+        containers_with_label(&format!("dev.dockhand.sandbox={name}")),
+        0,
+        "a container of sandbox {name} was left behind"
+    );
 }

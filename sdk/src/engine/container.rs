@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount as VolumeMount, MountType, MountVolumeOptions,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
@@ -62,8 +64,10 @@ pub struct ContainerSpec {
     pub read_only_rootfs: bool,
     /// tmpfs mounts: path -> options (e.g. `size=64m`).
     pub tmpfs: HashMap<String, String>,
-    /// Anonymous volumes (writable, survive exit until removal, readable by download).
-    pub volumes: Vec<String>,
+    /// Paths backed by fresh, labelled anonymous volumes: writable under a
+    /// read-only root, kept after exit (so outputs can be downloaded), and
+    /// removed with the container.
+    pub scratch_volumes: Vec<String>,
     /// Bind mounts.
     pub mounts: Vec<Mount>,
     /// Keep stdin open (for attached programs).
@@ -115,6 +119,20 @@ impl Engine {
                     })
                     .collect()
             }),
+            mounts: (!spec.scratch_volumes.is_empty()).then(|| {
+                spec.scratch_volumes
+                    .iter()
+                    .map(|target| VolumeMount {
+                        target: Some(target.clone()),
+                        typ: Some(MountType::VOLUME),
+                        volume_options: Some(MountVolumeOptions {
+                            labels: Some(labels::owned(spec.kind)),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
             // Containers are removed explicitly, after their outputs are read.
             auto_remove: Some(false),
             ..Default::default()
@@ -128,7 +146,7 @@ impl Engine {
             user: spec.user.clone(),
             labels: Some(all_labels),
             network_disabled: Some(spec.network.is_none()),
-            volumes: (!spec.volumes.is_empty()).then(|| spec.volumes.clone()),
+
             open_stdin: Some(spec.open_stdin),
             stdin_once: Some(spec.open_stdin),
             attach_stdin: Some(spec.open_stdin),
@@ -215,7 +233,6 @@ impl Engine {
             })
     }
 
-    #[allow(dead_code)] // timeouts (runtime controls) use it
     /// Sends SIGKILL; a container that already stopped is not an error.
     pub async fn kill_container(&self, id: &str) -> Result<()> {
         let options = KillContainerOptionsBuilder::default()

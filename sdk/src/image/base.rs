@@ -65,7 +65,6 @@ pub fn debian_suite(python_version: &str) -> Option<&'static str> {
 pub(crate) async fn ensure_base(
     engine: &Engine,
     python_version: &str,
-    cache_dir: &Path,
     reporter: &Reporter,
 ) -> Result<()> {
     let tag = base_tag(python_version);
@@ -73,7 +72,9 @@ pub(crate) async fn ensure_base(
         return Ok(());
     }
     // Other processes (test binaries, parallel jobs) may be making it too.
-    let _lock = lock_file(cache_dir, &tag).await?;
+    // The lock lives in the machine's temp dir, not the (per-user, per-client)
+    // cache dir: every process that talks to this daemon must see it.
+    let _lock = lock_file(&std::env::temp_dir().join("dockhand-locks"), &tag).await?;
     if engine.inspect_image(&tag).await?.is_some() {
         return Ok(());
     }
@@ -216,8 +217,8 @@ fn find_program(name: &str) -> Option<PathBuf> {
 }
 
 /// An exclusive lock held while a base image is made, shared by processes.
-async fn lock_file(cache_dir: &Path, tag: &str) -> Result<std::fs::File> {
-    let dir = cache_dir.join("locks");
+async fn lock_file(dir: &Path, tag: &str) -> Result<std::fs::File> {
+    let dir = dir.to_path_buf();
     let name: String = tag
         .chars()
         .map(|c| {

@@ -1,7 +1,6 @@
 //! Resolving an [`ImageSpec`] to a local image: reuse, pull or build, once.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +42,6 @@ pub struct ResolvedImage {
 pub(crate) struct ImageResolver {
     engine: Engine,
     reporter: Reporter,
-    cache_dir: PathBuf,
     /// One lock per tag: the first caller builds, the others wait and then reuse.
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Specs already resolved in this process (saves an inspect per run).
@@ -51,11 +49,10 @@ pub(crate) struct ImageResolver {
 }
 
 impl ImageResolver {
-    pub(crate) fn new(engine: Engine, reporter: Reporter, cache_dir: PathBuf) -> Self {
+    pub(crate) fn new(engine: Engine, reporter: Reporter) -> Self {
         ImageResolver {
             engine,
             reporter,
-            cache_dir,
             flights: Mutex::default(),
             resolved: Mutex::default(),
         }
@@ -108,15 +105,7 @@ impl ImageResolver {
             return Ok((plan.tag, info.id, ImageSource::Cached));
         }
         match &spec.base_image {
-            None => {
-                base::ensure_base(
-                    &self.engine,
-                    &spec.python_version,
-                    &self.cache_dir,
-                    &self.reporter,
-                )
-                .await?
-            }
+            None => base::ensure_base(&self.engine, &spec.python_version, &self.reporter).await?,
             Some(reference) => {
                 self.ensure_present(reference).await?;
             }

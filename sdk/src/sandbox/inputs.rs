@@ -104,59 +104,72 @@ pub fn command_line(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Vec<String>
     }
 }
 
-/// The tar uploaded to `/var`: `inputs/<name>` for each input (text, file or
-/// tree), dockhand's control files under `inputs/.dockhand/`, and an empty,
-/// world-writable `outputs/`.
+/// The archive extracted into `/var/inputs`: each input as `<name>` (text,
+/// file or tree) and dockhand's control files under `.dockhand/`.
 pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Result<Vec<u8>> {
     let mut files = Vec::new();
     if let Program::Code { source, auto_io } = &sandbox.program {
         files.push(archive::TarFile::new(
-            format!("inputs/{CONTROL_DIR}/{MAIN_FILE}"),
+            format!("{CONTROL_DIR}/{MAIN_FILE}"),
             source.clone(),
         ));
         if *auto_io {
             let runner =
                 preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
             files.push(archive::TarFile::new(
-                format!("inputs/{CONTROL_DIR}/{RUNNER_FILE}"),
+                format!("{CONTROL_DIR}/{RUNNER_FILE}"),
                 runner,
             ));
         }
     }
-    let mut dirs: Vec<(String, &Path)> = Vec::new();
+    let mut dirs: Vec<(&str, &Path)> = Vec::new();
     for (p, value) in inputs {
         match value {
             Value::File(path) => {
                 let data = std::fs::read(path).map_err(|e| {
                     Error::io(format!("input `{}`: reading {}", p.name, path.display()), e)
                 })?;
-                files.push(archive::TarFile::new(format!("inputs/{}", p.name), data));
+                files.push(archive::TarFile::new(p.name.clone(), data));
             }
-            Value::Dir(path) => dirs.push((format!("inputs/{}", p.name), path)),
+            Value::Dir(path) => dirs.push((&p.name, path)),
             other => files.push(archive::TarFile::new(
-                format!("inputs/{}", p.name),
+                p.name.clone(),
                 other.to_text().unwrap_or_default(),
             )),
         }
     }
-    let mut tar = archive::build_tar(
-        &["inputs", &format!("inputs/{CONTROL_DIR}"), "outputs"],
-        &files,
-    )?;
+    let mut tar = archive::build_tar(&[(CONTROL_DIR, 0o755)], &files)?;
     if !dirs.is_empty() {
-        // Append the trees: rebuild with a builder over the bytes so far, minus
-        // the two end-of-archive blocks.
+        // Continue the archive: drop its two end-of-archive blocks, append the trees.
         tar.truncate(tar.len().saturating_sub(1024));
         let mut builder = tar::Builder::new(tar);
-        for (prefix, path) in dirs {
-            archive::append_host_dir(&mut builder, &prefix, path)
-                .map_err(|e| Error::io(format!("reading input directory {}", path.display()), e))?;
+        for (name, path) in dirs {
+            archive::append_tree(&mut builder, name, path)
+                .map_err(|e| Error::io(format!("input `{name}`: reading {}", path.display()), e))?;
         }
         tar = builder
             .into_inner()
             .map_err(|e| Error::io("building the inputs archive", e))?;
     }
     Ok(tar)
+}
+
+/// An archive that makes the root of the directory it is extracted into
+/// writable by everyone (for `/var/outputs` in images that lack it).
+pub fn writable_root() -> Result<Vec<u8>> {
+    archive::build_tar(&[(".", 0o777)], &[])
+}
+
+/// The archive extracted into `/run/secrets`: one file per secret, readable
+/// only by the sandbox's user.
+pub fn secrets_archive(secrets: &[(String, String)], owner: (u64, u64)) -> Result<Vec<u8>> {
+    let files: Vec<archive::TarFile> = secrets
+        .iter()
+        .map(|(name, value)| {
+            archive::TarFile::new(name.clone(), value.clone()).private_to(owner.0, owner.1)
+        })
+        .collect();
+    archive::build_tar(&[(".", 0o755)], &files)
 }
 
 #[cfg(test)]
@@ -252,11 +265,11 @@ mod tests {
             e.read_to_string(&mut data).unwrap_or_default();
             found.insert(path, data);
         }
-        assert_eq!(found["inputs/n"], "5");
-        assert_eq!(found["inputs/.dockhand/main.py"], "print(1)");
-        assert!(found["inputs/.dockhand/run.py"].contains("_dh_ns[\"n\"] = int("));
-        assert!(found.contains_key("outputs/"));
-        assert_eq!(found["inputs/d/sub/a.txt"], "A");
+        assert_eq!(found["n"], "5");
+        assert_eq!(found[".dockhand/main.py"], "print(1)");
+        assert!(found[".dockhand/run.py"].contains("_dh_ns[\"n\"] = int("));
+        assert_eq!(found["d/sub/a.txt"], "A");
+        assert!(found.contains_key("d/"));
     }
 
     #[test]

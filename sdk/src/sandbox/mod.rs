@@ -28,17 +28,23 @@
 //! # Ok(()) }
 //! ```
 
+mod cache;
 mod capture;
 mod inputs;
 mod outputs;
 pub mod preamble;
 mod run;
+mod runtime;
 mod spec;
 mod traceback;
 mod value;
 
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub use outputs::{FromOutputs, Outputs};
-pub use run::{RunOptions, RunOutput};
+pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
+pub use runtime::{
+    parse_memory, CacheMode, Hardening, Network, Resources, Runtime, Secret, SecretMount,
+    DEFAULT_CPUS, DEFAULT_MEMORY, DEFAULT_PIDS, UNPRIVILEGED_USER,
+};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

@@ -1,21 +1,29 @@
-//! Running a sandbox once: fresh container, inputs in, outputs out, removed.
+//! Running a sandbox: fresh container per attempt, inputs in, outputs out,
+//! always removed; plus the output cache and retries around it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::StreamExt;
 
-use super::capture::{tail, CapturedText, OutputHandler, StreamBuffer, StreamKind};
+use super::cache::{self, Store};
+use super::capture::{tail, CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
 use super::outputs::{self, Outputs};
-use super::preamble::OUTPUTS_DIR;
+use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
+use super::runtime::{redact, CacheMode, SecretMount};
 use super::spec::{Program, Sandbox};
 use super::value::Value;
 use super::{inputs, traceback};
 use crate::client::Client;
 use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, PythonError, Result};
+use crate::image::ResolvedImage;
 
 /// How much of stderr an [`Error::NonZeroExit`] carries.
 const STDERR_TAIL_BYTES: usize = 4096;
+/// Where file secrets are mounted.
+pub const SECRETS_DIR: &str = "/run/secrets";
 
 /// Per-call options of [`Client::run_with`].
 #[derive(Clone, Default)]
@@ -37,14 +45,22 @@ impl RunOptions {
         Self::default()
     }
 
-    /// Receives each stdout/stderr line while the run goes.
-    pub fn on_output(
-        mut self,
-        handler: impl Fn(super::OutputLine) + Send + Sync + 'static,
-    ) -> Self {
-        self.on_output = Some(std::sync::Arc::new(handler));
+    /// Receives each stdout/stderr line while the run goes (secret values redacted).
+    pub fn on_output(mut self, handler: impl Fn(OutputLine) + Send + Sync + 'static) -> Self {
+        self.on_output = Some(Arc::new(handler));
         self
     }
+}
+
+/// One attempt of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// 1-based attempt number.
+    pub number: u32,
+    /// How long it took.
+    pub duration: Duration,
+    /// Why it failed; `None` for the attempt that succeeded.
+    pub error: Option<String>,
 }
 
 /// The result of a successful run.
@@ -54,14 +70,18 @@ pub struct RunOutput {
     pub outputs: Outputs,
     /// Exit code (0).
     pub exit_code: i64,
-    /// Captured standard output.
+    /// Captured standard output (secret values redacted).
     pub stdout: CapturedText,
-    /// Captured standard error.
+    /// Captured standard error (secret values redacted).
     pub stderr: CapturedText,
-    /// Wall time from container creation to removal.
+    /// Wall time of the whole call (all attempts, or the cache lookup).
     pub duration: Duration,
     /// The image reference the run used.
     pub image: String,
+    /// Whether the outputs came from the output cache (no container was started).
+    pub cached: bool,
+    /// Every attempt, failed ones first (empty for a cache hit).
+    pub attempts: Vec<Attempt>,
 }
 
 impl RunOutput {
@@ -71,9 +91,20 @@ impl RunOutput {
     }
 }
 
+/// Everything an attempt needs, prepared once per call.
+struct Prepared {
+    image: ResolvedImage,
+    cmd: Vec<String>,
+    inputs_tar: Bytes,
+    secrets: Vec<(String, String)>,
+    secrets_tar: Option<Bytes>,
+    /// Images not built by dockhand may lack a writable /var/outputs.
+    needs_outputs_dir: bool,
+}
+
 impl Client {
-    /// Runs `sandbox` once with `inputs` in a fresh container, which is removed
-    /// afterwards whatever happens.
+    /// Runs `sandbox` once with `inputs`, in a fresh container that is removed
+    /// afterwards whatever happens (error, timeout, cancellation, panic).
     ///
     /// ```no_run
     /// # async fn demo() -> dockhand::Result<()> {
@@ -108,95 +139,263 @@ impl Client {
         K: Into<String>,
         V: Into<Value>,
     {
+        let started = Instant::now();
         let given: Vec<(String, Value)> = inputs
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         // Everything about the inputs is checked before any container exists.
         let inputs = inputs::validate(sandbox, given)?;
-        let upload = inputs::archive(sandbox, &inputs)?;
+        let rt = &sandbox.runtime;
+        let secrets: Vec<(String, String)> = rt
+            .secrets
+            .iter()
+            .map(|s| Ok((s.name.clone(), s.resolve()?)))
+            .collect::<Result<_>>()?;
+        let file_secrets: Vec<(String, String)> = rt
+            .secrets
+            .iter()
+            .zip(&secrets)
+            .filter(|(s, _)| s.mount == SecretMount::File)
+            .map(|(_, pair)| pair.clone())
+            .collect();
+        let secrets_tar = if file_secrets.is_empty() {
+            None
+        } else {
+            let owner = numeric_owner(rt.hardening.user.as_deref());
+            Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
+        };
+        let inputs_tar = Bytes::from(inputs::archive(sandbox, &inputs)?);
         let cmd = inputs::command_line(sandbox, &inputs);
-        let upload = bytes::Bytes::from(upload);
         let image = self.images().resolve(&sandbox.image).await?;
-        let first = self
-            .run_once(
-                sandbox,
-                &image.reference,
-                cmd.clone(),
-                upload.clone(),
-                &options,
-            )
-            .await;
-        match first {
-            // The image was removed since this process resolved it: make it again.
-            Err(Error::Docker {
-                operation: "create container",
-                message,
-            }) if message.contains("No such image") => {
-                self.images().forget(&sandbox.image);
-                let image = self.images().resolve(&sandbox.image).await?;
-                self.run_once(sandbox, &image.reference, cmd, upload, &options)
-                    .await
+
+        let cacheable =
+            rt.cache != CacheMode::Disable && (secrets.is_empty() || rt.cache_with_secrets);
+        let store = Store::new(self.cache_dir());
+        let key = if cacheable {
+            Some(cache::key(sandbox, &image.id, &inputs)?)
+        } else {
+            None
+        };
+        if let (Some(key), CacheMode::Auto) = (&key, rt.cache) {
+            if let Some(hit) = store.get(key)? {
+                tracing::debug!(sandbox = %sandbox.name, key = %key, "output cache hit");
+                return Ok(RunOutput {
+                    outputs: hit.outputs,
+                    exit_code: 0,
+                    stdout: hit.stdout,
+                    stderr: hit.stderr,
+                    duration: started.elapsed(),
+                    image: hit.image,
+                    cached: true,
+                    attempts: Vec::new(),
+                });
             }
-            other => other,
         }
+
+        let mut prepared = Prepared {
+            needs_outputs_dir: sandbox.image.is_prebuilt(),
+            image,
+            cmd,
+            inputs_tar,
+            secrets,
+            secrets_tar,
+        };
+        let mut attempts = Vec::new();
+        let mut reresolved = false;
+        for number in 1..=rt.retries + 1 {
+            let attempt_started = Instant::now();
+            match self.attempt(sandbox, &prepared, number, &options).await {
+                Ok(mut out) => {
+                    attempts.push(Attempt {
+                        number,
+                        duration: attempt_started.elapsed(),
+                        error: None,
+                    });
+                    out.attempts = attempts;
+                    out.duration = started.elapsed();
+                    if let Some(key) = &key {
+                        // A cache that cannot be written costs speed later, not this result.
+                        if let Err(e) = store.put(
+                            key,
+                            &out.outputs,
+                            &out.stdout.text,
+                            &out.stderr.text,
+                            &out.image,
+                        ) {
+                            tracing::warn!(error = %e, "could not store outputs in the cache");
+                        }
+                    }
+                    return Ok(out);
+                }
+                // The image was removed since this process resolved it: make it again, once.
+                Err(Error::Docker {
+                    operation: "create container",
+                    message,
+                }) if message.contains("No such image") && !reresolved => {
+                    reresolved = true;
+                    self.images().forget(&sandbox.image);
+                    prepared.image = self.images().resolve(&sandbox.image).await?;
+                    attempts.push(Attempt {
+                        number,
+                        duration: attempt_started.elapsed(),
+                        error: Some(message),
+                    });
+                }
+                Err(e) => {
+                    let last_try = number > rt.retries || !e.is_retryable();
+                    attempts.push(Attempt {
+                        number,
+                        duration: attempt_started.elapsed(),
+                        error: Some(e.to_string()),
+                    });
+                    if last_try {
+                        if attempts.len() == 1 {
+                            return Err(e);
+                        }
+                        return Err(Error::RetriesExhausted {
+                            attempts: attempts.into_iter().filter_map(|a| a.error).collect(),
+                            last: Box::new(e),
+                        });
+                    }
+                    tracing::info!(sandbox = %sandbox.name, attempt = number, error = %e, "attempt failed; retrying in a fresh container");
+                }
+            }
+        }
+        Err(Error::Docker {
+            operation: "run",
+            message: "no attempt was made".into(),
+        })
     }
 
-    async fn run_once(
+    /// One attempt in one fresh container.
+    async fn attempt(
         &self,
         sandbox: &Sandbox,
-        image: &str,
-        cmd: Vec<String>,
-        upload: bytes::Bytes,
+        prepared: &Prepared,
+        number: u32,
         options: &RunOptions,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         let engine = self.engine();
+        let rt = &sandbox.runtime;
+        let hard = &rt.hardening;
+        let mut env = vec![
+            "HOME=/tmp".to_string(),
+            "PYTHONUNBUFFERED=1".to_string(),
+            format!("DOCKHAND_ATTEMPT={number}"),
+        ];
+        env.extend(rt.env.iter().map(|(k, v)| format!("{k}={v}")));
+        for (s, (name, value)) in rt.secrets.iter().zip(&prepared.secrets) {
+            if s.mount == SecretMount::Env {
+                env.push(format!("{name}={value}"));
+            }
+        }
+        let mut scratch_volumes = vec![INPUTS_DIR.to_string(), OUTPUTS_DIR.to_string()];
+        if prepared.secrets_tar.is_some() {
+            scratch_volumes.push(SECRETS_DIR.to_string());
+        }
         let spec = ContainerSpec {
-            image: image.to_string(),
-            cmd,
+            image: prepared.image.reference.clone(),
+            cmd: prepared.cmd.clone(),
             entrypoint: Some(Vec::new()),
-            env: vec!["HOME=/tmp".into(), "PYTHONUNBUFFERED=1".into()],
+            env,
             working_dir: Some("/tmp".into()),
+            user: hard.user.clone(),
             kind: "sandbox",
             extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
+            memory_bytes: Some(rt.resources.memory_bytes),
+            nano_cpus: Some((rt.resources.cpus * 1e9) as i64),
+            pids_limit: Some(rt.resources.pids),
+            network: rt.network.mode(),
+            cap_drop_all: hard.drop_all_capabilities,
+            cap_add: hard.add_capabilities.clone(),
+            no_new_privileges: hard.no_new_privileges,
+            read_only_rootfs: hard.read_only_root,
+            tmpfs: [(
+                "/tmp".to_string(),
+                format!("rw,nosuid,nodev,exec,size={},mode=1777", hard.tmp_size),
+            )]
+            .into(),
+            scratch_volumes,
             ..Default::default()
         };
         let container = engine.create_container(&spec).await?;
         let id = container.id().to_string();
-        engine.upload_archive(&id, "/var", upload).await?;
-        engine.start_container(&id).await?;
+        engine
+            .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
+            .await?;
+        if prepared.needs_outputs_dir {
+            engine
+                .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                .await?;
+        }
+        if let Some(tar) = &prepared.secrets_tar {
+            engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
+        }
 
-        let handler = options.on_output.as_ref();
+        // Live lines pass through redaction before the caller sees them.
+        let secrets = prepared.secrets.clone();
+        let handler: Option<OutputHandler> = options.on_output.clone().map(|h| {
+            Arc::new(move |l: OutputLine| {
+                h(OutputLine {
+                    line: redact(&l.line, &secrets),
+                    ..l
+                })
+            }) as OutputHandler
+        });
+        let handler = handler.as_ref();
         let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
         let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
-        let logs = async {
-            let mut stream = std::pin::pin!(engine.follow_logs(&id));
-            while let Some(chunk) = stream.next().await {
-                match chunk? {
-                    LogChunk::Stdout(b) => stdout.push(&b, handler),
-                    LogChunk::Stderr(b) => stderr.push(&b, handler),
+        let run = async {
+            engine.start_container(&id).await?;
+            let logs = async {
+                let mut stream = std::pin::pin!(engine.follow_logs(&id));
+                while let Some(chunk) = stream.next().await {
+                    match chunk? {
+                        LogChunk::Stdout(b) => stdout.push(&b, handler),
+                        LogChunk::Stderr(b) => stderr.push(&b, handler),
+                    }
                 }
-            }
-            Ok::<_, Error>(())
+                Ok::<_, Error>(())
+            };
+            let (status, logs) = tokio::join!(engine.wait_container(&id), logs);
+            logs?;
+            status
         };
-        let (status, logs) = tokio::join!(engine.wait_container(&id), logs);
-        let status = status?;
-        logs?;
-        let stdout = stdout.finish(handler);
-        let stderr = stderr.finish(handler);
+        let status = match rt.timeout {
+            None => run.await?,
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(status) => status?,
+                Err(_) => {
+                    engine.kill_container(&id).await?;
+                    container.remove().await?;
+                    let (out, err) = (stdout.finish(handler), stderr.finish(handler));
+                    return Err(Error::Timeout {
+                        timeout: limit,
+                        stdout: redact(&out.text, &prepared.secrets),
+                        stderr: redact(&err.text, &prepared.secrets),
+                    });
+                }
+            },
+        };
+        let mut stdout = stdout.finish(handler);
+        let mut stderr = stderr.finish(handler);
+        stdout.text = redact(&stdout.text, &prepared.secrets);
+        stderr.text = redact(&stderr.text, &prepared.secrets);
 
         let archive = engine
             .download_archive(&id, OUTPUTS_DIR)
             .await?
             .unwrap_or_default();
         container.remove().await?;
-        let duration = started.elapsed();
 
-        let collected = outputs::collect(&archive, &sandbox.outputs)?;
         if status.oom_killed {
-            return Err(Error::OutOfMemory { limit_bytes: 0 });
+            return Err(Error::OutOfMemory {
+                limit_bytes: rt.resources.memory_bytes,
+            });
         }
+        let collected = outputs::collect(&archive, &sandbox.outputs)?;
         if let Some(report) = &collected.status {
             if let Some(name) = report.unassigned.as_ref().and_then(|u| u.first()) {
                 return Err(Error::OutputNotAssigned { name: name.clone() });
@@ -205,7 +404,7 @@ impl Client {
                 return Err(Error::BadOutput {
                     name: bad.name.clone(),
                     expected: bad.expected.clone(),
-                    got: bad.got.clone(),
+                    got: redact(&bad.got, &prepared.secrets),
                 });
             }
         }
@@ -213,8 +412,8 @@ impl Client {
             let python = match (&collected.status, &sandbox.program) {
                 (Some(s), _) if s.error.is_some() => s.error.as_ref().map(|e| PythonError {
                     exception_type: e.kind.clone(),
-                    message: e.message.clone(),
-                    traceback: e.traceback.clone(),
+                    message: redact(&e.message, &prepared.secrets),
+                    traceback: redact(&e.traceback, &prepared.secrets),
                 }),
                 (_, Program::Code { .. }) => traceback::parse(&stderr.text),
                 _ => None,
@@ -231,8 +430,20 @@ impl Client {
             exit_code: status.code,
             stdout,
             stderr,
-            duration,
-            image: image.to_string(),
+            duration: started.elapsed(),
+            image: prepared.image.reference.clone(),
+            cached: false,
+            attempts: Vec::new(),
         })
     }
+}
+
+/// The numeric `uid:gid` of a user spec, for file ownership (names map to root:
+/// only numeric ids can be known without reading the image).
+fn numeric_owner(user: Option<&str>) -> (u64, u64) {
+    let Some(user) = user else { return (0, 0) };
+    let mut parts = user.split(':');
+    let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
+    let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
+    (uid, gid)
 }

@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::time::Duration;
+
+use super::runtime::{parse_memory, CacheMode, Hardening, Network, Runtime, Secret};
 use super::value::Type;
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
@@ -67,6 +70,7 @@ pub struct Sandbox {
     pub(crate) outputs: Vec<Param>,
     pub(crate) image: ImageSpec,
     pub(crate) output_limit: usize,
+    pub(crate) runtime: Runtime,
 }
 
 impl Sandbox {
@@ -82,6 +86,8 @@ impl Sandbox {
             outputs: Vec::new(),
             image: ImageSpec::default(),
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            runtime: Runtime::default(),
+            memory: None,
         }
     }
 
@@ -124,6 +130,11 @@ impl Sandbox {
     pub fn output_limit(&self) -> usize {
         self.output_limit
     }
+
+    /// Runtime controls (limits, timeout, retries, env, secrets, network, hardening, cache).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
 }
 
 /// Builds a [`Sandbox`]; [`build`](SandboxBuilder::build) validates it.
@@ -139,6 +150,8 @@ pub struct SandboxBuilder {
     outputs: Vec<Param>,
     image: ImageSpec,
     output_limit: usize,
+    runtime: Runtime,
+    memory: Option<String>,
 }
 
 impl SandboxBuilder {
@@ -206,8 +219,91 @@ impl SandboxBuilder {
         self
     }
 
+    /// CPU limit, fractional (default 1.0).
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.runtime.resources.cpus = cpus;
+        self
+    }
+
+    /// Memory limit: `"512Mi"`, `"1Gi"`, `"500M"` or bytes as text (default 1 GiB).
+    /// Going over it ends the run with [`Error::OutOfMemory`].
+    pub fn memory(mut self, size: impl Into<String>) -> Self {
+        self.memory = Some(size.into());
+        self
+    }
+
+    /// Memory limit in bytes.
+    pub fn memory_bytes(mut self, bytes: i64) -> Self {
+        self.memory = None;
+        self.runtime.resources.memory_bytes = bytes;
+        self
+    }
+
+    /// Maximum number of processes and threads (default 256).
+    pub fn pids(mut self, pids: i64) -> Self {
+        self.runtime.resources.pids = pids;
+        self
+    }
+
+    /// Wall-clock limit per attempt, from start to exit; on expiry the container
+    /// is killed and the run fails with [`Error::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.runtime.timeout = Some(timeout);
+        self
+    }
+
+    /// Re-runs a failed attempt up to `n` more times, each in a fresh container.
+    /// Input and image errors are not retried. The attempt number is in the
+    /// container's `DOCKHAND_ATTEMPT` variable (1-based).
+    pub fn retries(mut self, n: u32) -> Self {
+        self.runtime.retries = n;
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.runtime.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds a secret (see [`Secret`]).
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.runtime.secrets.push(secret);
+        self
+    }
+
+    /// Network access (none by default).
+    pub fn network(mut self, network: Network) -> Self {
+        self.runtime.network = network;
+        self
+    }
+
+    /// Security settings (safe by default; see [`Hardening`]).
+    pub fn hardening(mut self, hardening: Hardening) -> Self {
+        self.runtime.hardening = hardening;
+        self
+    }
+
+    /// Output cache mode (default [`CacheMode::Auto`]).
+    pub fn cache(mut self, mode: CacheMode) -> Self {
+        self.runtime.cache = mode;
+        self
+    }
+
+    /// Allows caching runs that use secrets (off by default: a result may
+    /// depend on a secret's value, which is never part of the cache key).
+    pub fn cache_with_secrets(mut self, allow: bool) -> Self {
+        self.runtime.cache_with_secrets = allow;
+        self
+    }
+
     /// Validates and returns the sandbox.
-    pub fn build(self) -> Result<Sandbox> {
+    pub fn build(mut self) -> Result<Sandbox> {
+        if let Some(size) = self.memory.take() {
+            self.runtime.resources.memory_bytes = parse_memory(&size)?;
+        }
+        check_runtime(&self.runtime)
+            .map_err(|msg| Error::spec("sandbox", format!("`{}`: {msg}", self.name)))?;
         let bad = |msg: String| Err(Error::spec("sandbox", format!("`{}`: {msg}", self.name)));
         let name_ok = !self.name.is_empty()
             && self
@@ -273,8 +369,62 @@ impl SandboxBuilder {
             outputs: self.outputs,
             image: self.image,
             output_limit: self.output_limit,
+            runtime: self.runtime,
         })
     }
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn check_runtime(rt: &Runtime) -> std::result::Result<(), String> {
+    let r = &rt.resources;
+    if !(r.cpus.is_finite() && r.cpus >= 0.01) {
+        return Err(format!("cpus must be at least 0.01, got {}", r.cpus));
+    }
+    if r.memory_bytes < 6 * 1024 * 1024 {
+        return Err("memory must be at least 6Mi (Docker's minimum)".into());
+    }
+    if r.pids < 8 {
+        return Err(format!(
+            "pids must be at least 8 (an interpreter needs a few), got {}",
+            r.pids
+        ));
+    }
+    if rt.timeout.is_some_and(|t| t.is_zero()) {
+        return Err("the timeout must be longer than zero".into());
+    }
+    let mut names = std::collections::HashSet::new();
+    for (name, _) in &rt.env {
+        if !is_env_name(name) {
+            return Err(format!(
+                "env var name `{name}` is not a valid variable name"
+            ));
+        }
+        if !names.insert(name.as_str()) {
+            return Err(format!("env var `{name}` is set twice"));
+        }
+    }
+    for s in &rt.secrets {
+        if !is_env_name(&s.name) {
+            return Err(format!(
+                "secret name `{}` must be a variable name (letters, digits, `_`)",
+                s.name
+            ));
+        }
+        if !names.insert(s.name.as_str()) {
+            return Err(format!(
+                "`{}` is both a secret and an env var, or a secret twice",
+                s.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 const PYTHON_KEYWORDS: &[&str] = &[
