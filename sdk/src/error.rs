@@ -233,6 +233,21 @@ pub enum Error {
         last: Box<Error>,
     },
 
+    /// A lifecycle transition that is not allowed (e.g. executing on a closed host).
+    #[error("cannot go from state `{from}` to `{to}`")]
+    InvalidTransition {
+        /// The current state.
+        from: String,
+        /// The state asked for.
+        to: String,
+    },
+
+    /// Code-mode code failed: rejected, raised, timed out, ran out of a limit,
+    /// or a tool failed. [`CodeFailure::feedback`](crate::codemode::CodeFailure::feedback)
+    /// is a short text meant to be given back to the model.
+    #[error("{0}")]
+    Code(Box<crate::codemode::CodeFailure>),
+
     /// A local file operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -21,6 +21,7 @@
 
 pub mod archive;
 mod client;
+pub mod codemode;
 pub(crate) mod engine;
 pub mod error;
 pub mod image;

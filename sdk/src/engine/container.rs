@@ -7,9 +7,10 @@ use bollard::models::{
     ContainerCreateBody, HostConfig, Mount as VolumeMount, MountType, MountVolumeOptions,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
-    KillContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 
@@ -72,6 +73,14 @@ pub struct ContainerSpec {
     pub mounts: Vec<Mount>,
     /// Keep stdin open (for attached programs).
     pub open_stdin: bool,
+}
+
+/// A container's attached standard streams.
+pub struct Attached {
+    /// stdout and stderr chunks as they come.
+    pub output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
+    /// The container's stdin.
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
 }
 
 /// How a container ended.
@@ -231,6 +240,37 @@ impl Engine {
                     LogOutput::StdIn { .. } => None,
                 })
             })
+    }
+
+    /// Attaches to a created container's stdin, stdout and stderr (call before
+    /// starting it, so no output is missed). The container must have been
+    /// created with `open_stdin`.
+    pub async fn attach(&self, id: &str) -> Result<Attached> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(|e| docker_err("attach container", e))?;
+        let output = attached.output.filter_map(|item| async move {
+            match item {
+                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                    Some(Ok(LogChunk::Stdout(message)))
+                }
+                Ok(LogOutput::StdErr { message }) => Some(Ok(LogChunk::Stderr(message))),
+                Ok(LogOutput::StdIn { .. }) => None,
+                Err(e) => Some(Err(docker_err("read attached output", e))),
+            }
+        });
+        Ok(Attached {
+            output: Box::pin(output),
+            input: attached.input,
+        })
     }
 
     /// Sends SIGKILL; a container that already stopped is not an error.

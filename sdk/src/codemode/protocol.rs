@@ -1,0 +1,245 @@
+//! The bridge protocol between the host and the in-container runner
+//! (`images/codehost/runner.py`): one JSON object per line, both ways.
+//! Pure: framing and message types, tested without Docker.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Limits sent with each execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Wall-clock seconds for the execution (tool calls included).
+    pub timeout_s: f64,
+    /// Address-space limit of the execution's process, in bytes.
+    pub memory_bytes: i64,
+    /// Iterations any single loop may run.
+    pub loop_limit: u64,
+    /// Characters of `print()` output kept.
+    pub print_limit: usize,
+    /// Bytes of JSON the final value may take.
+    pub value_limit: usize,
+}
+
+/// Host -> runner.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToRunner {
+    /// Run code.
+    Execute {
+        /// Execution id, echoed in the result.
+        id: String,
+        /// The code.
+        code: String,
+        /// Variables defined before the code runs.
+        inputs: Map<String, Value>,
+        /// Names of the tools the code may call.
+        tools: Vec<String>,
+        /// Limits.
+        limits: Limits,
+        /// Session whose namespace to use; `None` for a fresh process.
+        session: Option<String>,
+    },
+    /// The answer to a tool call.
+    ToolResult {
+        /// The call's number.
+        call: u64,
+        /// Whether the tool succeeded.
+        ok: bool,
+        /// Its value, when it succeeded.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value: Option<Value>,
+        /// Its error message, when it failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Ends a session (its process exits).
+    CloseSession {
+        /// The session.
+        session: String,
+    },
+}
+
+/// An error reported by the runner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct RunnerError {
+    /// `validation`, `runtime`, `tool`, `timeout`, `memory`, `loop_limit`, `output_limit`, `crash`.
+    pub kind: String,
+    /// For validation errors: the rule broken.
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// For runtime errors: the exception class.
+    #[serde(default, rename = "type")]
+    pub exception_type: Option<String>,
+    /// What happened.
+    #[serde(default)]
+    pub message: String,
+    /// Line in the code (1-based; 0 when unknown).
+    #[serde(default)]
+    pub line: u32,
+    /// Column (1-based; validation errors only).
+    #[serde(default)]
+    pub col: u32,
+}
+
+/// The outcome of one execution, as the runner reports it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ExecResult {
+    /// The execution id.
+    pub id: String,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// The value of the final expression.
+    #[serde(default)]
+    pub value: Value,
+    /// What went wrong.
+    #[serde(default)]
+    pub error: Option<RunnerError>,
+    /// Captured `print()` output.
+    #[serde(default)]
+    pub stdout: String,
+    /// Whether it was cut at the limit.
+    #[serde(default)]
+    pub stdout_truncated: bool,
+}
+
+/// Runner -> host.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromRunner {
+    /// The runner is up.
+    Ready {
+        /// Its process id inside the container.
+        pid: u32,
+    },
+    /// The code called a tool and waits for its result.
+    ToolCall {
+        /// Call number (unique within the execution).
+        call: u64,
+        /// Tool name.
+        name: String,
+        /// Positional arguments.
+        #[serde(default)]
+        args: Vec<Value>,
+        /// Keyword arguments.
+        #[serde(default)]
+        kwargs: Map<String, Value>,
+    },
+    /// An execution ended.
+    Result(ExecResult),
+    /// A session was closed.
+    SessionClosed {
+        /// The session.
+        session: String,
+    },
+}
+
+/// One message as a line of JSON.
+pub fn encode(message: &ToRunner) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// Splits a byte stream into lines; partial lines wait for the rest.
+#[derive(Debug, Default)]
+pub struct LineBuffer {
+    pending: Vec<u8>,
+}
+
+impl LineBuffer {
+    /// Adds bytes; returns the complete lines they finish (without newlines).
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        self.pending.extend_from_slice(bytes);
+        let mut lines = Vec::new();
+        while let Some(nl) = self.pending.iter().position(|&b| b == b'\n') {
+            let mut line: Vec<u8> = self.pending.drain(..=nl).collect();
+            line.pop();
+            if !line.is_empty() {
+                lines.push(line);
+            }
+        }
+        lines
+    }
+}
+
+/// Parses one line from the runner.
+pub fn decode(line: &[u8]) -> Result<FromRunner, String> {
+    serde_json::from_slice(line).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(line)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_are_single_json_lines() {
+        let line = encode(&ToRunner::ToolResult {
+            call: 3,
+            ok: true,
+            value: Some(json!({"a": "x\ny"})),
+            error: None,
+        });
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert!(line.ends_with(b"\n"));
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "tool_result", "call": 3, "ok": true, "value": {"a": "x\ny"}})
+        );
+    }
+
+    #[test]
+    fn execute_names_its_fields_as_the_runner_expects() {
+        let line = encode(&ToRunner::Execute {
+            id: "e1".into(),
+            code: "1".into(),
+            inputs: Map::new(),
+            tools: vec!["t".into()],
+            limits: Limits {
+                timeout_s: 1.5,
+                memory_bytes: 1,
+                loop_limit: 2,
+                print_limit: 3,
+                value_limit: 4,
+            },
+            session: None,
+        });
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["type"], "execute");
+        assert_eq!(v["limits"]["timeout_s"], 1.5);
+        assert_eq!(v["session"], Value::Null);
+    }
+
+    #[test]
+    fn lines_split_across_chunks() {
+        let mut b = LineBuffer::default();
+        assert!(b.push(b"{\"type\":\"ready\",").is_empty());
+        let lines = b.push(b"\"pid\":7}\n{\"type\":\"session_closed\",\"session\":\"s\"}\n{\"ty");
+        assert_eq!(lines.len(), 2);
+        assert_eq!(decode(&lines[0]).unwrap(), FromRunner::Ready { pid: 7 });
+        assert_eq!(
+            decode(&lines[1]).unwrap(),
+            FromRunner::SessionClosed {
+                session: "s".into()
+            }
+        );
+        assert_eq!(b.push(b"pe\":\"ready\",\"pid\":1}\n").len(), 1);
+    }
+
+    #[test]
+    fn results_and_tool_calls_decode() {
+        let call =
+            decode(br#"{"type":"tool_call","call":1,"name":"f","args":[1],"kwargs":{"k":2}}"#)
+                .unwrap();
+        assert!(matches!(call, FromRunner::ToolCall { call: 1, ref name, .. } if name == "f"));
+        let res = decode(br#"{"type":"result","id":"e","ok":false,"error":{"kind":"validation","rule":"import","message":"m","line":2,"col":5},"stdout":"","stdout_truncated":false}"#).unwrap();
+        let FromRunner::Result(r) = res else { panic!() };
+        let e = r.error.unwrap();
+        assert_eq!(
+            (e.kind.as_str(), e.rule.as_deref(), e.line, e.col),
+            ("validation", Some("import"), 2, 5)
+        );
+        assert!(decode(b"not json").is_err());
+    }
+}

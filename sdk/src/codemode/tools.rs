@@ -1,0 +1,716 @@
+//! Tools the code can call: definitions, argument checking and the prompt.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::sandbox::{Sandbox, Type};
+
+/// What a tool handler returns: a JSON value, or an error message that
+/// becomes a `ToolError` in the code.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
+
+type Handler = Arc<dyn Fn(Map<String, Value>) -> ToolFuture + Send + Sync>;
+
+/// The type of a tool parameter (its JSON Schema and Python hint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    /// `str`
+    Str,
+    /// `int`
+    Int,
+    /// `float` (ints accepted)
+    Float,
+    /// `bool`
+    Bool,
+    /// `list`
+    List,
+    /// `dict`
+    Dict,
+    /// anything JSON
+    Any,
+}
+
+impl ParamType {
+    fn schema(self) -> Value {
+        match self {
+            ParamType::Str => json!({"type": "string"}),
+            ParamType::Int => json!({"type": "integer"}),
+            ParamType::Float => json!({"type": "number"}),
+            ParamType::Bool => json!({"type": "boolean"}),
+            ParamType::List => json!({"type": "array"}),
+            ParamType::Dict => json!({"type": "object"}),
+            ParamType::Any => json!({}),
+        }
+    }
+}
+
+/// One parameter of a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolParam {
+    /// Name (also its position for positional calls).
+    pub name: String,
+    /// JSON Schema of its values.
+    pub schema: Value,
+    /// Whether it must be given.
+    pub required: bool,
+    /// What it is for.
+    pub description: String,
+}
+
+#[derive(Clone)]
+pub(crate) enum ToolKind {
+    Handler(Handler),
+    Sandbox(Box<Sandbox>),
+}
+
+/// A function the code can call; it runs on the host (or, for sandbox tools,
+/// in its own container).
+///
+/// ```
+/// use dockhand::codemode::{ParamType, Tool};
+/// let add = Tool::new("add", "Adds two numbers.")
+///     .param("a", ParamType::Float, "first")
+///     .param("b", ParamType::Float, "second")
+///     .returns("float")
+///     .handler(|args| async move {
+///         let a = args["a"].as_f64().unwrap_or(0.0);
+///         let b = args["b"].as_f64().unwrap_or(0.0);
+///         Ok(serde_json::json!(a + b))
+///     });
+/// assert_eq!(add.name(), "add");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) params: Vec<ToolParam>,
+    pub(crate) returns: String,
+    pub(crate) kind: ToolKind,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// A tool with a name (a Python identifier) and a description (its docstring).
+    /// Add parameters, then a [`handler`](Tool::handler).
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Tool {
+            name: name.into(),
+            description: description.into(),
+            params: Vec::new(),
+            returns: "Any".into(),
+            kind: ToolKind::Handler(Arc::new(|_| {
+                Box::pin(async { Err("this tool has no handler".to_string()) })
+            })),
+        }
+    }
+
+    /// A tool whose parameters are the fields of `A` (JSON Schema derived with
+    /// `schemars`), handled by an async function of `A`.
+    ///
+    /// ```
+    /// use dockhand::codemode::Tool;
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Args { city: String, days: Option<u32> }
+    /// let forecast = Tool::typed("forecast", "Weather forecast.", |a: Args| async move {
+    ///     Ok::<_, String>(format!("{} for {} days", a.city, a.days.unwrap_or(1)))
+    /// });
+    /// assert_eq!(forecast.params()[0].name, "city");
+    /// assert!(forecast.params()[0].required && !forecast.params()[1].required);
+    /// ```
+    pub fn typed<A, R, E, F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        f: F,
+    ) -> Self
+    where
+        A: DeserializeOwned + schemars::JsonSchema + Send + 'static,
+        R: Serialize + 'static,
+        E: std::fmt::Display + 'static,
+        F: Fn(A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+    {
+        let schema = schemars::SchemaGenerator::default().into_root_schema_for::<A>();
+        let schema = schema.as_value();
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let params = schema["properties"]
+            .as_object()
+            .map(|props| {
+                props
+                    .iter()
+                    .map(|(name, s)| ToolParam {
+                        name: name.clone(),
+                        schema: s.clone(),
+                        required: required.contains(&name.as_str()),
+                        description: s["description"].as_str().unwrap_or_default().to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let f = Arc::new(f);
+        Tool {
+            name: name.into(),
+            description: description.into(),
+            params,
+            returns: "Any".into(),
+            kind: ToolKind::Handler(Arc::new(move |args| {
+                let f = f.clone();
+                Box::pin(async move {
+                    let parsed: A = serde_json::from_value(Value::Object(args))
+                        .map_err(|e| format!("bad arguments: {e}"))?;
+                    let out = f(parsed).await.map_err(|e| e.to_string())?;
+                    serde_json::to_value(out).map_err(|e| format!("result is not JSON: {e}"))
+                })
+            })),
+        }
+    }
+
+    /// A one-shot sandbox as a tool: its inputs are the parameters; its outputs
+    /// the result (the single value, or a dict). Each call runs in its own
+    /// container. File and Dir values are opaque handles in the code.
+    pub fn sandbox(sandbox: Sandbox) -> Self {
+        let params = sandbox
+            .inputs()
+            .iter()
+            .map(|p| ToolParam {
+                name: p.name.clone(),
+                schema: sandbox_type_schema(p.ty),
+                required: true,
+                description: String::new(),
+            })
+            .collect();
+        let returns = match sandbox.outputs() {
+            [single] => python_hint_for(single.ty).to_string(),
+            [] => "None".into(),
+            _ => "dict".into(),
+        };
+        let outputs: Vec<String> = sandbox
+            .outputs()
+            .iter()
+            .map(|p| format!("{}: {}", p.name, python_hint_for(p.ty)))
+            .collect();
+        let description = format!(
+            "Runs the `{}` sandbox in its own container. Returns {}.",
+            sandbox.name(),
+            if outputs.is_empty() {
+                "nothing".to_string()
+            } else {
+                outputs.join(", ")
+            }
+        );
+        Tool {
+            name: sandbox.name().replace(['-', '.'], "_"),
+            description,
+            params,
+            returns,
+            kind: ToolKind::Sandbox(Box::new(sandbox)),
+        }
+    }
+
+    /// Adds a required parameter.
+    pub fn param(
+        mut self,
+        name: impl Into<String>,
+        ty: ParamType,
+        description: impl Into<String>,
+    ) -> Self {
+        self.params.push(ToolParam {
+            name: name.into(),
+            schema: ty.schema(),
+            required: true,
+            description: description.into(),
+        });
+        self
+    }
+
+    /// Adds an optional parameter.
+    pub fn optional_param(
+        mut self,
+        name: impl Into<String>,
+        ty: ParamType,
+        description: impl Into<String>,
+    ) -> Self {
+        self.params.push(ToolParam {
+            name: name.into(),
+            schema: ty.schema(),
+            required: false,
+            description: description.into(),
+        });
+        self
+    }
+
+    /// The Python type hint of the result, for the prompt (default `Any`).
+    pub fn returns(mut self, hint: impl Into<String>) -> Self {
+        self.returns = hint.into();
+        self
+    }
+
+    /// Sets the async handler: it receives the arguments by name (checked
+    /// against the parameters' schemas) and returns JSON or an error message.
+    pub fn handler<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Map<String, Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        self.kind = ToolKind::Handler(Arc::new(move |args| Box::pin(f(args))));
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The parameters, in positional order.
+    pub fn params(&self) -> &[ToolParam] {
+        &self.params
+    }
+
+    /// The JSON Schema of the arguments object.
+    pub fn schema(&self) -> Value {
+        let properties: Map<String, Value> = self
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), p.schema.clone()))
+            .collect();
+        let required: Vec<&str> = self
+            .params
+            .iter()
+            .filter(|p| p.required)
+            .map(|p| p.name.as_str())
+            .collect();
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+    }
+
+    /// Maps a call's positional and keyword arguments to named arguments and
+    /// checks them against the schema.
+    pub fn bind(
+        &self,
+        args: &[Value],
+        kwargs: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, String> {
+        if args.len() > self.params.len() {
+            return Err(format!(
+                "{}() takes {} arguments but {} were given",
+                self.name,
+                self.params.len(),
+                args.len()
+            ));
+        }
+        let mut bound = Map::new();
+        for (p, v) in self.params.iter().zip(args) {
+            bound.insert(p.name.clone(), v.clone());
+        }
+        for (k, v) in kwargs {
+            if !self.params.iter().any(|p| p.name == *k) {
+                return Err(format!("{}() got an unexpected argument `{k}`", self.name));
+            }
+            if bound.insert(k.clone(), v.clone()).is_some() {
+                return Err(format!("{}() got two values for `{k}`", self.name));
+            }
+        }
+        for p in &self.params {
+            match bound.get(&p.name) {
+                None if p.required => {
+                    return Err(format!("{}() is missing argument `{}`", self.name, p.name))
+                }
+                None => {}
+                Some(v) => check(&p.schema, v)
+                    .map_err(|why| format!("{}(): argument `{}` {why}", self.name, p.name))?,
+            }
+        }
+        Ok(bound)
+    }
+
+    /// The Python signature with hints and docstring, for prompts.
+    pub fn python_signature(&self) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| {
+                let hint = python_hint(&p.schema);
+                if p.required {
+                    format!("{}: {hint}", p.name)
+                } else {
+                    format!("{}: {hint} | None = None", p.name)
+                }
+            })
+            .collect();
+        let mut doc = self.description.trim().to_string();
+        let described: Vec<String> = self
+            .params
+            .iter()
+            .filter(|p| !p.description.is_empty())
+            .map(|p| format!("    {}: {}", p.name, p.description))
+            .collect();
+        if !described.is_empty() {
+            doc.push_str("\n\nArgs:\n");
+            doc.push_str(&described.join("\n"));
+        }
+        let doc = doc.replace("\"\"\"", "'''");
+        let body: Vec<String> = doc
+            .lines()
+            .map(|l| {
+                if l.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!("    {l}")
+                }
+            })
+            .collect();
+        format!(
+            "def {}({}) -> {}:\n    \"\"\"{}\n    \"\"\"",
+            self.name,
+            params.join(", "),
+            self.returns,
+            body.join("\n").trim_start()
+        )
+    }
+}
+
+fn sandbox_type_schema(ty: Type) -> Value {
+    match ty {
+        Type::Int => json!({"type": "integer"}),
+        Type::Float | Type::Timedelta => json!({"type": "number"}),
+        Type::Str | Type::Datetime => json!({"type": "string"}),
+        Type::Bool => json!({"type": "boolean"}),
+        Type::Json => json!({}),
+        Type::File | Type::Dir => json!({"type": "object", "required": ["$handle"]}),
+    }
+}
+
+fn python_hint_for(ty: Type) -> &'static str {
+    match ty {
+        Type::Int => "int",
+        Type::Float => "float",
+        Type::Str => "str",
+        Type::Bool => "bool",
+        Type::Datetime => "str  # ISO 8601",
+        Type::Timedelta => "float  # seconds",
+        Type::Json => "Any",
+        Type::File => "FileHandle",
+        Type::Dir => "DirHandle",
+    }
+}
+
+fn python_hint(schema: &Value) -> String {
+    match schema["type"].as_str() {
+        Some("string") => "str".into(),
+        Some("integer") => "int".into(),
+        Some("number") => "float".into(),
+        Some("boolean") => "bool".into(),
+        Some("array") => "list".into(),
+        Some("object")
+            if schema["required"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|v| v == "$handle")) =>
+        {
+            "Handle".into()
+        }
+        Some("object") => "dict".into(),
+        _ => "Any".into(),
+    }
+}
+
+/// Checks a value against the subset of JSON Schema tools use: `type` (one
+/// or several), `enum`, `properties`/`required` of objects, `items` of arrays.
+pub fn check(schema: &Value, value: &Value) -> Result<(), String> {
+    let type_ok = |t: &str| match t {
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        "null" => value.is_null(),
+        _ => true,
+    };
+    match &schema["type"] {
+        Value::String(t) if !type_ok(t) => {
+            return Err(format!("should be {t}, got {}", kind(value)))
+        }
+        Value::Array(ts) if !ts.iter().filter_map(Value::as_str).any(type_ok) => {
+            let names: Vec<&str> = ts.iter().filter_map(Value::as_str).collect();
+            return Err(format!(
+                "should be {}, got {}",
+                names.join(" or "),
+                kind(value)
+            ));
+        }
+        _ => {}
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !options.contains(value) {
+            return Err(format!(
+                "should be one of {}",
+                Value::Array(options.clone())
+            ));
+        }
+    }
+    if let (Some(obj), Some(props)) = (value.as_object(), schema["properties"].as_object()) {
+        for (k, sub) in props {
+            if let Some(v) = obj.get(k) {
+                check(sub, v).map_err(|why| format!("field `{k}` {why}"))?;
+            }
+        }
+    }
+    if let (Some(obj), Some(required)) = (value.as_object(), schema["required"].as_array()) {
+        if let Some(missing) = required
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|k| !obj.contains_key(*k))
+        {
+            return Err(format!("is missing field `{missing}`"));
+        }
+    }
+    if let (Some(items), Some(item_schema)) = (value.as_array(), schema.get("items")) {
+        for (i, v) in items.iter().enumerate() {
+            check(item_schema, v).map_err(|why| format!("item {i} {why}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "None",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// A record of one tool call made by the code.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCallRecord {
+    /// The tool.
+    pub name: String,
+    /// Its arguments, by name (as given when they could not be bound).
+    pub args: Value,
+    /// How long the host took.
+    pub duration: Duration,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// The error message, when it failed.
+    pub error: Option<String>,
+}
+
+/// The tools an execution may call.
+///
+/// ```
+/// use dockhand::codemode::{ParamType, Tool, Toolset};
+/// let tools = Toolset::new().tool(Tool::new("now", "Current time.").returns("str"));
+/// assert!(tools.prompt().contains("def now() -> str:"));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Toolset {
+    tools: Vec<Tool>,
+}
+
+/// The language rules of the sandbox, as told to a model.
+pub const LANGUAGE_RULES: &str = "\
+Write Python 3 that runs in a restricted sandbox:
+- No imports. Already available: json, math, re, datetime, Counter, defaultdict, OrderedDict.
+- No dunder names or attributes (like __class__), and no eval, exec, compile, open, input,
+  getattr, setattr, delattr, globals, locals, vars, type, breakpoint or __import__.
+- String literals are limited to 10,000 characters; any single loop to 10,000 iterations.
+- Call tools like functions: `x = tool(a)` or `x = await tool(a)`. To run calls
+  concurrently, gather them: `a, b = await gather(tool(1), tool(2))`.
+- A failing tool raises ToolError (catch it with `except ToolError as e`).
+- Only print() output and the value of the last expression are returned; make the
+  last line an expression with the answer (a dict is a good choice).";
+
+impl Toolset {
+    /// An empty set.
+    pub fn new() -> Self {
+        Toolset::default()
+    }
+
+    /// Adds a tool (replacing one of the same name).
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.retain(|t| t.name != tool.name);
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds a one-shot sandbox as a tool (see [`Tool::sandbox`]).
+    pub fn sandbox(self, sandbox: Sandbox) -> Self {
+        self.tool(Tool::sandbox(sandbox))
+    }
+
+    /// A tool by name.
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Tool names.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// The tools.
+    pub fn iter(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter()
+    }
+
+    /// Tool signatures in Python syntax with hints and docstrings, plus the
+    /// sandbox's language rules: ready to paste into a system prompt.
+    pub fn prompt(&self) -> String {
+        let mut text = String::from(LANGUAGE_RULES);
+        text.push_str("\n\nAvailable tools:\n\n```python\n");
+        for t in &self.tools {
+            text.push_str(&t.python_signature());
+            text.push_str("\n\n");
+        }
+        text.push_str("```\n");
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter_tool() -> Tool {
+        Tool::new("filter_data", "Keeps rows matching a condition.")
+            .param("data", ParamType::List, "rows")
+            .param("column", ParamType::Str, "column name")
+            .param("operator", ParamType::Str, "one of == != > < >= <= in")
+            .optional_param("value", ParamType::Any, "value to compare with")
+            .returns("list[dict]")
+    }
+
+    #[test]
+    fn positional_and_keyword_arguments_bind_by_name() {
+        let t = filter_tool();
+        let bound = t
+            .bind(
+                &[json!([]), json!("month")],
+                &Map::from_iter([("operator".to_string(), json!("in"))]),
+            )
+            .unwrap();
+        assert_eq!(
+            Value::Object(bound),
+            json!({"data": [], "column": "month", "operator": "in"})
+        );
+    }
+
+    #[test]
+    fn bad_arguments_are_explained() {
+        let t = filter_tool();
+        let err = t
+            .bind(&[json!("not a list"), json!("m"), json!("==")], &Map::new())
+            .unwrap_err();
+        assert!(
+            err.contains("argument `data` should be array, got str"),
+            "{err}"
+        );
+        assert!(t
+            .bind(&[json!([])], &Map::new())
+            .unwrap_err()
+            .contains("missing argument `column`"));
+        let extra = Map::from_iter([("colour".to_string(), json!(1))]);
+        assert!(t
+            .bind(&[json!([]), json!("m"), json!("==")], &extra)
+            .unwrap_err()
+            .contains("unexpected argument `colour`"));
+        let twice = Map::from_iter([("data".to_string(), json!([]))]);
+        assert!(t
+            .bind(&[json!([])], &twice)
+            .unwrap_err()
+            .contains("two values"));
+        assert!(t
+            .bind(
+                &[json!(1), json!(2), json!(3), json!(4), json!(5)],
+                &Map::new()
+            )
+            .is_err());
+    }
+
+    #[test]
+    fn schema_checks_nested_values() {
+        let schema = json!({"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer"}}}, "required": ["xs"]});
+        assert!(check(&schema, &json!({"xs": [1, 2]})).is_ok());
+        assert!(check(&schema, &json!({"xs": [1, "2"]}))
+            .unwrap_err()
+            .contains("item 1"));
+        assert!(check(&schema, &json!({}))
+            .unwrap_err()
+            .contains("missing field `xs`"));
+        assert!(check(&json!({"type": ["string", "null"]}), &Value::Null).is_ok());
+        assert!(check(&json!({"enum": ["a", "b"]}), &json!("c")).is_err());
+        assert!(check(&json!({"type": "number"}), &json!(3)).is_ok());
+    }
+
+    #[test]
+    fn prompt_renders_python_signatures_and_rules() {
+        let p = Toolset::new().tool(filter_tool()).prompt();
+        assert!(p.contains("def filter_data(data: list, column: str, operator: str, value: Any | None = None) -> list[dict]:"), "{p}");
+        assert!(
+            p.contains(
+                "    \"\"\"Keeps rows matching a condition.\n\n    Args:\n        data: rows\n"
+            ),
+            "{p}"
+        );
+        assert!(
+            !p.lines().any(|l| l.ends_with(' ')),
+            "no trailing spaces: {p}"
+        );
+        assert!(p.contains("No imports."));
+        assert!(p.contains("gather("));
+    }
+
+    #[test]
+    fn typed_tools_derive_their_schema() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Args {
+            /// The dataset to read.
+            dataset: String,
+            limit: Option<u32>,
+        }
+        let t = Tool::typed("fetch", "Fetch.", |_: Args| async { Ok::<_, String>(1) });
+        assert_eq!(t.params().len(), 2);
+        assert_eq!(t.params()[0].description, "The dataset to read.");
+        assert!(t
+            .bind(&[json!(5)], &Map::new())
+            .unwrap_err()
+            .contains("should be string"));
+        assert!(t
+            .python_signature()
+            .starts_with("def fetch(dataset: str, limit: "));
+    }
+
+    #[test]
+    fn sandboxes_become_tools_with_their_inputs_as_parameters() {
+        let sb = Sandbox::code("double-it", "result = x * 2")
+            .input("x", Type::Int)
+            .output("result", Type::Int)
+            .build()
+            .unwrap();
+        let t = Tool::sandbox(sb);
+        assert_eq!(t.name(), "double_it");
+        assert_eq!(t.returns, "int");
+        assert!(t.bind(&[json!("x")], &Map::new()).is_err());
+        assert!(t.bind(&[json!(4)], &Map::new()).is_ok());
+    }
+}
