@@ -1,0 +1,109 @@
+//! Benchmark of code mode on a warm host: a trivial execution, one tool-call
+//! round trip, and 100 gathered calls of a tool that sleeps 50 ms.
+//!
+//! ```text
+//! cargo run --release --example bench_codemode -- [N]
+//! ```
+
+use std::time::{Duration, Instant};
+
+use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::Client;
+use serde_json::{json, Map};
+
+fn report(name: &str, mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
+    let (p50, p95) = (at(0.5), at(0.95));
+    println!(
+        "{name:<40} n={:<4} p50={:>8.3} ms  p95={:>8.3} ms",
+        samples.len(),
+        p50.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+    p50
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200);
+    let client = Client::connect().await?;
+    let tools = Toolset::new()
+        .tool(
+            Tool::new("noop", "Returns its argument.")
+                .param("x", ParamType::Any, "")
+                .handler(|a| async move { Ok(a["x"].clone()) }),
+        )
+        .tool(
+            Tool::new("sleepy", "Sleeps 50 ms.")
+                .param("x", ParamType::Any, "")
+                .handler(|a| async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(a["x"].clone())
+                }),
+        );
+    let host = client.code_host(CodeHostConfig::default());
+    let t = Instant::now();
+    host.start().await?;
+    println!("host start: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    for _ in 0..20 {
+        host.execute("1 + 1", Map::new(), &tools).await?;
+    }
+
+    // Trivial execution, end to end as the caller sees it.
+    let mut trivial = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let run = host.execute("1 + 1", Map::new(), &tools).await?;
+        trivial.push(t.elapsed());
+        assert_eq!(run.value, json!(2));
+    }
+
+    // Tool round trip: an execution with K sequential calls, minus a trivial
+    // one, divided by K.
+    const K: usize = 50;
+    let code = format!("t = 0\nfor i in range({K}):\n    t += noop(i)\nt");
+    let mut round_trips = Vec::with_capacity(n / 4);
+    for _ in 0..(n / 4).max(5) {
+        let t0 = Instant::now();
+        host.execute("1 + 1", Map::new(), &tools).await?;
+        let base = t0.elapsed();
+        let t = Instant::now();
+        let run = host.execute(&code, Map::new(), &tools).await?;
+        let with_calls = t.elapsed();
+        assert_eq!(run.tool_calls.len(), K);
+        round_trips.push(with_calls.saturating_sub(base) / K as u32);
+    }
+
+    // 100 gathered calls of a 50 ms tool.
+    let mut gathered = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        let run = host
+            .execute(
+                "rs = await gather(*[sleepy(i) for i in range(100)])\nlen(rs)",
+                Map::new(),
+                &tools,
+            )
+            .await?;
+        gathered.push(t.elapsed());
+        assert_eq!(run.value, json!(100));
+    }
+
+    println!("code mode on a warm host:");
+    let p_trivial = report("trivial execution (`1 + 1`)", trivial);
+    let p_rt = report("tool-call round trip", round_trips);
+    let p_gather = report("100 gathered calls of a 50 ms tool", gathered);
+    println!(
+        "targets: trivial p50 <= 3 ms ({:.2}), round trip p50 <= 0.5 ms ({:.3}), gathered <= 60 ms ({:.1}, {:.2}x of 50 ms)",
+        p_trivial.as_secs_f64() * 1e3,
+        p_rt.as_secs_f64() * 1e3,
+        p_gather.as_secs_f64() * 1e3,
+        p_gather.as_secs_f64() / 0.05
+    );
+    host.close().await?;
+    Ok(())
+}
