@@ -25,7 +25,6 @@ pub struct Client {
 struct Inner {
     engine: Engine,
     images: ImageResolver,
-    reporter: Reporter,
     cache_dir: PathBuf,
 }
 
@@ -79,7 +78,6 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 engine,
                 images,
-                reporter,
                 cache_dir,
             }),
         })
@@ -151,11 +149,6 @@ impl Client {
 
     pub(crate) fn engine(&self) -> &Engine {
         &self.inner.engine
-    }
-
-    #[allow(dead_code)]
-    pub(crate) fn reporter(&self) -> &Reporter {
-        &self.inner.reporter
     }
 
     pub(crate) fn images(&self) -> &ImageResolver {

@@ -28,6 +28,43 @@ impl fmt::Display for PackageManager {
     }
 }
 
+/// Why a file operation in a session failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FileErrorKind {
+    /// No such file or directory.
+    NotFound,
+    /// A directory was expected.
+    NotADirectory,
+    /// A file was expected, but it is a directory.
+    IsADirectory,
+    /// The path is outside what the session allows (workspace, mounts, /tmp).
+    OutsideSession,
+    /// Not permitted (the session's user may not do it).
+    PermissionDenied,
+    /// The file system is read-only there (a read-only mount).
+    ReadOnly,
+    /// A directory is not empty.
+    NotEmpty,
+    /// Anything else.
+    Other,
+}
+
+impl FileErrorKind {
+    pub(crate) fn from_agent(kind: &str) -> Self {
+        match kind {
+            "not_found" => FileErrorKind::NotFound,
+            "not_a_directory" => FileErrorKind::NotADirectory,
+            "is_a_directory" => FileErrorKind::IsADirectory,
+            "outside" => FileErrorKind::OutsideSession,
+            "permission" => FileErrorKind::PermissionDenied,
+            "read_only" => FileErrorKind::ReadOnly,
+            "not_empty" => FileErrorKind::NotEmpty,
+            _ => FileErrorKind::Other,
+        }
+    }
+}
+
 /// A Python exception raised by sandboxed code, parsed from its traceback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PythonError {
@@ -247,6 +284,28 @@ pub enum Error {
     /// is a short text meant to be given back to the model.
     #[error("{0}")]
     Code(Box<crate::codemode::CodeFailure>),
+
+    /// A file operation inside a session failed.
+    #[error("{path}: {message}")]
+    SessionFile {
+        /// The path as given.
+        path: String,
+        /// What kind of failure.
+        kind: FileErrorKind,
+        /// The details.
+        message: String,
+    },
+
+    /// An edit could not be applied; nothing was changed.
+    #[error("edit failed, file unchanged: {0}")]
+    Edit(#[from] crate::session::edits::EditError),
+
+    /// The session's container or agent is gone; `start` it again.
+    #[error("the session is not available: {reason}")]
+    SessionUnavailable {
+        /// Why.
+        reason: String,
+    },
 
     /// A local file operation failed.
     #[error("{context}: {source}")]

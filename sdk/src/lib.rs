@@ -25,13 +25,17 @@ pub mod codemode;
 pub(crate) mod engine;
 pub mod error;
 pub mod image;
+pub mod lifecycle;
 mod paths;
 pub mod progress;
 pub mod sandbox;
+pub mod session;
+pub mod testing;
 
 pub use client::{Client, ClientBuilder, ReapReport};
-pub use error::{Error, PackageManager, PythonError, Result};
+pub use error::{Error, FileErrorKind, PackageManager, PythonError, Result};
 pub use image::{ImageSource, ImageSpec, ResolvedImage};
+pub use lifecycle::State;
 pub use paths::CACHE_DIR_ENV;
 pub use progress::{Progress, Stage};
 pub use sandbox::{

@@ -13,7 +13,6 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::errors::{CodeError, CodeFailure};
-use super::lifecycle::State;
 use super::protocol::{self, ExecResult, FromRunner, Limits, LineBuffer, ToRunner};
 use super::tools::{ToolCallRecord, ToolKind, Toolset};
 use crate::archive::{self, TarFile};
@@ -21,6 +20,7 @@ use crate::client::Client;
 use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
+use crate::lifecycle::State;
 use crate::sandbox::{Outputs, Sandbox, Type, Value as SbValue, UNPRIVILEGED_USER};
 
 /// The runner program, uploaded into each code host's container.

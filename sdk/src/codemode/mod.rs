@@ -32,14 +32,13 @@
 mod agent;
 mod errors;
 mod host;
-pub mod lifecycle;
 pub mod protocol;
 mod tools;
 
+pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub use errors::{CodeError, CodeFailure};
 pub use host::{CodeHost, CodeHostConfig, CodeSession, Execution, HostDescription, RUNNER};
-pub use lifecycle::State;
 pub use tools::{
     check as check_schema, ParamType, Tool, ToolCallRecord, ToolFuture, ToolParam, Toolset,
     LANGUAGE_RULES,

@@ -125,8 +125,6 @@ impl Engine {
             .map_err(|e| docker_err("tag image", e))
     }
 
-    // Snapshots of interactive sessions use commit, list and remove.
-    #[allow(dead_code)]
     /// Commits a container's filesystem as image `target`, labelled as `kind`.
     pub async fn commit_container(
         &self,
@@ -156,7 +154,6 @@ impl Engine {
         Ok(created.id)
     }
 
-    #[allow(dead_code)]
     /// Lists images carrying the SDK's labels and the given `kind`: `(id, tags)`.
     pub async fn list_managed_images(&self, kind: &str) -> Result<Vec<(String, Vec<String>)>> {
         let filters = HashMap::from([(
@@ -177,7 +174,6 @@ impl Engine {
         Ok(list.into_iter().map(|i| (i.id, i.repo_tags)).collect())
     }
 
-    #[allow(dead_code)]
     /// Removes an image; a missing one is fine.
     pub async fn remove_image(&self, reference: &str) -> Result<()> {
         let options = RemoveImageOptionsBuilder::default().force(true).build();

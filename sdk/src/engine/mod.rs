@@ -12,7 +12,7 @@ mod guard;
 mod image;
 pub mod labels;
 
-pub use container::{ContainerSpec, LogChunk};
+pub use container::{ContainerSpec, LogChunk, Mount};
 pub use guard::ContainerGuard;
 pub use image::{label_instruction, BuildLine};
 

@@ -1,4 +1,5 @@
-//! The lifecycle shared by long-lived containers (code hosts, sessions).
+//! The lifecycle shared by long-lived containers ([code hosts](crate::codemode::CodeHost)
+//! and [sessions](crate::session::Session)).
 //!
 //! ```text
 //! init -> running | closed

@@ -1,0 +1,247 @@
+"""dockhand session agent: the main process of an interactive session's container.
+
+Speaks JSON lines on stdin/stdout with the host (see sdk/src/session/protocol.rs).
+Requests carry an `id`; every reply echoes it. Requests run on their own
+threads, so a long command does not hold up a file read.
+
+  host -> agent  {"type": "exec", "id", "command", "cwd", "env", "stdin", "timeout_s", "output_limit", "stream"}
+                 {"type": "read", "id", "path"}
+                 {"type": "write", "id", "path", "data", "mode"}
+                 {"type": "list", "id", "path"}
+                 {"type": "remove", "id", "path", "recursive"}
+  agent -> host  {"type": "ready"}
+                 {"type": "chunk", "id", "stream": "stdout" | "stderr", "data"}
+                 {"type": "exit", "id", "code", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "timed_out"}
+                 {"type": "ok", "id", ...}
+                 {"type": "error", "id", "kind", "message"}
+
+Binary data travels base64-encoded. Paths are resolved against the workspace
+and must stay under one of the allowed roots, symbolic links included.
+"""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+WORKSPACE = os.environ.get("DOCKHAND_WORKSPACE", "/workspace")
+ROOTS = [r for r in os.environ.get("DOCKHAND_ROOTS", WORKSPACE).split(":") if r]
+
+_out_lock = threading.Lock()
+
+
+def send(msg):
+    data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+    with _out_lock:
+        view = memoryview(data)
+        while view:
+            n = os.write(1, view)
+            view = view[n:]
+
+
+class Refused(Exception):
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def resolve(path):
+    """Absolute, symlink-free path under an allowed root, or Refused."""
+    full = path if os.path.isabs(path) else os.path.join(WORKSPACE, path)
+    real = os.path.realpath(full)
+    for root in ROOTS:
+        root_real = os.path.realpath(root)
+        if real == root_real or real.startswith(root_real.rstrip("/") + "/"):
+            return real
+    raise Refused("outside", "%s is outside the session's allowed paths (%s)" % (path, ", ".join(ROOTS)))
+
+
+def os_error(path, e):
+    kinds = {2: "not_found", 20: "not_a_directory", 21: "is_a_directory", 13: "permission", 30: "read_only", 39: "not_empty"}
+    return Refused(kinds.get(e.errno, "io"), "%s: %s" % (path, e.strerror))
+
+
+def b64(data):
+    return base64.b64encode(data).decode()
+
+
+def do_exec(req):
+    rid = req["id"]
+    limit = int(req.get("output_limit", 1 << 20))
+    stream = bool(req.get("stream"))
+    env = dict(os.environ)
+    env.pop("DOCKHAND_ROOTS", None)
+    env.update(req.get("env") or {})
+    cwd = resolve(req.get("cwd") or WORKSPACE)
+    stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    kept = {"stdout": bytearray(), "stderr": bytearray()}
+    cut = {"stdout": False, "stderr": False}
+
+    def pump(name, pipe):
+        while True:
+            chunk = os.read(pipe.fileno(), 65536)
+            if not chunk:
+                break
+            room = limit - len(kept[name])
+            if room > 0:
+                kept[name] += chunk[:room]
+            if len(chunk) > room:
+                cut[name] = True
+            if stream:
+                send({"type": "chunk", "id": rid, "stream": name, "data": b64(chunk)})
+
+    readers = [threading.Thread(target=pump, args=(n, p), daemon=True) for n, p in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    for t in readers:
+        t.start()
+    if stdin is not None:
+        def feed():
+            try:
+                proc.stdin.write(stdin)
+                proc.stdin.close()
+            except OSError:
+                pass
+        threading.Thread(target=feed, daemon=True).start()
+    timeout = req.get("timeout_s")
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    for t in readers:
+        # Background children may keep the pipes open; do not wait for them forever.
+        t.join(timeout=0.5 if timed_out else 5)
+    send({
+        "type": "exit", "id": rid, "code": proc.returncode, "timed_out": timed_out,
+        "stdout": b64(bytes(kept["stdout"])), "stderr": b64(bytes(kept["stderr"])),
+        "stdout_truncated": cut["stdout"], "stderr_truncated": cut["stderr"],
+    })
+
+
+def do_read(req):
+    path = resolve(req["path"])
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise os_error(req["path"], e)
+    return {"data": b64(data)}
+
+
+def do_write(req):
+    path = resolve(req["path"])
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = os.path.join(parent, ".%s.dockhand-%s" % (os.path.basename(path), uuid.uuid4().hex[:8]))
+        with open(tmp, "wb") as f:
+            f.write(base64.b64decode(req["data"]))
+        if req.get("mode") is not None:
+            os.chmod(tmp, int(req["mode"]))
+        elif os.path.exists(path):
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except (OSError, UnboundLocalError):
+            pass
+        raise os_error(req["path"], e)
+    return {}
+
+
+def do_list(req):
+    path = resolve(req.get("path") or ".")
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        raise os_error(req.get("path") or ".", e)
+    entries = []
+    for name in names:
+        full = os.path.join(path, name)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if os.path.islink(full):
+            kind = "link"
+        elif os.path.isdir(full):
+            kind = "dir"
+        elif os.path.isfile(full):
+            kind = "file"
+        else:
+            kind = "other"
+        entries.append({"name": name, "kind": kind, "size": st.st_size})
+    return {"entries": entries}
+
+
+def do_remove(req):
+    path = resolve(req["path"])
+    if path in [os.path.realpath(r) for r in ROOTS]:
+        raise Refused("outside", "refusing to remove the root %s itself" % req["path"])
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            if req.get("recursive"):
+                shutil.rmtree(path)
+            else:
+                os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError as e:
+        raise os_error(req["path"], e)
+    return {}
+
+
+HANDLERS = {"read": do_read, "write": do_write, "list": do_list, "remove": do_remove}
+
+
+def handle(req):
+    rid = req.get("id")
+    try:
+        if req.get("type") == "exec":
+            do_exec(req)
+            return
+        handler = HANDLERS.get(req.get("type"))
+        if handler is None:
+            raise Refused("protocol", "unknown request type %r" % req.get("type"))
+        reply = handler(req)
+        reply.update(type="ok", id=rid)
+        send(reply)
+    except Refused as e:
+        send({"type": "error", "id": rid, "kind": e.kind, "message": str(e)})
+    except Exception as e:  # keep the agent alive whatever one request does
+        send({"type": "error", "id": rid, "kind": "io", "message": "%s: %s" % (type(e).__name__, e)})
+
+
+def main():
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    send({"type": "ready", "pid": os.getpid()})
+    buf = b""
+    while True:
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, _, buf = buf.partition(b"\n")
+            if line.strip():
+                threading.Thread(target=handle, args=(json.loads(line),), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+//! [`SessionConfig`]: what a session's container looks like.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::live::Session;
+use crate::engine::Mount;
+use crate::error::Result;
+use crate::image::ImageSpec;
+use crate::sandbox::{Hardening, Network, Resources};
+
+/// A value resolved when the session is created (a token fetched just in
+/// time, say), not when it is configured.
+pub type LazyValue = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// A step run once after the session's container starts.
+pub type SetupHook = Arc<dyn Fn(Session) -> BoxFuture<'static, Result<()>> + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) enum EnvValue {
+    Plain(String),
+    Lazy(LazyValue),
+}
+
+#[derive(Clone)]
+pub(crate) enum SetupStep {
+    Command(String),
+    Hook(SetupHook),
+}
+
+/// A snapshot of a session: an image committed from its container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The image reference (`dockhand/snapshot:...`).
+    pub image: String,
+    /// The image id.
+    pub id: String,
+}
+
+/// Options of an interactive session, validated when it starts.
+///
+/// ```
+/// use dockhand::session::SessionConfig;
+/// let config = SessionConfig::new()
+///     .workspace("/workspace")
+///     .env("MODE", "test")
+///     .env_lazy("TOKEN", || "fetched-at-start".to_string())
+///     .memory_bytes(512 << 20)
+///     .setup_command("mkdir -p src tests");
+/// assert_eq!(config.workspace_dir(), "/workspace");
+/// ```
+#[derive(Clone)]
+pub struct SessionConfig {
+    pub(crate) image: ImageSpec,
+    pub(crate) workspace: String,
+    pub(crate) mounts: Vec<Mount>,
+    pub(crate) env: Vec<(String, EnvValue)>,
+    pub(crate) resources: Resources,
+    pub(crate) network: Network,
+    pub(crate) hardening: Hardening,
+    pub(crate) setup: Vec<SetupStep>,
+    pub(crate) persist: bool,
+    pub(crate) exec_timeout: Option<Duration>,
+    pub(crate) output_limit: usize,
+    pub(crate) name: Option<String>,
+}
+
+impl fmt::Debug for SessionConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("SessionConfig")
+            .field("image", &self.image)
+            .field("workspace", &self.workspace)
+            .field("mounts", &self.mounts)
+            .field("env (values hidden)", &env)
+            .field("resources", &self.resources)
+            .field("network", &self.network)
+            .field("hardening", &self.hardening)
+            .field("setup_steps", &self.setup.len())
+            .field("persist", &self.persist)
+            .finish()
+    }
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            image: ImageSpec::default(),
+            workspace: "/workspace".into(),
+            mounts: Vec::new(),
+            env: Vec::new(),
+            resources: Resources::default(),
+            network: Network::None,
+            // Agents install and change things; a snapshot must capture the
+            // root filesystem, so it stays writable. Everything else is hardened.
+            hardening: Hardening {
+                read_only_root: false,
+                ..Hardening::default()
+            },
+            setup: Vec::new(),
+            persist: false,
+            exec_timeout: Some(Duration::from_secs(120)),
+            output_limit: 1 << 20,
+            name: None,
+        }
+    }
+}
+
+impl SessionConfig {
+    /// Defaults: the Python base image, `/workspace`, no network, 1 CPU, 1 GiB,
+    /// the unprivileged user, all capabilities dropped, 120 s per command.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The image (the session agent needs `python3` in it).
+    pub fn image(mut self, image: ImageSpec) -> Self {
+        self.image = image;
+        self
+    }
+
+    /// Starts from a snapshot: the files are as they were when it was taken.
+    pub fn from_snapshot(mut self, snapshot: &Snapshot) -> Self {
+        self.image = ImageSpec::prebuilt(snapshot.image.clone());
+        self
+    }
+
+    /// The workspace directory (created; commands run there; relative paths start there).
+    pub fn workspace(mut self, dir: impl Into<String>) -> Self {
+        self.workspace = dir.into();
+        self
+    }
+
+    /// The workspace directory.
+    pub fn workspace_dir(&self) -> &str {
+        &self.workspace
+    }
+
+    /// Makes a host directory visible at `container_path`.
+    pub fn mount(
+        mut self,
+        host_path: impl Into<String>,
+        container_path: impl Into<String>,
+        read_only: bool,
+    ) -> Self {
+        self.mounts.push(Mount {
+            host_path: host_path.into(),
+            container_path: container_path.into(),
+            read_only,
+        });
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), EnvValue::Plain(value.into())));
+        self
+    }
+
+    /// Sets an environment variable whose value is computed when the session starts.
+    pub fn env_lazy(
+        mut self,
+        name: impl Into<String>,
+        value: impl Fn() -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.env
+            .push((name.into(), EnvValue::Lazy(Arc::new(value))));
+        self
+    }
+
+    /// CPU limit.
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.resources.cpus = cpus;
+        self
+    }
+
+    /// Memory limit in bytes.
+    pub fn memory_bytes(mut self, bytes: i64) -> Self {
+        self.resources.memory_bytes = bytes;
+        self
+    }
+
+    /// Process limit.
+    pub fn pids(mut self, pids: i64) -> Self {
+        self.resources.pids = pids;
+        self
+    }
+
+    /// Network access on (default bridge) or off.
+    pub fn network(mut self, on: bool) -> Self {
+        self.network = if on { Network::Bridge } else { Network::None };
+        self
+    }
+
+    /// Network access in detail (a named network, say).
+    pub fn network_mode(mut self, network: Network) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Security settings (see [`Hardening`]; the root filesystem is writable by default).
+    pub fn hardening(mut self, hardening: Hardening) -> Self {
+        self.hardening = hardening;
+        self
+    }
+
+    /// A shell command run once after start (in the workspace); a failure fails the start.
+    pub fn setup_command(mut self, command: impl Into<String>) -> Self {
+        self.setup.push(SetupStep::Command(command.into()));
+        self
+    }
+
+    /// An async step run once after start, given the session.
+    pub fn setup<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(Session) -> BoxFuture<'static, Result<()>> + Send + Sync + 'static,
+    {
+        self.setup.push(SetupStep::Hook(Arc::new(hook)));
+        self
+    }
+
+    /// Snapshot the session when it is closed.
+    pub fn persist(mut self, on: bool) -> Self {
+        self.persist = on;
+        self
+    }
+
+    /// Default per-command timeout (`None`: no limit).
+    pub fn exec_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.exec_timeout = timeout;
+        self
+    }
+
+    /// Bytes of stdout and stderr kept per command.
+    pub fn output_limit(mut self, bytes: usize) -> Self {
+        self.output_limit = bytes;
+        self
+    }
+
+    /// A name used in snapshot tags and labels.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Paths the session's files may be under: the workspace, mounts and `/tmp`.
+    pub(crate) fn roots(&self) -> Vec<String> {
+        let mut roots = vec![self.workspace.clone(), "/tmp".to_string()];
+        roots.extend(self.mounts.iter().map(|m| m.container_path.clone()));
+        roots
+    }
+}

@@ -1,0 +1,38 @@
+//! Interactive sessions: a persistent container an agent works in, step by
+//! step: shell commands, file reads and writes, whitespace-tolerant edits and
+//! snapshots. [`SessionTools`] exposes them to any LLM framework;
+//! [`crate::testing::FakeSession`] stands in for a real session in tests.
+//!
+//! The container runs a small agent (`images/session/agent.py`) that serves
+//! commands and file operations over its attached stdin/stdout, so a command
+//! costs a few milliseconds instead of a `docker exec`.
+//!
+//! ```no_run
+//! # async fn demo() -> dockhand::Result<()> {
+//! use dockhand::session::{Edit, SessionApi, SessionConfig};
+//! let client = dockhand::Client::connect().await?;
+//! let s = client.session(SessionConfig::new().workspace("/workspace"));
+//! s.start().await?;
+//! s.write_file("calc.py", b"def add(a, b):\n    return a - b\n").await?;
+//! s.edit_file("calc.py", &[Edit::replace("return a - b", "return a + b")]).await?;
+//! let r = s.exec("python3 -c 'import calc; print(calc.add(2, 3))'").await?;
+//! assert_eq!(r.stdout, "5\n");
+//! let snapshot = s.snapshot().await?; // start a new session from it later
+//! s.close().await?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod config;
+pub mod edits;
+mod live;
+pub(crate) mod paths;
+pub mod protocol;
+mod tools;
+
+pub use api::{ExecOptions, ExecResult, SessionApi};
+pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
+pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
+pub use live::{ExecEvent, Session, SessionDescription, AGENT};
+pub use protocol::DirEntry;
+pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

@@ -1,0 +1,224 @@
+//! The protocol between the host and the session agent
+//! (`images/session/agent.py`): JSON lines, binary data base64-encoded.
+//! Pure: message types and codecs, tested without Docker.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+/// Host -> agent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Run a shell command.
+    Exec {
+        /// Request id.
+        id: u64,
+        /// The command, run by `/bin/sh -c`.
+        command: String,
+        /// Working directory (workspace-relative or absolute).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Extra environment.
+        env: std::collections::BTreeMap<String, String>,
+        /// Standard input, base64.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stdin: Option<String>,
+        /// Seconds before the process group is killed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeout_s: Option<f64>,
+        /// Bytes of each stream kept.
+        output_limit: usize,
+        /// Send output chunks as they come.
+        stream: bool,
+    },
+    /// Read a file.
+    Read {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+    },
+    /// Write a file atomically (parents created).
+    Write {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+        /// Content, base64.
+        data: String,
+    },
+    /// List a directory.
+    List {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+    },
+    /// Remove a file or directory.
+    Remove {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+        /// Remove directories with their contents.
+        recursive: bool,
+    },
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// File name.
+    pub name: String,
+    /// `file`, `dir`, `link` or `other`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Agent -> host.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// The agent is up.
+    Ready {
+        /// Its pid.
+        pid: u32,
+    },
+    /// Output of a streaming exec.
+    Chunk {
+        /// Request id.
+        id: u64,
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// Bytes, base64.
+        data: String,
+    },
+    /// A command ended.
+    Exit {
+        /// Request id.
+        id: u64,
+        /// Exit code (negative: killed by that signal).
+        code: i64,
+        /// Whether it was killed for its timeout.
+        timed_out: bool,
+        /// Kept stdout, base64.
+        stdout: String,
+        /// Kept stderr, base64.
+        stderr: String,
+        /// Whether stdout was cut.
+        stdout_truncated: bool,
+        /// Whether stderr was cut.
+        stderr_truncated: bool,
+    },
+    /// A file request succeeded.
+    Ok {
+        /// Request id.
+        id: u64,
+        /// File content (read), base64.
+        #[serde(default)]
+        data: Option<String>,
+        /// Entries (list).
+        #[serde(default)]
+        entries: Option<Vec<DirEntry>>,
+    },
+    /// A request failed.
+    Error {
+        /// Request id.
+        id: u64,
+        /// `not_found`, `not_a_directory`, `is_a_directory`, `outside`, `permission`, `read_only`, `not_empty`, `io`, `protocol`.
+        kind: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl Reply {
+    /// The request this reply answers (none for `ready`).
+    pub fn id(&self) -> Option<u64> {
+        match self {
+            Reply::Ready { .. } => None,
+            Reply::Chunk { id, .. }
+            | Reply::Exit { id, .. }
+            | Reply::Ok { id, .. }
+            | Reply::Error { id, .. } => Some(*id),
+        }
+    }
+
+    /// Whether this reply ends its request.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Reply::Exit { .. } | Reply::Ok { .. } | Reply::Error { .. }
+        )
+    }
+}
+
+/// Encodes bytes for the wire.
+pub fn b64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Decodes bytes from the wire.
+pub fn unb64(text: &str) -> Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("bad base64 from the session agent: {e}"))
+}
+
+/// One request as a line of JSON.
+pub fn encode(request: &Request) -> Vec<u8> {
+    let mut line = serde_json::to_vec(request).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tagged_json_lines() {
+        let line = encode(&Request::Write {
+            id: 3,
+            path: "a/b".into(),
+            data: b64(b"\x00\xffhi"),
+        });
+        assert!(line.ends_with(b"\n"));
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["type"], "write");
+        assert_eq!(unb64(v["data"].as_str().unwrap()).unwrap(), b"\x00\xffhi");
+        let exec = encode(&Request::Exec {
+            id: 1,
+            command: "ls".into(),
+            cwd: None,
+            env: Default::default(),
+            stdin: None,
+            timeout_s: Some(2.0),
+            output_limit: 10,
+            stream: false,
+        });
+        let v: serde_json::Value = serde_json::from_slice(&exec).unwrap();
+        assert!(v.get("cwd").is_none() && v.get("stdin").is_none());
+        assert_eq!(v["timeout_s"], 2.0);
+    }
+
+    #[test]
+    fn replies_decode_and_know_their_request() {
+        let r: Reply = serde_json::from_str(r#"{"type":"exit","id":7,"code":0,"timed_out":false,"stdout":"aGk=","stderr":"","stdout_truncated":false,"stderr_truncated":false}"#).unwrap();
+        assert_eq!(r.id(), Some(7));
+        assert!(r.is_final());
+        let r: Reply =
+            serde_json::from_str(r#"{"type":"chunk","id":7,"stream":"stdout","data":"aGk="}"#)
+                .unwrap();
+        assert!(!r.is_final());
+        let r: Reply = serde_json::from_str(
+            r#"{"type":"ok","id":2,"entries":[{"name":"a","kind":"file","size":1}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(r, Reply::Ok { entries: Some(ref e), .. } if e[0].name == "a"));
+        let r: Reply = serde_json::from_str(r#"{"type":"ready","pid":1}"#).unwrap();
+        assert_eq!(r.id(), None);
+        assert!(unb64("!!").is_err());
+    }
+}
