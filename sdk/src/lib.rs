@@ -31,6 +31,7 @@ pub mod progress;
 pub mod sandbox;
 pub mod session;
 pub mod testing;
+mod util;
 
 pub use client::{Client, ClientBuilder, ReapReport};
 pub use error::{Error, FileErrorKind, PackageManager, PythonError, Result};

@@ -63,7 +63,7 @@ impl FakeSession {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.state)
     }
 
     fn resolve(&self, path: &str) -> Result<String> {

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::image::ImageSpec;
 use crate::lifecycle::State;
 use crate::sandbox::{Outputs, Sandbox, Type, Value as SbValue, UNPRIVILEGED_USER};
+use crate::util::{lock, push_tail};
 
 /// The runner program, uploaded into each code host's container.
 pub const RUNNER: &str = include_str!("../../../images/codehost/runner.py");
@@ -148,14 +149,7 @@ impl Runner {
             match self.output.next().await? {
                 Err(e) => return Some(Err(e)),
                 Ok(LogChunk::Stderr(b)) => {
-                    self.stderr.push_str(&String::from_utf8_lossy(&b));
-                    if self.stderr.len() > 16_384 {
-                        let cut = self.stderr.len() - 8_192;
-                        let cut = (cut..self.stderr.len())
-                            .find(|i| self.stderr.is_char_boundary(*i))
-                            .unwrap_or(0);
-                        self.stderr.drain(..cut);
-                    }
+                    push_tail(&mut self.stderr, &b, 8192);
                 }
                 Ok(LogChunk::Stdout(b)) => {
                     for line in self.lines.push(&b) {
@@ -197,10 +191,6 @@ impl Handles {
         let id = handle.get("$handle")?.as_str()?;
         lock(&self.values).get(id).cloned()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct Inner {

@@ -9,6 +9,7 @@ use crate::archive::{self, TarFile};
 use crate::engine::{label_instruction, labels, Engine};
 use crate::error::{Error, Result};
 use crate::progress::{Reporter, Stage};
+use crate::util::lock;
 
 /// How long pulling a prebuilt or base override image may take.
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
@@ -168,10 +169,4 @@ impl ImageResolver {
             })?;
         Ok((info.id, ImageSource::Pulled))
     }
-}
-
-/// Locks a std mutex, recovering from poisoning (the data is a cache; a panic
-/// elsewhere does not make it wrong).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

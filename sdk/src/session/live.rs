@@ -22,6 +22,7 @@ use crate::codemode::protocol::LineBuffer;
 use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
 use crate::error::{Error, FileErrorKind, Result};
 use crate::lifecycle::State;
+use crate::util::{lock, push_tail};
 
 /// The agent program, uploaded into each session's container.
 pub const AGENT: &str = include_str!("../../../images/session/agent.py");
@@ -168,10 +169,6 @@ impl Client {
     pub async fn remove_snapshot(&self, snapshot: &Snapshot) -> Result<()> {
         self.engine().remove_image(&snapshot.image).await
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Session {
@@ -744,14 +741,7 @@ async fn read_replies(
         let bytes = match chunk {
             Ok(LogChunk::Stdout(b)) => b,
             Ok(LogChunk::Stderr(b)) => {
-                stderr.push_str(&String::from_utf8_lossy(&b));
-                if stderr.len() > 8192 {
-                    let keep = stderr.len() - 4096;
-                    let keep = (keep..stderr.len())
-                        .find(|i| stderr.is_char_boundary(*i))
-                        .unwrap_or(0);
-                    stderr.drain(..keep);
-                }
+                push_tail(&mut stderr, &b, 4096);
                 continue;
             }
             Err(_) => break,

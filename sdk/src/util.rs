@@ -1,0 +1,36 @@
+//! Small helpers shared across modules.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks a mutex, recovering from poisoning: the data behind these locks are
+/// caches and status records that a panic elsewhere does not make wrong.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Appends diagnostic text to `buf`, keeping only about the last `keep` bytes
+/// once it grows past twice that (a dying process's last words matter most).
+pub(crate) fn push_tail(buf: &mut String, bytes: &[u8], keep: usize) {
+    buf.push_str(&String::from_utf8_lossy(bytes));
+    if buf.len() > 2 * keep {
+        let from = buf.len() - keep;
+        let from = (from..buf.len())
+            .find(|i| buf.is_char_boundary(*i))
+            .unwrap_or(0);
+        buf.drain(..from);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_tail;
+
+    #[test]
+    fn tail_keeps_the_end_on_char_boundaries() {
+        let mut buf = String::new();
+        push_tail(&mut buf, "ééééé".as_bytes(), 3);
+        push_tail(&mut buf, b"xyz", 3);
+        assert!(buf.ends_with("xyz"));
+        assert!(buf.len() <= 6, "{buf}");
+    }
+}
