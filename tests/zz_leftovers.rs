@@ -12,7 +12,7 @@ fn count(args: &[&str]) -> usize {
 }
 
 #[test]
-fn no_container_or_volume_with_dockhand_labels_remains() {
+fn no_container_volume_or_snapshot_with_dockhand_labels_remains() {
     let containers = common::containers_with_label("dev.dockhand.managed");
     assert_eq!(
         containers, 0,

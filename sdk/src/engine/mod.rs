@@ -1,4 +1,6 @@
-//! The engine layer: the only module that talks to the Docker Engine API (bollard).
+//! The engine layer: the only module that talks to the Docker Engine API (bollard):
+//! containers (create, upload, attach, start, wait, logs, kill, download, remove,
+//! list), images (inspect, build, pull, tag, commit, list, remove).
 //!
 //! Everything above it (images, sandboxes, code mode, sessions) speaks in the
 //! plain types defined here, so the choice of Docker client stays in one place.
@@ -7,7 +9,6 @@
 //! caller's future is dropped or panics.
 
 mod container;
-mod exec;
 mod guard;
 mod image;
 pub mod labels;

@@ -190,7 +190,7 @@ mod tests {
     }
 
     /// Runs the rendered runner with the host's python3 (no Docker needed);
-    /// skipped where the host has no python3.
+    /// `None` only where the host has no python3 at all.
     fn run_host(
         code: &str,
         inputs: &[(&str, &str, Type)],
