@@ -20,9 +20,11 @@ iterations, and runs with a memory limit; the parent enforces the time limit.
 """
 
 import ast
+import base64
 import collections
 import datetime
 import json
+import marshal
 import math
 import os
 import re
@@ -369,18 +371,27 @@ def user_line(tb):
     return line
 
 
+def rejection(request, e):
+    """The result for code that broke a rule."""
+    return {"type": "result", "id": request["id"], "ok": False, "stdout": "", "stdout_truncated": False,
+            "error": {"kind": "validation", "rule": e.rule, "message": str(e), "line": e.line, "col": e.col}}
+
+
 def execute(request, ns, channel):
     """Runs one request in this process; returns the result message."""
     limits = request.get("limits", {})
     out = CappedWriter(int(limits.get("print_limit", 16384)))
     tools = request.get("tools", [])
     result = {"type": "result", "id": request["id"]}
-    try:
-        code = prepare(request["code"], tools)
-    except Rejected as e:
-        result.update(ok=False, error={"kind": "validation", "rule": e.rule, "message": str(e), "line": e.line, "col": e.col})
-        result.update(stdout="", stdout_truncated=False)
-        return result
+    if "compiled" in request:
+        # Checked and compiled by the parent, which is warm: unmarshalling
+        # touches far less memory in this fresh fork than compiling would.
+        code = marshal.loads(base64.b64decode(request["compiled"]))
+    else:
+        try:
+            code = prepare(request["code"], tools)
+        except Rejected as e:
+            return rejection(request, e)
     bridge = Bridge(channel)
     install_runtime(ns, bridge, tools, int(limits.get("loop_limit", 10000)), out)
     ns.update(request.get("inputs") or {})
@@ -412,20 +423,8 @@ def execute(request, ns, channel):
     return result
 
 
-def warm_up():
-    """Touches what an execution touches, while the child waits for work: a
-    fresh fork pays for copy-on-write page faults on first use, and this moves
-    that cost out of the request's path."""
-    scratch = base_namespace()
-    out = CappedWriter(100)
-    install_runtime(scratch, None, ["t"], 10, out)
-    exec(prepare("x = [i for i in range(3)]\nprint(x)\nx", ["t"]), scratch)
-    json.loads(json.dumps({"type": "result", "value": to_json(scratch.get("_dh_result"))}))
-
-
 def child_loop(request_fd, result_fd, stdio, persistent):
     """A child: waits for requests on its pipe, runs them, reports on its result pipe."""
-    warm_up()
     ns = base_namespace()
     requests = Channel(request_fd, -1)
     results = Channel(-1, result_fd)
@@ -481,13 +480,10 @@ class Child:
         os.close(self.requests.wfd)
         os.close(self.results.rfd)
 
-    def run(self, request, meanwhile=None):
-        """Sends a request and waits for its result within the time limit;
-        `meanwhile` runs while the child works (warming the next child)."""
+    def run(self, request):
+        """Sends a request and waits for its result within the time limit."""
         timeout = float(request.get("limits", {}).get("timeout_s", 30))
         self.requests.send(request)
-        if meanwhile:
-            meanwhile()
         ready, _, _ = select.select([self.results.rfd], [], [], timeout) if not self.results.buf else ([1], [], [])
         if not ready:
             self.kill()
@@ -518,6 +514,14 @@ def main():
             break
         kind = msg.get("type")
         if kind == "execute":
+            # Rules are checked here, before any process is used; a rejected
+            # execution costs no fork.
+            try:
+                compiled = prepare(msg.get("code", ""), msg.get("tools", []))
+            except Rejected as e:
+                host.send(rejection(msg, e))
+                continue
+            msg["compiled"] = base64.b64encode(marshal.dumps(compiled)).decode()
             session = msg.get("session")
             if session:
                 child = sessions.get(session)
@@ -529,12 +533,12 @@ def main():
                 host.send(result)
             else:
                 child = warm
-                fresh = []
-                # The next warm child is forked while this one runs, so back-to-back
-                # executions never wait for a fork.
-                result, alive = child.run(msg, meanwhile=lambda: fresh.append(Child(persistent=False)))
-                warm = fresh[0]
+                result, alive = child.run(msg)
                 host.send(result)
+                # The next child is forked once the result is on its way, so
+                # its fork never delays this one. (Warming the fresh child up
+                # ahead of its request was measured: no faster back to back.)
+                warm = Child(persistent=False)
                 if alive:
                     try:
                         os.waitpid(child.pid, 0)

@@ -357,6 +357,7 @@ impl CodeHost {
             .into(),
             scratch_volumes: vec![RUNNER_DIR.into()],
             open_stdin: true,
+            no_log: true,
             ..Default::default()
         };
         let container = engine.create_container(&spec).await?;

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount as VolumeMount, MountType, MountVolumeOptions,
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount as VolumeMount, MountType,
+    MountVolumeOptions,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
@@ -73,6 +74,9 @@ pub struct ContainerSpec {
     pub mounts: Vec<Mount>,
     /// Keep stdin open (for attached programs).
     pub open_stdin: bool,
+    /// Do not keep a log of the output (for programs spoken to through
+    /// attach, whose every message would otherwise also be written to disk).
+    pub no_log: bool,
 }
 
 /// A container's attached standard streams.
@@ -141,6 +145,10 @@ impl Engine {
                         ..Default::default()
                     })
                     .collect()
+            }),
+            log_config: spec.no_log.then(|| HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
             }),
             // Containers are removed explicitly, after their outputs are read.
             auto_remove: Some(false),

@@ -342,6 +342,7 @@ impl Session {
             scratch_volumes: vec![AGENT_DIR.into()],
             mounts: c.mounts.clone(),
             open_stdin: true,
+            no_log: true,
         };
         let container = engine.create_container(&spec).await?;
         let id = container.id().to_string();
