@@ -26,6 +26,31 @@ fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
     (p50, p95)
 }
 
+/// The quickstart job with the given output cache mode.
+fn quickstart_job(cache: CacheMode) -> dockhand::Result<Sandbox> {
+    Sandbox::code("double", "result = x * 2")
+        .input("x", Type::Int)
+        .output("result", Type::Int)
+        .cache(cache)
+        .build()
+}
+
+/// The same work through the docker CLI.
+fn cli_run(image: &str) -> std::io::Result<std::process::Output> {
+    std::process::Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            image,
+            "python3",
+            "-c",
+            "print(21 * 2)",
+        ])
+        .output()
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args()
@@ -35,11 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::connect().await?;
     // The output cache would answer every run after the first without a
     // container; measure the container path, then the cache separately.
-    let double = Sandbox::code("double", "result = x * 2")
-        .input("x", Type::Int)
-        .output("result", Type::Int)
-        .cache(CacheMode::Disable)
-        .build()?;
+    let double = quickstart_job(CacheMode::Disable)?;
     let image = client.resolve_image(double.image()).await?.reference;
 
     // Resolving an image that exists: what every new process pays once.
@@ -54,18 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Warm both paths once (page cache, daemon caches).
     client.run(&double, [("x", 21)]).await?;
-    std::process::Command::new("docker")
-        .args([
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            &image,
-            "python3",
-            "-c",
-            "print(21 * 2)",
-        ])
-        .output()?;
+    cli_run(&image)?;
 
     let mut sdk = Vec::with_capacity(n);
     let mut cli = Vec::with_capacity(n);
@@ -77,18 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert_eq!(out.get::<i64>("result")?, 42);
 
         let t = Instant::now();
-        let out = std::process::Command::new("docker")
-            .args([
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                &image,
-                "python3",
-                "-c",
-                "print(21 * 2)",
-            ])
-            .output()?;
+        let out = cli_run(&image)?;
         cli.push(t.elapsed());
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
     }
@@ -98,10 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .cache_dir(cache_dir.path())
         .connect()
         .await?;
-    let cached_job = Sandbox::code("double", "result = x * 2")
-        .input("x", Type::Int)
-        .output("result", Type::Int)
-        .build()?;
+    let cached_job = quickstart_job(CacheMode::Auto)?;
     cached_client.run(&cached_job, [("x", 21)]).await?;
     let mut hits = Vec::with_capacity(n);
     for _ in 0..n {

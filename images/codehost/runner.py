@@ -383,15 +383,9 @@ def execute(request, ns, channel):
     out = CappedWriter(int(limits.get("print_limit", 16384)))
     tools = request.get("tools", [])
     result = {"type": "result", "id": request["id"]}
-    if "compiled" in request:
-        # Checked and compiled by the parent, which is warm: unmarshalling
-        # touches far less memory in this fresh fork than compiling would.
-        code = marshal.loads(base64.b64decode(request["compiled"]))
-    else:
-        try:
-            code = prepare(request["code"], tools)
-        except Rejected as e:
-            return rejection(request, e)
+    # Checked and compiled by the parent, which is warm: unmarshalling touches
+    # far less memory in this fresh fork than compiling would.
+    code = marshal.loads(base64.b64decode(request["compiled"]))
     bridge = Bridge(channel)
     install_runtime(ns, bridge, tools, int(limits.get("loop_limit", 10000)), out)
     ns.update(request.get("inputs") or {})
@@ -468,17 +462,21 @@ class Child:
         self.requests = Channel(-1, req_w)
         self.results = Channel(res_r, -1)
 
-    def kill(self):
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    def reap(self):
+        """Waits for the process to end and closes its pipes."""
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass
         os.close(self.requests.wfd)
         os.close(self.results.rfd)
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.reap()
 
     def run(self, request):
         """Sends a request and waits for its result within the time limit."""
@@ -540,12 +538,7 @@ def main():
                 # ahead of its request was measured: no faster back to back.)
                 warm = Child(persistent=False)
                 if alive:
-                    try:
-                        os.waitpid(child.pid, 0)
-                    except ChildProcessError:
-                        pass
-                    os.close(child.requests.wfd)
-                    os.close(child.results.rfd)
+                    child.reap()
         elif kind == "close_session":
             child = sessions.pop(msg.get("session"), None)
             if child:

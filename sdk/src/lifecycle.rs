@@ -72,6 +72,58 @@ impl State {
     }
 }
 
+/// What every long-lived container keeps about itself: its state, its
+/// container and image, and why it is in `error`. Code hosts and sessions
+/// wrap it with their own counters.
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    pub(crate) state: State,
+    pub(crate) container_id: Option<String>,
+    pub(crate) image: Option<String>,
+    pub(crate) last_error: Option<String>,
+}
+
+impl Tracked {
+    pub(crate) fn new() -> Self {
+        Tracked {
+            state: State::Init,
+            container_id: None,
+            image: None,
+            last_error: None,
+        }
+    }
+
+    /// Moves to `to`; leaving `error` forgets why it was entered.
+    pub(crate) fn transition(&mut self, to: State) -> Result<()> {
+        self.state = self.state.transition(to)?;
+        if to != State::Error {
+            self.last_error = None;
+        }
+        Ok(())
+    }
+
+    /// Records a failure: to `error` where allowed, with no container.
+    pub(crate) fn fail(&mut self, why: String) {
+        if self.state.can_become(State::Error) {
+            self.state = State::Error;
+        }
+        self.container_id = None;
+        self.last_error = Some(why);
+    }
+
+    /// `start` is for containers with no live process: from `init` or `error`
+    /// only (idle -> running is how work begins, not how starting does).
+    pub(crate) fn check_startable(&self) -> Result<()> {
+        match self.state {
+            State::Init | State::Error => Ok(()),
+            other => Err(Error::InvalidTransition {
+                from: other.to_string(),
+                to: "running (start needs init or error)".into(),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::State::{self, *};
@@ -99,6 +151,22 @@ mod tests {
                 assert_eq!(from.transition(to).is_ok(), expected);
             }
         }
+    }
+
+    #[test]
+    fn tracked_status_records_failures_and_forgets_them_on_recovery() {
+        let mut t = super::Tracked::new();
+        assert!(t.check_startable().is_ok());
+        t.transition(Running).unwrap();
+        t.container_id = Some("c".into());
+        assert!(t.check_startable().is_err());
+        t.fail("died".into());
+        assert_eq!(
+            (t.state, t.container_id.as_deref(), t.last_error.as_deref()),
+            (Error, None, Some("died"))
+        );
+        t.transition(Running).unwrap();
+        assert_eq!(t.last_error, None);
     }
 
     #[test]

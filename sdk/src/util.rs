@@ -21,9 +21,29 @@ pub(crate) fn push_tail(buf: &mut String, bytes: &[u8], keep: usize) {
     }
 }
 
+/// An ASCII identifier: a letter or `_`, then letters, digits and `_` (what
+/// Python variables and environment variables may be named).
+pub(crate) fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 #[cfg(test)]
 mod tests {
-    use super::push_tail;
+    use super::{is_identifier, push_tail};
+
+    #[test]
+    fn identifiers() {
+        for ok in ["x", "_a1", "API_KEY"] {
+            assert!(is_identifier(ok), "{ok}");
+        }
+        for bad in ["", "1x", "a-b", "é", "a b"] {
+            assert!(!is_identifier(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn tail_keeps_the_end_on_char_boundaries() {

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use serde::Serialize;
@@ -15,14 +14,15 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::errors::{CodeError, CodeFailure};
 use super::protocol::{self, ExecResult, FromRunner, Limits, LineBuffer, ToRunner};
 use super::tools::{ToolCallRecord, ToolKind, Toolset};
-use crate::archive::{self, TarFile};
 use crate::client::Client;
 use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
-use crate::lifecycle::State;
-use crate::sandbox::{Outputs, Sandbox, Type, Value as SbValue, UNPRIVILEGED_USER};
-use crate::util::{lock, push_tail};
+use crate::lifecycle::{State, Tracked};
+use crate::sandbox::{
+    confine, Hardening, Network, Outputs, Resources, Sandbox, Type, Value as SbValue,
+};
+use crate::util::{is_identifier, lock, push_tail};
 
 /// The runner program, uploaded into each code host's container.
 pub const RUNNER: &str = include_str!("../../../images/codehost/runner.py");
@@ -110,11 +110,8 @@ pub struct HostDescription {
 }
 
 struct Status {
-    state: State,
-    container_id: Option<String>,
-    image: Option<String>,
+    life: Tracked,
     executions: u64,
-    last_error: Option<String>,
 }
 
 /// The attached runner.
@@ -232,7 +229,7 @@ pub struct CodeHost {
 impl std::fmt::Debug for CodeHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeHost")
-            .field("state", &lock(&self.inner.status).state)
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -245,11 +242,8 @@ impl Client {
                 client: self.clone(),
                 config,
                 status: Mutex::new(Status {
-                    state: State::Init,
-                    container_id: None,
-                    image: None,
+                    life: Tracked::new(),
                     executions: 0,
-                    last_error: None,
                 }),
                 runner: tokio::sync::Mutex::new(None),
                 handles: Handles::default(),
@@ -261,26 +255,16 @@ impl Client {
 
 impl CodeHost {
     fn set_state(&self, to: State) -> Result<()> {
-        let mut status = lock(&self.inner.status);
-        status.state = status.state.transition(to)?;
-        if to != State::Error {
-            status.last_error = None;
-        }
-        Ok(())
+        lock(&self.inner.status).life.transition(to)
     }
 
     fn fail(&self, why: String) {
-        let mut status = lock(&self.inner.status);
-        if status.state.can_become(State::Error) {
-            status.state = State::Error;
-        }
-        status.container_id = None;
-        status.last_error = Some(why);
+        lock(&self.inner.status).life.fail(why);
     }
 
     /// The current state.
     pub fn state(&self) -> State {
-        lock(&self.inner.status).state
+        lock(&self.inner.status).life.state
     }
 
     /// Id, state, image, limits and executions run.
@@ -288,37 +272,29 @@ impl CodeHost {
         let status = lock(&self.inner.status);
         let c = &self.inner.config;
         HostDescription {
-            container_id: status.container_id.clone(),
-            state: status.state,
-            image: status.image.clone(),
+            container_id: status.life.container_id.clone(),
+            state: status.life.state,
+            image: status.life.image.clone(),
             cpus: c.cpus,
             memory_bytes: c.memory_bytes,
             exec_timeout: c.exec_timeout,
             exec_memory_bytes: c.exec_memory_bytes,
             executions: status.executions,
-            last_error: status.last_error.clone(),
+            last_error: status.life.last_error.clone(),
         }
     }
 
     /// Starts the container (from `init`, or again after `error`/`stop`).
     pub async fn start(&self) -> Result<()> {
         let mut slot = self.inner.runner.lock().await;
-        let state = self.state();
-        if !matches!(state, State::Init | State::Error) {
-            // idle -> running is how executions begin; starting is only for
-            // hosts that have no live runner.
-            return Err(Error::InvalidTransition {
-                from: state.to_string(),
-                to: "running (start needs init or error)".into(),
-            });
-        }
+        lock(&self.inner.status).life.check_startable()?;
         self.set_state(State::Running)?;
         match self.launch().await {
             Ok((runner, image)) => {
                 {
-                    let mut status = lock(&self.inner.status);
-                    status.container_id = Some(runner.container.id().to_string());
-                    status.image = Some(image);
+                    let life = &mut lock(&self.inner.status).life;
+                    life.container_id = Some(runner.container.id().to_string());
+                    life.image = Some(image);
                 }
                 *slot = Some(runner);
                 self.set_state(State::Idle)
@@ -335,38 +311,32 @@ impl CodeHost {
         let client = &self.inner.client;
         let image = client.images().resolve(&c.image).await?;
         let engine = client.engine();
-        let spec = ContainerSpec {
+        let mut spec = ContainerSpec {
             image: image.reference.clone(),
             cmd: vec!["python3".into(), "-u".into(), RUNNER_PATH.into()],
             entrypoint: Some(Vec::new()),
             env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
             working_dir: Some("/tmp".into()),
-            user: Some(UNPRIVILEGED_USER.into()),
             kind: "code-host",
-            memory_bytes: Some(c.memory_bytes),
-            nano_cpus: Some((c.cpus * 1e9) as i64),
-            pids_limit: Some(c.pids),
-            network: None,
-            cap_drop_all: true,
-            no_new_privileges: true,
-            read_only_rootfs: true,
-            tmpfs: [(
-                "/tmp".to_string(),
-                "rw,nosuid,nodev,size=256m,mode=1777".to_string(),
-            )]
-            .into(),
             scratch_volumes: vec![RUNNER_DIR.into()],
             open_stdin: true,
             no_log: true,
             ..Default::default()
         };
+        // Always fully hardened and offline: the code is a model's.
+        let resources = Resources {
+            cpus: c.cpus,
+            memory_bytes: c.memory_bytes,
+            pids: c.pids,
+        };
+        let hardening = Hardening {
+            tmp_size: "256m".into(),
+            ..Hardening::default()
+        };
+        confine(&mut spec, &resources, &hardening, &Network::None);
         let container = engine.create_container(&spec).await?;
-        let tar = archive::build_tar(
-            &[(".dockhand", 0o755)],
-            &[TarFile::new(".dockhand/codehost.py", RUNNER)],
-        )?;
         engine
-            .upload_archive(container.id(), RUNNER_DIR, Bytes::from(tar))
+            .upload_file(container.id(), RUNNER_DIR, ".dockhand/codehost.py", RUNNER)
             .await?;
         let attached = engine.attach(container.id()).await?;
         engine.start_container(container.id()).await?;
@@ -410,10 +380,7 @@ impl CodeHost {
     /// Stops the container; `start` brings the host back (state `error`, reason `stopped`).
     pub async fn stop(&self) -> Result<()> {
         let mut slot = self.inner.runner.lock().await;
-        {
-            let status = lock(&self.inner.status);
-            status.state.transition(State::Error)?;
-        }
+        self.state().transition(State::Error)?;
         if let Some(runner) = slot.take() {
             runner.container.remove().await?;
         }
@@ -425,7 +392,7 @@ impl CodeHost {
     pub async fn close(&self) -> Result<()> {
         let mut slot = self.inner.runner.lock().await;
         self.set_state(State::Closed)?;
-        lock(&self.inner.status).container_id = None;
+        lock(&self.inner.status).life.container_id = None;
         lock(&self.inner.handles.owners).clear();
         match slot.take() {
             Some(runner) => runner.container.remove().await,
@@ -606,13 +573,7 @@ impl CodeHost {
 }
 
 fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !name.starts_with("__")
-        && !name.starts_with("_dh")
+    is_identifier(name) && !name.starts_with("__") && !name.starts_with("_dh")
 }
 
 fn finish(

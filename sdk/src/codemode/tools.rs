@@ -225,32 +225,36 @@ impl Tool {
 
     /// Adds a required parameter.
     pub fn param(
-        mut self,
+        self,
         name: impl Into<String>,
         ty: ParamType,
         description: impl Into<String>,
     ) -> Self {
-        self.params.push(ToolParam {
-            name: name.into(),
-            schema: ty.schema(),
-            required: true,
-            description: description.into(),
-        });
-        self
+        self.push_param(name.into(), ty, true, description.into())
     }
 
     /// Adds an optional parameter.
     pub fn optional_param(
-        mut self,
+        self,
         name: impl Into<String>,
         ty: ParamType,
         description: impl Into<String>,
     ) -> Self {
+        self.push_param(name.into(), ty, false, description.into())
+    }
+
+    fn push_param(
+        mut self,
+        name: String,
+        ty: ParamType,
+        required: bool,
+        description: String,
+    ) -> Self {
         self.params.push(ToolParam {
-            name: name.into(),
+            name,
             schema: ty.schema(),
-            required: false,
-            description: description.into(),
+            required,
+            description,
         });
         self
     }

@@ -42,6 +42,7 @@ mod value;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub use outputs::{FromOutputs, Outputs};
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
+pub(crate) use runtime::confine;
 pub use runtime::{
     parse_memory, CacheMode, Hardening, Network, Resources, Runtime, Secret, SecretMount,
     DEFAULT_CPUS, DEFAULT_MEMORY, DEFAULT_PIDS, UNPRIVILEGED_USER,

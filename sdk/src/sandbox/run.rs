@@ -11,7 +11,7 @@ use super::cache::{self, Store};
 use super::capture::{tail, CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::runtime::{redact, CacheMode, SecretMount};
+use super::runtime::{confine, redact, CacheMode, SecretMount};
 use super::spec::{Program, Sandbox};
 use super::value::Value;
 use super::{inputs, traceback};
@@ -152,21 +152,6 @@ impl Client {
             .iter()
             .map(|s| Ok((s.name.clone(), s.resolve()?)))
             .collect::<Result<_>>()?;
-        let file_secrets: Vec<(String, String)> = rt
-            .secrets
-            .iter()
-            .zip(&secrets)
-            .filter(|(s, _)| s.mount == SecretMount::File)
-            .map(|(_, pair)| pair.clone())
-            .collect();
-        let secrets_tar = if file_secrets.is_empty() {
-            None
-        } else {
-            let owner = numeric_owner(rt.hardening.user.as_deref());
-            Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
-        };
-        let inputs_tar = Bytes::from(inputs::archive(sandbox, &inputs)?);
-        let cmd = inputs::command_line(sandbox, &inputs);
         let image = self.images().resolve(&sandbox.image).await?;
 
         let cacheable =
@@ -193,6 +178,22 @@ impl Client {
             }
         }
 
+        // Only a miss needs the archives (reading File and Dir inputs again).
+        let file_secrets: Vec<(String, String)> = rt
+            .secrets
+            .iter()
+            .zip(&secrets)
+            .filter(|(s, _)| s.mount == SecretMount::File)
+            .map(|(_, pair)| pair.clone())
+            .collect();
+        let secrets_tar = if file_secrets.is_empty() {
+            None
+        } else {
+            let owner = rt.hardening.owner_ids();
+            Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
+        };
+        let inputs_tar = Bytes::from(inputs::archive(sandbox, &inputs)?);
+        let cmd = inputs::command_line(sandbox, &inputs);
         let mut prepared = Prepared {
             needs_outputs_dir: sandbox.image.is_prebuilt(),
             image,
@@ -279,7 +280,6 @@ impl Client {
         let started = Instant::now();
         let engine = self.engine();
         let rt = &sandbox.runtime;
-        let hard = &rt.hardening;
         let mut env = vec![
             "HOME=/tmp".to_string(),
             "PYTHONUNBUFFERED=1".to_string(),
@@ -295,31 +295,18 @@ impl Client {
         if prepared.secrets_tar.is_some() {
             scratch_volumes.push(SECRETS_DIR.to_string());
         }
-        let spec = ContainerSpec {
+        let mut spec = ContainerSpec {
             image: prepared.image.reference.clone(),
             cmd: prepared.cmd.clone(),
             entrypoint: Some(Vec::new()),
             env,
             working_dir: Some("/tmp".into()),
-            user: hard.user.clone(),
             kind: "sandbox",
             extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
-            memory_bytes: Some(rt.resources.memory_bytes),
-            nano_cpus: Some((rt.resources.cpus * 1e9) as i64),
-            pids_limit: Some(rt.resources.pids),
-            network: rt.network.mode(),
-            cap_drop_all: hard.drop_all_capabilities,
-            cap_add: hard.add_capabilities.clone(),
-            no_new_privileges: hard.no_new_privileges,
-            read_only_rootfs: hard.read_only_root,
-            tmpfs: [(
-                "/tmp".to_string(),
-                format!("rw,nosuid,nodev,exec,size={},mode=1777", hard.tmp_size),
-            )]
-            .into(),
             scratch_volumes,
             ..Default::default()
         };
+        confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
         let container = engine.create_container(&spec).await?;
         let id = container.id().to_string();
         engine
@@ -436,14 +423,4 @@ impl Client {
             attempts: Vec::new(),
         })
     }
-}
-
-/// The numeric `uid:gid` of a user spec, for file ownership (names map to root:
-/// only numeric ids can be known without reading the image).
-fn numeric_owner(user: Option<&str>) -> (u64, u64) {
-    let Some(user) = user else { return (0, 0) };
-    let mut parts = user.split(':');
-    let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
-    let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
-    (uid, gid)
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::ContainerSpec;
 use crate::error::{Error, Result};
 
 /// Default memory limit: 1 GiB.
@@ -96,6 +97,31 @@ pub fn parse_memory(text: &str) -> Result<i64> {
     Ok(bytes as i64)
 }
 
+/// Puts limits, hardening and network on a container spec; every kind of
+/// container (sandbox, code host, session) is confined the same way. `/tmp` is
+/// a tmpfs of `hardening.tmp_size`.
+pub(crate) fn confine(
+    spec: &mut ContainerSpec,
+    resources: &Resources,
+    hardening: &Hardening,
+    network: &Network,
+) {
+    spec.memory_bytes = Some(resources.memory_bytes);
+    spec.nano_cpus = Some((resources.cpus * 1e9) as i64);
+    spec.pids_limit = Some(resources.pids);
+    spec.network = network.mode();
+    spec.user = hardening.user.clone();
+    spec.cap_drop_all = hardening.drop_all_capabilities;
+    spec.cap_add = hardening.add_capabilities.clone();
+    spec.no_new_privileges = hardening.no_new_privileges;
+    spec.read_only_rootfs = hardening.read_only_root;
+    spec.tmpfs = [(
+        "/tmp".to_string(),
+        format!("rw,nosuid,nodev,exec,size={},mode=1777", hardening.tmp_size),
+    )]
+    .into();
+}
+
 /// Which network a sandbox may use.
 ///
 /// None by default: untrusted code gets no network at all. This is the knob an
@@ -154,6 +180,19 @@ impl Default for Hardening {
 }
 
 impl Hardening {
+    /// The numeric `uid:gid` of the user, for owning files the container gets
+    /// (a user name maps to root: only numeric ids are known without reading
+    /// the image).
+    pub(crate) fn owner_ids(&self) -> (u64, u64) {
+        let Some(user) = self.user.as_deref() else {
+            return (0, 0);
+        };
+        let mut parts = user.split(':');
+        let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
+        let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
+        (uid, gid)
+    }
+
     /// Everything relaxed: root user, writable root, capabilities kept. For
     /// trusted code that needs to install or change system files.
     pub fn relaxed() -> Self {

@@ -8,6 +8,7 @@ use super::runtime::{parse_memory, CacheMode, Hardening, Network, Runtime, Secre
 use super::value::Type;
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
+use crate::util::is_identifier;
 
 /// Default cap on captured stdout and stderr, each.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 1024 * 1024;
@@ -374,14 +375,6 @@ impl SandboxBuilder {
     }
 }
 
-fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 fn check_runtime(rt: &Runtime) -> std::result::Result<(), String> {
     let r = &rt.resources;
     if !(r.cpus.is_finite() && r.cpus >= 0.01) {
@@ -401,7 +394,7 @@ fn check_runtime(rt: &Runtime) -> std::result::Result<(), String> {
     }
     let mut names = std::collections::HashSet::new();
     for (name, _) in &rt.env {
-        if !is_env_name(name) {
+        if !is_identifier(name) {
             return Err(format!(
                 "env var name `{name}` is not a valid variable name"
             ));
@@ -411,7 +404,7 @@ fn check_runtime(rt: &Runtime) -> std::result::Result<(), String> {
         }
     }
     for s in &rt.secrets {
-        if !is_env_name(&s.name) {
+        if !is_identifier(&s.name) {
             return Err(format!(
                 "secret name `{}` must be a variable name (letters, digits, `_`)",
                 s.name
@@ -436,11 +429,7 @@ const PYTHON_KEYWORDS: &[&str] = &[
 
 /// Names are Python identifiers (they become variables) and file names.
 fn check_param_name(name: &str) -> std::result::Result<(), &'static str> {
-    let mut chars = name.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    if !is_identifier(name) {
         return Err(
             "must be an ASCII identifier (letters, digits, `_`, not starting with a digit)",
         );

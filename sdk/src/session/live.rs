@@ -16,12 +16,12 @@ use super::api::{ExecOptions, ExecResult, SessionApi};
 use super::config::{EnvValue, SessionConfig, SetupStep, Snapshot};
 use super::paths;
 use super::protocol::{self, b64, unb64, DirEntry, Reply, Request};
-use crate::archive::{self, TarFile};
 use crate::client::Client;
 use crate::codemode::protocol::LineBuffer;
 use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
 use crate::error::{Error, FileErrorKind, Result};
-use crate::lifecycle::State;
+use crate::lifecycle::{State, Tracked};
+use crate::sandbox::confine;
 use crate::util::{lock, push_tail};
 
 /// The agent program, uploaded into each session's container.
@@ -64,13 +64,11 @@ pub struct SessionDescription {
 }
 
 struct Status {
-    state: State,
-    container_id: Option<String>,
-    image: Option<String>,
+    life: Tracked,
     commands: u64,
+    /// Requests under way; the state is `running` while there are any.
     in_flight: u32,
     snapshots: Vec<String>,
-    last_error: Option<String>,
 }
 
 type Routes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Reply>>>>;
@@ -137,13 +135,10 @@ impl Client {
                 client: self.clone(),
                 config,
                 status: Mutex::new(Status {
-                    state: State::Init,
-                    container_id: None,
-                    image: None,
+                    life: Tracked::new(),
                     commands: 0,
                     in_flight: 0,
                     snapshots: Vec::new(),
-                    last_error: None,
                 }),
                 conn: Mutex::new(None),
                 start_lock: tokio::sync::Mutex::new(()),
@@ -174,7 +169,7 @@ impl Client {
 impl Session {
     /// The lifecycle state.
     pub fn state(&self) -> State {
-        lock(&self.inner.status).state
+        lock(&self.inner.status).life.state
     }
 
     /// The configuration.
@@ -187,32 +182,28 @@ impl Session {
         let s = lock(&self.inner.status);
         let c = &self.inner.config;
         SessionDescription {
-            container_id: s.container_id.clone(),
-            state: s.state,
-            image: s.image.clone(),
+            container_id: s.life.container_id.clone(),
+            state: s.life.state,
+            image: s.life.image.clone(),
             workspace: c.workspace.clone(),
             memory_bytes: c.resources.memory_bytes,
             cpus: c.resources.cpus,
             commands: s.commands,
             snapshots: s.snapshots.clone(),
-            last_error: s.last_error.clone(),
+            last_error: s.life.last_error.clone(),
         }
     }
 
     fn set_state(&self, to: State) -> Result<()> {
-        let mut s = lock(&self.inner.status);
-        s.state = s.state.transition(to)?;
-        Ok(())
+        lock(&self.inner.status).life.transition(to)
     }
 
     fn fail(&self, why: String) {
-        let mut s = lock(&self.inner.status);
-        if s.state.can_become(State::Error) {
-            s.state = State::Error;
+        {
+            let mut s = lock(&self.inner.status);
+            s.life.fail(why);
+            s.in_flight = 0;
         }
-        s.container_id = None;
-        s.in_flight = 0;
-        s.last_error = Some(why);
         *lock(&self.inner.conn) = None;
     }
 
@@ -220,13 +211,7 @@ impl Session {
     /// `init`, or again after `error`).
     pub async fn start(&self) -> Result<()> {
         let _one_at_a_time = self.inner.start_lock.lock().await;
-        let state = self.state();
-        if !matches!(state, State::Init | State::Error) {
-            return Err(Error::InvalidTransition {
-                from: state.to_string(),
-                to: "running (start needs init or error)".into(),
-            });
-        }
+        lock(&self.inner.status).life.check_startable()?;
         self.set_state(State::Running)?;
         let launched = self.launch().await;
         let conn = match launched {
@@ -236,11 +221,7 @@ impl Session {
                 return Err(e);
             }
         };
-        {
-            let mut s = lock(&self.inner.status);
-            s.container_id = Some(conn.container_id.clone());
-            s.last_error = None;
-        }
+        lock(&self.inner.status).life.container_id = Some(conn.container_id.clone());
         *lock(&self.inner.conn) = Some(conn);
         self.set_state(State::Idle)?;
         for step in self.inner.config.setup.clone() {
@@ -292,7 +273,7 @@ impl Session {
         }
         let client = &self.inner.client;
         let image = client.images().resolve(&c.image).await?;
-        lock(&self.inner.status).image = Some(image.reference.clone());
+        lock(&self.inner.status).life.image = Some(image.reference.clone());
         let engine = client.engine();
         let mut env = vec![
             "HOME=/tmp".to_string(),
@@ -308,57 +289,41 @@ impl Session {
             };
             env.push(format!("{name}={value}"));
         }
-        let h = &c.hardening;
         let mut labels = HashMap::new();
         if let Some(name) = &c.name {
             labels.insert("dev.dockhand.session-name".to_string(), name.clone());
         }
-        let spec = ContainerSpec {
+        let mut spec = ContainerSpec {
             image: image.reference.clone(),
             cmd: vec!["python3".into(), "-u".into(), AGENT_PATH.into()],
             entrypoint: Some(Vec::new()),
             env,
             working_dir: Some(c.workspace.clone()),
-            user: h.user.clone(),
             kind: "session",
             extra_labels: labels,
-            memory_bytes: Some(c.resources.memory_bytes),
-            nano_cpus: Some((c.resources.cpus * 1e9) as i64),
-            pids_limit: Some(c.resources.pids),
-            network: c.network.mode(),
-            cap_drop_all: h.drop_all_capabilities,
-            cap_add: h.add_capabilities.clone(),
-            no_new_privileges: h.no_new_privileges,
-            read_only_rootfs: h.read_only_root,
-            tmpfs: if h.read_only_root {
-                [(
-                    "/tmp".to_string(),
-                    format!("rw,nosuid,nodev,exec,size={},mode=1777", h.tmp_size),
-                )]
-                .into()
-            } else {
-                HashMap::new()
-            },
             scratch_volumes: vec![AGENT_DIR.into()],
             mounts: c.mounts.clone(),
             open_stdin: true,
             no_log: true,
+            ..Default::default()
         };
+        let h = &c.hardening;
+        confine(&mut spec, &c.resources, h, &c.network);
+        if !h.read_only_root {
+            // A writable root keeps /tmp in the filesystem, so snapshots hold it.
+            spec.tmpfs.clear();
+        }
         let container = engine.create_container(&spec).await?;
         let id = container.id().to_string();
-        let tar = archive::build_tar(
-            &[(".dockhand", 0o755)],
-            &[TarFile::new(".dockhand/session-agent.py", AGENT)],
-        )?;
         engine
-            .upload_archive(&id, AGENT_DIR, Bytes::from(tar))
+            .upload_file(&id, AGENT_DIR, ".dockhand/session-agent.py", AGENT)
             .await?;
         if !h.read_only_root {
             engine
                 .upload_archive(
                     &id,
                     "/",
-                    Bytes::from(workspace_tar(&c.workspace, h.user.as_deref())?),
+                    Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
                 )
                 .await?;
         }
@@ -401,9 +366,9 @@ impl Session {
 
     fn begin(&self) -> Result<()> {
         let mut s = lock(&self.inner.status);
-        match s.state {
+        match s.life.state {
             State::Idle => {
-                s.state = s.state.transition(State::Running)?;
+                s.life.transition(State::Running)?;
                 s.in_flight = 1;
             }
             State::Running if s.in_flight > 0 => s.in_flight += 1,
@@ -418,10 +383,10 @@ impl Session {
 
     fn end(&self) {
         let mut s = lock(&self.inner.status);
-        if s.state == State::Running && s.in_flight > 0 {
+        if s.life.state == State::Running && s.in_flight > 0 {
             s.in_flight -= 1;
             if s.in_flight == 0 {
-                s.state = State::Idle;
+                s.life.state = State::Idle;
             }
         }
     }
@@ -685,26 +650,16 @@ impl Session {
             None
         };
         self.teardown().await;
-        let mut s = lock(&self.inner.status);
-        s.state = State::Closed;
-        s.container_id = None;
+        let life = &mut lock(&self.inner.status).life;
+        life.state = State::Closed;
+        life.container_id = None;
         Ok(snapshot)
     }
 }
 
 /// The workspace directory as a tar to extract at `/`: parents root-owned,
 /// the workspace itself owned by the session's user.
-fn workspace_tar(workspace: &str, user: Option<&str>) -> Result<Vec<u8>> {
-    let (uid, gid) = user
-        .map(|u| {
-            let mut parts = u.split(':');
-            let uid: u64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-            (
-                uid,
-                parts.next().and_then(|p| p.parse().ok()).unwrap_or(uid),
-            )
-        })
-        .unwrap_or((0, 0));
+fn workspace_tar(workspace: &str, (uid, gid): (u64, u64)) -> Result<Vec<u8>> {
     let parts: Vec<&str> = workspace
         .trim_matches('/')
         .split('/')
@@ -844,7 +799,7 @@ mod tests {
 
     #[test]
     fn workspace_archive_owns_only_the_leaf() {
-        let tar = workspace_tar("/home/agent/work", Some("65534:65534")).unwrap();
+        let tar = workspace_tar("/home/agent/work", (65534, 65534)).unwrap();
         let mut a = tar::Archive::new(tar.as_slice());
         let entries: Vec<(String, u64)> = a
             .entries()
