@@ -11,9 +11,11 @@ use super::tools::ToolCallRecord;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CodeError {
-    /// The code broke a sandbox rule before it ran.
+    /// The code broke a sandbox rule, did not parse, or failed type checking,
+    /// before it ran.
     Validation {
-        /// The rule (`import`, `dunder`, `builtin`, `literal_size`, `reserved`, `syntax`, ...).
+        /// The rule (`import`, `dunder`, `builtin`, `literal_size`, `reserved`,
+        /// `nesting`, `code_size`, `syntax`, or `type` for a type-check error).
         rule: String,
         /// What was wrong.
         message: String,
@@ -30,6 +32,8 @@ pub enum CodeError {
         message: String,
         /// Line where it was raised (0 when unknown).
         line: u32,
+        /// Column where it was raised (0 when unknown).
+        col: u32,
     },
     /// A tool call failed and the code did not catch it.
     Tool {
@@ -60,6 +64,21 @@ pub enum CodeError {
         /// Details.
         message: String,
     },
+    /// The final value cannot be returned as JSON (bytes, NaN, a function, ...).
+    Value {
+        /// What was wrong with it.
+        message: String,
+    },
+    /// The code made more tool calls than one execution may.
+    ToolLimit {
+        /// Details.
+        message: String,
+    },
+    /// A REPL session could not be opened: too many are open on the host.
+    SessionLimit {
+        /// Details.
+        message: String,
+    },
     /// The execution's process died unexpectedly (or the runner did).
     Crashed {
         /// Details.
@@ -75,6 +94,14 @@ impl fmt::Display for CodeError {
                 message,
                 line,
                 col,
+            } if rule == "type" => {
+                write!(f, "TypeCheckError at line {line}, column {col}: {message}")
+            }
+            CodeError::Validation {
+                rule,
+                message,
+                line,
+                col,
             } => {
                 write!(
                     f,
@@ -85,6 +112,7 @@ impl fmt::Display for CodeError {
                 exception_type,
                 message,
                 line,
+                ..
             } => {
                 write!(f, "{exception_type} at line {line}: {message}")
             }
@@ -106,6 +134,14 @@ impl fmt::Display for CodeError {
             CodeError::OutputLimit { message } => {
                 write!(f, "OutputLimitError: {message}; return a summary instead")
             }
+            CodeError::Value { message } => write!(
+                f,
+                "ValueError: {message}; end with a JSON-like value (dict, list, str, number, bool, None)"
+            ),
+            CodeError::ToolLimit { message } => {
+                write!(f, "ToolLimitError: {message}; batch the work into fewer calls")
+            }
+            CodeError::SessionLimit { message } => write!(f, "SessionLimitError: {message}"),
             CodeError::Crashed { message } => write!(f, "CrashError: {message}"),
         }
     }
@@ -132,6 +168,9 @@ impl CodeError {
                 line: e.line,
             },
             "output_limit" => CodeError::OutputLimit { message },
+            "value" => CodeError::Value { message },
+            "tool_limit" => CodeError::ToolLimit { message },
+            "session_limit" => CodeError::SessionLimit { message },
             "runtime" => CodeError::Runtime {
                 exception_type: e
                     .exception_type
@@ -139,6 +178,7 @@ impl CodeError {
                     .unwrap_or_else(|| "Exception".into()),
                 message,
                 line: e.line,
+                col: e.col,
             },
             _ => CodeError::Crashed { message },
         }
@@ -220,6 +260,25 @@ mod tests {
             CodeError::from_runner(&e("crash"), t),
             CodeError::Crashed { .. }
         ));
+        assert!(matches!(
+            CodeError::from_runner(&e("value"), t),
+            CodeError::Value { .. }
+        ));
+        assert!(matches!(
+            CodeError::from_runner(&e("tool_limit"), t),
+            CodeError::ToolLimit { .. }
+        ));
+        assert!(matches!(
+            CodeError::from_runner(&e("session_limit"), t),
+            CodeError::SessionLimit { .. }
+        ));
+        let typed = RunnerError {
+            rule: Some("type".into()),
+            ..e("validation")
+        };
+        assert!(CodeError::from_runner(&typed, t)
+            .to_string()
+            .starts_with("TypeCheckError at line 3"));
     }
 
     #[test]

@@ -1,38 +1,36 @@
-//! [`CodeHost`]: one long-lived, hardened container running the code-mode runner.
+//! [`CodeHost`]: one long-lived, hardened container running Monty for the host.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::bridge::{launch, Launch, Runner};
 use super::errors::{CodeError, CodeFailure};
-use super::protocol::{self, ExecResult, FromRunner, Limits, LineBuffer, ToRunner};
+use super::handles::{run_sandbox_tool, Handles};
+use super::protocol::{BridgeConfig, ExecResult, FromRunner, ToRunner};
 use super::tools::{ToolCallRecord, ToolKind, Toolset};
 use crate::client::Client;
-use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
 use crate::lifecycle::{State, Tracked};
-use crate::sandbox::{
-    confine, Hardening, Network, Outputs, Resources, Sandbox, Type, Value as SbValue,
-};
-use crate::util::{is_identifier, lock, push_tail};
-
-/// The runner program, uploaded into each code host's container.
-pub const RUNNER: &str = include_str!("../../../images/codehost/runner.py");
-const RUNNER_DIR: &str = "/var/inputs";
-const RUNNER_PATH: &str = "/var/inputs/.dockhand/codehost.py";
+use crate::sandbox::Resources;
+use crate::util::{is_identifier, lock};
 
 /// Settings of a code host: the container's limits and each execution's.
+///
+/// Every execution limit is enforced by Monty inside the container (time,
+/// memory, recursion, tool calls) or by the bridge (wall-clock time with tool
+/// calls, loops, printed output, the final value); the host adds its own
+/// deadline in case the container stops answering.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CodeHostConfig {
-    /// The image (needs python3; the default Python base is enough).
+    /// The image. Monty (`pydantic-monty`, pinned) is added to it when it is
+    /// built; a prebuilt image must have it installed.
     pub image: ImageSpec,
     /// CPUs of the container.
     pub cpus: f64,
@@ -42,14 +40,25 @@ pub struct CodeHostConfig {
     pub pids: i64,
     /// Wall-clock limit of one execution (tool calls included).
     pub exec_timeout: Duration,
-    /// Memory limit of one execution's process, in bytes.
+    /// Monty's heap limit for one execution, in bytes.
     pub exec_memory_bytes: i64,
+    /// How deep calls may nest (Monty's recursion limit).
+    pub recursion_limit: u32,
     /// Iterations any single loop may run.
     pub loop_limit: u64,
+    /// Tool calls one execution may make.
+    pub max_tool_calls: u64,
     /// Characters of `print()` output kept per execution.
     pub print_limit: usize,
     /// Bytes of JSON the final value may take.
     pub value_limit: usize,
+    /// REPL sessions ([`CodeHost::session`]) open at once.
+    pub max_sessions: u32,
+    /// Type-check each execution against the tools' stubs before it runs
+    /// (Monty's checker); a type error comes back as
+    /// [`CodeError::Validation`] with rule `type`. Tools are declared `async`
+    /// for the checker, so checked code calls them with `await`.
+    pub type_check: bool,
     /// How long starting may take.
     pub start_timeout: Duration,
 }
@@ -57,17 +66,43 @@ pub struct CodeHostConfig {
 impl Default for CodeHostConfig {
     fn default() -> Self {
         CodeHostConfig {
-            image: ImageSpec::default(),
+            // pip reaches PyPI through whatever TLS interception the host trusts.
+            image: ImageSpec::default().trust_host_certificates(),
             cpus: 1.0,
             memory_bytes: 1 << 30,
             pids: 256,
             exec_timeout: Duration::from_secs(30),
-            exec_memory_bytes: 512 << 20,
+            exec_memory_bytes: 256 << 20,
+            recursion_limit: 200,
             loop_limit: 10_000,
+            max_tool_calls: 10_000,
             print_limit: 16 * 1024,
             value_limit: 1 << 20,
-            start_timeout: Duration::from_secs(60),
+            max_sessions: 8,
+            type_check: false,
+            start_timeout: Duration::from_secs(300),
         }
+    }
+}
+
+impl CodeHostConfig {
+    fn bridge(&self) -> BridgeConfig {
+        BridgeConfig {
+            timeout_s: self.exec_timeout.as_secs_f64(),
+            memory_bytes: self.exec_memory_bytes,
+            recursion_limit: self.recursion_limit,
+            loop_limit: self.loop_limit,
+            print_limit: self.print_limit,
+            value_limit: self.value_limit,
+            max_tool_calls: self.max_tool_calls,
+            max_sessions: self.max_sessions,
+        }
+    }
+
+    /// The host's own deadline for one execution: the bridge answers at the
+    /// limit; past this the container is taken to have stopped answering.
+    fn deadline(&self) -> Duration {
+        self.exec_timeout + (self.exec_timeout / 8).max(Duration::from_millis(250))
     }
 }
 
@@ -112,82 +147,9 @@ pub struct HostDescription {
 struct Status {
     life: Tracked,
     executions: u64,
-}
-
-/// The attached runner.
-struct Runner {
-    container: ContainerGuard,
-    input: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
-    output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
-    lines: LineBuffer,
-    queue: VecDeque<FromRunner>,
-    stderr: String,
-}
-
-impl Runner {
-    async fn send(&mut self, message: &ToRunner) -> Result<()> {
-        let line = protocol::encode(message);
-        self.input
-            .write_all(&line)
-            .await
-            .map_err(|e| Error::io("writing to the code runner", e))?;
-        self.input
-            .flush()
-            .await
-            .map_err(|e| Error::io("writing to the code runner", e))
-    }
-
-    /// The next message; `None` when the runner's output ended (it died).
-    async fn next(&mut self) -> Option<Result<FromRunner>> {
-        loop {
-            if let Some(m) = self.queue.pop_front() {
-                return Some(Ok(m));
-            }
-            match self.output.next().await? {
-                Err(e) => return Some(Err(e)),
-                Ok(LogChunk::Stderr(b)) => {
-                    push_tail(&mut self.stderr, &b, 8192);
-                }
-                Ok(LogChunk::Stdout(b)) => {
-                    for line in self.lines.push(&b) {
-                        match protocol::decode(&line) {
-                            Ok(m) => self.queue.push_back(m),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "unreadable line from the code runner")
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// File and Dir values returned by sandbox tools, kept on the host while the
-/// code passes opaque handles around.
-#[derive(Default)]
-struct Handles {
-    next: AtomicU64,
-    values: Mutex<HashMap<String, SbValue>>,
-    owners: Mutex<Vec<Outputs>>,
-}
-
-impl Handles {
-    fn register(&self, name: &str, value: SbValue) -> Value {
-        let id = format!("h{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
-        let kind = if matches!(value, SbValue::Dir(_)) {
-            "Dir"
-        } else {
-            "File"
-        };
-        lock(&self.values).insert(id.clone(), value);
-        serde_json::json!({"$handle": id, "kind": kind, "name": name})
-    }
-
-    fn resolve(&self, handle: &Value) -> Option<SbValue> {
-        let id = handle.get("$handle")?.as_str()?;
-        lock(&self.values).get(id).cloned()
-    }
+    /// The host failed on its own (crash, deadline): the next execution
+    /// starts it again. Not after `stop()`, which is the caller's choice.
+    restart_on_use: bool,
 }
 
 struct Inner {
@@ -201,9 +163,9 @@ struct Inner {
 
 /// A long-lived container that runs LLM-written Python against tools.
 ///
-/// Each execution runs in a fresh, pre-forked process inside the container, so
-/// an execution costs milliseconds and nothing leaks between executions;
-/// [`CodeHost::session`] gives a namespace that persists instead.
+/// Each execution runs in a fresh Monty interpreter inside the container, so
+/// nothing crosses from one execution to the next; [`CodeHost::session`]
+/// gives a namespace that persists instead.
 ///
 /// ```no_run
 /// # async fn demo() -> dockhand::Result<()> {
@@ -244,6 +206,7 @@ impl Client {
                 status: Mutex::new(Status {
                     life: Tracked::new(),
                     executions: 0,
+                    restart_on_use: false,
                 }),
                 runner: tokio::sync::Mutex::new(None),
                 handles: Handles::default(),
@@ -253,13 +216,33 @@ impl Client {
     }
 }
 
+/// Puts a host that was `running` back to `idle` unless disarmed: a dropped
+/// execution future must not leave the host wedged in `running`.
+struct BackToIdle<'a> {
+    host: &'a CodeHost,
+    armed: bool,
+}
+
+impl Drop for BackToIdle<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let life = &mut lock(&self.host.inner.status).life;
+            if life.state == State::Running {
+                let _ = life.transition(State::Idle);
+            }
+        }
+    }
+}
+
 impl CodeHost {
     fn set_state(&self, to: State) -> Result<()> {
         lock(&self.inner.status).life.transition(to)
     }
 
-    fn fail(&self, why: String) {
-        lock(&self.inner.status).life.fail(why);
+    fn fail(&self, why: String, restart_on_use: bool) {
+        let mut status = lock(&self.inner.status);
+        status.life.fail(why);
+        status.restart_on_use = restart_on_use;
     }
 
     /// The current state.
@@ -287,93 +270,45 @@ impl CodeHost {
     /// Starts the container (from `init`, or again after `error`/`stop`).
     pub async fn start(&self) -> Result<()> {
         let mut slot = self.inner.runner.lock().await;
+        self.start_locked(&mut slot).await
+    }
+
+    async fn start_locked(&self, slot: &mut Option<Runner>) -> Result<()> {
         lock(&self.inner.status).life.check_startable()?;
         self.set_state(State::Running)?;
-        match self.launch().await {
+        // A start dropped half-way leaves `error`, from which start works again.
+        let mut pending = FailUnlessDone {
+            host: self,
+            done: false,
+        };
+        let c = &self.inner.config;
+        let how = Launch {
+            image: &c.image,
+            resources: Resources {
+                cpus: c.cpus,
+                memory_bytes: c.memory_bytes,
+                pids: c.pids,
+            },
+            bridge: c.bridge(),
+            start_timeout: c.start_timeout,
+        };
+        let launched = launch(&self.inner.client, how).await;
+        pending.done = true;
+        match launched {
             Ok((runner, image)) => {
                 {
-                    let life = &mut lock(&self.inner.status).life;
-                    life.container_id = Some(runner.container.id().to_string());
-                    life.image = Some(image);
+                    let mut status = lock(&self.inner.status);
+                    status.life.container_id = Some(runner.container.id().to_string());
+                    status.life.image = Some(image);
+                    status.restart_on_use = false;
                 }
                 *slot = Some(runner);
                 self.set_state(State::Idle)
             }
             Err(e) => {
-                self.fail(format!("start failed: {e}"));
+                self.fail(format!("start failed: {e}"), false);
                 Err(e)
             }
-        }
-    }
-
-    async fn launch(&self) -> Result<(Runner, String)> {
-        let c = &self.inner.config;
-        let client = &self.inner.client;
-        let image = client.images().resolve(&c.image).await?;
-        let engine = client.engine();
-        let mut spec = ContainerSpec {
-            image: image.reference.clone(),
-            cmd: vec!["python3".into(), "-u".into(), RUNNER_PATH.into()],
-            entrypoint: Some(Vec::new()),
-            env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
-            working_dir: Some("/tmp".into()),
-            kind: "code-host",
-            scratch_volumes: vec![RUNNER_DIR.into()],
-            open_stdin: true,
-            no_log: true,
-            ..Default::default()
-        };
-        // Always fully hardened and offline: the code is a model's.
-        let resources = Resources {
-            cpus: c.cpus,
-            memory_bytes: c.memory_bytes,
-            pids: c.pids,
-        };
-        let hardening = Hardening {
-            tmp_size: "256m".into(),
-            ..Hardening::default()
-        };
-        confine(&mut spec, &resources, &hardening, &Network::None);
-        let container = engine.create_container(&spec).await?;
-        engine
-            .upload_file(container.id(), RUNNER_DIR, ".dockhand/codehost.py", RUNNER)
-            .await?;
-        let attached = engine.attach(container.id()).await?;
-        engine.start_container(container.id()).await?;
-        let mut runner = Runner {
-            container,
-            input: attached.input,
-            output: attached.output,
-            lines: LineBuffer::default(),
-            queue: VecDeque::new(),
-            stderr: String::new(),
-        };
-        let ready = tokio::time::timeout(c.start_timeout, async {
-            loop {
-                match runner.next().await {
-                    Some(Ok(FromRunner::Ready { .. })) => return Ok(()),
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(e),
-                    None => {
-                        return Err(Error::Docker {
-                            operation: "start code host",
-                            message: format!("the runner exited: {}", runner.stderr.trim()),
-                        })
-                    }
-                }
-            }
-        })
-        .await;
-        match ready {
-            Ok(Ok(())) => Ok((runner, image.reference)),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Docker {
-                operation: "start code host",
-                message: format!(
-                    "the runner did not report ready within {:?}",
-                    c.start_timeout
-                ),
-            }),
         }
     }
 
@@ -381,10 +316,10 @@ impl CodeHost {
     pub async fn stop(&self) -> Result<()> {
         let mut slot = self.inner.runner.lock().await;
         self.state().transition(State::Error)?;
+        self.fail("stopped".into(), false);
         if let Some(runner) = slot.take() {
             runner.container.remove().await?;
         }
-        self.fail("stopped".into());
         Ok(())
     }
 
@@ -400,8 +335,9 @@ impl CodeHost {
         }
     }
 
-    /// Runs `code` in a fresh process with `inputs` (a JSON object whose keys
-    /// become variables) and `tools`. A host still in `init` is started first.
+    /// Runs `code` in a fresh Monty interpreter with `inputs` (a JSON object
+    /// whose keys become variables) and `tools`. A host still in `init`, or
+    /// one that failed on its own (crash, unanswered deadline), is started first.
     pub async fn execute(
         &self,
         code: &str,
@@ -411,7 +347,8 @@ impl CodeHost {
         self.run(code, inputs, tools, None).await
     }
 
-    /// A namespace that persists across executions (a REPL), in its own process.
+    /// A namespace that persists across executions (a REPL), in a Monty
+    /// session of its own. At most [`CodeHostConfig::max_sessions`] are open at once.
     pub fn session(&self) -> CodeSession {
         let id = format!("s{}", self.inner.ids.fetch_add(1, Ordering::Relaxed) + 1);
         CodeSession {
@@ -427,73 +364,92 @@ impl CodeHost {
         tools: &Toolset,
         session: Option<&str>,
     ) -> Result<Execution> {
-        let inputs = match serde_json::to_value(inputs) {
-            Ok(Value::Object(map)) => map,
-            Ok(Value::Null) => Map::new(),
-            Ok(other) => {
-                return Err(Error::spec(
-                    "code inputs",
-                    format!("inputs must be a JSON object of variables, got {other}"),
-                ))
-            }
-            Err(e) => return Err(Error::spec("code inputs", e.to_string())),
-        };
-        if let Some(bad) = inputs.keys().find(|k| !is_variable_name(k)) {
-            return Err(Error::spec(
-                "code inputs",
-                format!("`{bad}` is not a usable variable name"),
-            ));
-        }
-        if self.state() == State::Init {
-            self.start().await?;
-        }
+        let inputs = code_inputs(inputs)?;
         let mut slot = self.inner.runner.lock().await;
+        let restart = {
+            let status = lock(&self.inner.status);
+            status.life.state == State::Init
+                || (status.life.state == State::Error && status.restart_on_use)
+        };
+        if restart {
+            self.start_locked(&mut slot).await?;
+        }
         let Some(runner) = slot.as_mut() else {
-            let state = self.state();
             return Err(Error::InvalidTransition {
-                from: state.to_string(),
+                from: self.state().to_string(),
                 to: State::Running.to_string(),
             });
         };
         self.set_state(State::Running)?;
-        let started = Instant::now();
+        let mut idle = BackToIdle {
+            host: self,
+            armed: true,
+        };
         let c = &self.inner.config;
+        if let Some(stale) = runner.in_flight.clone() {
+            if let Err(e) = cancel_stale(runner, &stale).await {
+                idle.armed = false;
+                return Err(self.lose_runner(&mut slot, format!("{e}"), CodeError::Crashed {
+                    message: format!("the code host did not end an abandoned execution ({e}); it restarts on the next execution"),
+                }));
+            }
+            runner.in_flight = None;
+        }
+        let started = Instant::now();
         let id = format!("e{}", self.inner.ids.fetch_add(1, Ordering::Relaxed) + 1);
         let request = ToRunner::Execute {
             id: id.clone(),
             code: code.to_string(),
             inputs,
             tools: tools.names(),
-            limits: Limits {
-                timeout_s: c.exec_timeout.as_secs_f64(),
-                memory_bytes: c.exec_memory_bytes,
-                loop_limit: c.loop_limit,
-                print_limit: c.print_limit,
-                value_limit: c.value_limit,
-            },
             session: session.map(String::from),
+            type_stubs: c.type_check.then(|| tools.stubs()),
         };
-        let outcome = self.converse(runner, &request, tools).await;
+        runner.in_flight = Some(id);
+        let outcome =
+            tokio::time::timeout(c.deadline(), self.converse(runner, &request, tools)).await;
+        idle.armed = false;
         match outcome {
-            Ok((result, calls)) => {
+            Ok(Ok((result, calls))) => {
+                runner.in_flight = None;
                 self.set_state(State::Idle)?;
                 lock(&self.inner.status).executions += 1;
                 finish(result, calls, started.elapsed(), c.exec_timeout)
             }
-            Err(e) => {
-                // The runner is gone or unreadable: the container is of no more use.
-                let stderr = slot.take().map(|r| r.stderr).unwrap_or_default();
-                self.fail(format!("the runner died: {e} {}", stderr.trim()));
-                Err(Error::Code(Box::new(CodeFailure {
-                    error: CodeError::Crashed {
-                        message: format!("the code runner died ({e}); start the host again"),
+            Ok(Err(e)) => {
+                let stderr = slot.as_ref().map(|r| r.stderr.trim().to_string());
+                let why = format!("the bridge died: {e} {}", stderr.unwrap_or_default());
+                Err(self.lose_runner(
+                    &mut slot,
+                    why,
+                    CodeError::Crashed {
+                        message: format!(
+                            "the code host's bridge died ({e}); it restarts on the next execution"
+                        ),
                     },
-                    stdout: String::new(),
-                    stdout_truncated: false,
-                    tool_calls: Vec::new(),
-                })))
+                ))
             }
+            Err(_) => Err(self.lose_runner(
+                &mut slot,
+                format!("no answer within {:?}", c.deadline()),
+                CodeError::Timeout {
+                    limit: c.exec_timeout,
+                },
+            )),
         }
+    }
+
+    /// Drops an unusable container (removed in the background by its guard)
+    /// and marks the host to start again on its next execution.
+    fn lose_runner(&self, slot: &mut Option<Runner>, why: String, error: CodeError) -> Error {
+        drop(slot.take());
+        self.fail(why, true);
+        Error::Code(Box::new(CodeFailure {
+            error,
+            stdout: String::new(),
+            stdout_truncated: false,
+            tool_calls: Vec::new(),
+        }))
     }
 
     /// Sends the request, serves tool calls concurrently, returns the result.
@@ -509,7 +465,7 @@ impl CodeHost {
         loop {
             tokio::select! {
                 message = runner.next() => match message {
-                    None => return Err(Error::Docker { operation: "code host", message: "the runner's output ended".into() }),
+                    None => return Err(Error::Docker { operation: "code host", message: "the bridge's output ended".into() }),
                     Some(Err(e)) => return Err(e),
                     Some(Ok(FromRunner::Result(result))) => return Ok((result, calls)),
                     Some(Ok(FromRunner::ToolCall { call, name, args, kwargs })) => {
@@ -554,7 +510,9 @@ impl CodeHost {
                         let shown = Value::Object(bound.clone());
                         let reply = match &tool.kind {
                             ToolKind::Handler(h) => h(bound).await,
-                            ToolKind::Sandbox(sb) => run_sandbox_tool(&inner, sb, bound).await,
+                            ToolKind::Sandbox(sb) => {
+                                run_sandbox_tool(&inner.client, &inner.handles, sb, bound).await
+                            }
                         };
                         (shown, reply)
                     }
@@ -570,6 +528,79 @@ impl CodeHost {
             (call, record, reply)
         }
     }
+}
+
+/// Marks a start that never finished (its future was dropped) as failed.
+struct FailUnlessDone<'a> {
+    host: &'a CodeHost,
+    done: bool,
+}
+
+impl Drop for FailUnlessDone<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.host
+                .fail("start was cancelled before it finished".into(), true);
+        }
+    }
+}
+
+/// Ends an execution whose caller stopped waiting: asks the bridge to cancel
+/// it and reads up to its result, refusing the tool calls it still makes.
+async fn cancel_stale(runner: &mut Runner, id: &str) -> Result<()> {
+    let drain = async {
+        runner.send(&ToRunner::Cancel { id: id.into() }).await?;
+        loop {
+            match runner.next().await {
+                None => {
+                    return Err(Error::Docker {
+                        operation: "code host",
+                        message: "the bridge's output ended".into(),
+                    })
+                }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(FromRunner::Result(r))) if r.id == id => return Ok(()),
+                Some(Ok(FromRunner::ToolCall { call, .. })) => {
+                    let refused = ToRunner::ToolResult {
+                        call,
+                        ok: false,
+                        value: None,
+                        error: Some("the execution was cancelled".into()),
+                    };
+                    runner.send(&refused).await?;
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), drain).await {
+        Ok(done) => done,
+        Err(_) => Err(Error::Docker {
+            operation: "code host",
+            message: "an abandoned execution did not end within 5s of being cancelled".into(),
+        }),
+    }
+}
+
+fn code_inputs(inputs: impl Serialize) -> Result<Map<String, Value>> {
+    let inputs = match serde_json::to_value(inputs) {
+        Ok(Value::Object(map)) => map,
+        Ok(Value::Null) => Map::new(),
+        Ok(other) => {
+            return Err(Error::spec(
+                "code inputs",
+                format!("inputs must be a JSON object of variables, got {other}"),
+            ))
+        }
+        Err(e) => return Err(Error::spec("code inputs", e.to_string())),
+    };
+    if let Some(bad) = inputs.keys().find(|k| !is_variable_name(k)) {
+        return Err(Error::spec(
+            "code inputs",
+            format!("`{bad}` is not a usable variable name"),
+        ));
+    }
+    Ok(inputs)
 }
 
 fn is_variable_name(name: &str) -> bool {
@@ -596,7 +627,7 @@ fn finish(
         .as_ref()
         .map(|e| CodeError::from_runner(e, timeout))
         .unwrap_or(CodeError::Crashed {
-            message: "the runner reported a failure without details".into(),
+            message: "the bridge reported a failure without details".into(),
         });
     Err(Error::Code(Box::new(CodeFailure {
         error,
@@ -604,66 +635,6 @@ fn finish(
         stdout_truncated: result.stdout_truncated,
         tool_calls: calls,
     })))
-}
-
-/// Runs a sandbox tool: JSON arguments to typed inputs, outputs back to JSON
-/// (File and Dir outputs become handles).
-async fn run_sandbox_tool(
-    inner: &Arc<Inner>,
-    sandbox: &Sandbox,
-    args: Map<String, Value>,
-) -> std::result::Result<Value, String> {
-    let mut inputs = Vec::new();
-    for p in sandbox.inputs() {
-        let v = args.get(&p.name).cloned().unwrap_or(Value::Null);
-        let value = match p.ty {
-            Type::Int => v.as_i64().map(SbValue::Int),
-            Type::Float => v.as_f64().map(SbValue::Float),
-            Type::Str => v.as_str().map(|s| SbValue::Str(s.to_string())),
-            Type::Bool => v.as_bool().map(SbValue::Bool),
-            Type::Datetime => v
-                .as_str()
-                .and_then(|s| SbValue::parse(Type::Datetime, s).ok()),
-            Type::Timedelta => v
-                .as_f64()
-                .filter(|s| *s >= 0.0)
-                .map(|s| SbValue::Timedelta(Duration::from_secs_f64(s))),
-            Type::Json => Some(SbValue::Json(v.clone())),
-            Type::File | Type::Dir => inner.handles.resolve(&v).filter(|h| h.type_of() == p.ty),
-        };
-        let value =
-            value.ok_or_else(|| format!("argument `{}` is not a valid {}", p.name, p.ty))?;
-        inputs.push((p.name.clone(), value));
-    }
-    let out = inner
-        .client
-        .run(sandbox, inputs)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut result = Map::new();
-    for (name, value) in out.outputs.iter() {
-        let json = match value {
-            SbValue::Int(i) => Value::from(*i),
-            SbValue::Float(f) => Value::from(*f),
-            SbValue::Str(s) => Value::from(s.clone()),
-            SbValue::Bool(b) => Value::from(*b),
-            SbValue::Datetime(d) => Value::from(d.format("%Y-%m-%dT%H:%M:%S%.f").to_string()),
-            SbValue::Timedelta(d) => Value::from(d.as_secs_f64()),
-            SbValue::Json(j) => j.clone(),
-            SbValue::File(_) | SbValue::Dir(_) => inner.handles.register(name, value.clone()),
-        };
-        result.insert(name.to_string(), json);
-    }
-    // Keep File/Dir outputs on disk while handles to them may be used.
-    lock(&inner.handles.owners).push(out.outputs);
-    Ok(match result.len() {
-        1 => result
-            .into_iter()
-            .next()
-            .map(|(_, v)| v)
-            .unwrap_or(Value::Null),
-        _ => Value::Object(result),
-    })
 }
 
 /// A persistent namespace on a code host (see [`CodeHost::session`]).
@@ -680,7 +651,8 @@ impl CodeSession {
     }
 
     /// Runs `code` in this session's namespace: variables and functions from
-    /// earlier executions are still there.
+    /// earlier executions are still there. After a time, memory or loop limit
+    /// (or a crash) the namespace is discarded and the next execution starts afresh.
     pub async fn execute(
         &self,
         code: &str,
@@ -690,10 +662,17 @@ impl CodeSession {
         self.host.run(code, inputs, tools, Some(&self.id)).await
     }
 
-    /// Ends the session's process; its namespace is gone.
+    /// Ends the session; its namespace is gone.
     pub async fn close(self) -> Result<()> {
         let mut slot = self.host.inner.runner.lock().await;
-        if let Some(runner) = slot.as_mut() {
+        let Some(runner) = slot.as_mut() else {
+            return Ok(());
+        };
+        if let Some(stale) = runner.in_flight.clone() {
+            cancel_stale(runner, &stale).await?;
+            runner.in_flight = None;
+        }
+        let close = async {
             runner
                 .send(&ToRunner::CloseSession {
                     session: self.id.clone(),
@@ -704,7 +683,14 @@ impl CodeSession {
                     break;
                 }
             }
+            Ok(())
+        };
+        match tokio::time::timeout(Duration::from_secs(10), close).await {
+            Ok(done) => done,
+            Err(_) => Err(Error::Docker {
+                operation: "close code session",
+                message: "the code host did not answer within 10s".into(),
+            }),
         }
-        Ok(())
     }
 }

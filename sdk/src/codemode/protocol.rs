@@ -1,26 +1,34 @@
-//! The bridge protocol between the host and the in-container runner
-//! (`images/codehost/runner.py`): one JSON object per line, both ways.
+//! The bridge protocol between the host and the in-container bridge
+//! (`images/codehost/bridge.py`): one JSON object per line, both ways.
 //! Pure: framing and message types, tested without Docker.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Limits sent with each execution.
+/// The bridge's settings, passed once as its command-line argument: Monty's
+/// limits are fixed per checked-out interpreter, and the bridge checks one out
+/// ahead of each execution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Wall-clock seconds for the execution (tool calls included).
+pub struct BridgeConfig {
+    /// Wall-clock seconds for one execution (tool calls included).
     pub timeout_s: f64,
-    /// Address-space limit of the execution's process, in bytes.
+    /// Monty's heap limit for one execution, in bytes.
     pub memory_bytes: i64,
+    /// Monty's call-depth limit.
+    pub recursion_limit: u32,
     /// Iterations any single loop may run.
     pub loop_limit: u64,
     /// Characters of `print()` output kept.
     pub print_limit: usize,
     /// Bytes of JSON the final value may take.
     pub value_limit: usize,
+    /// Tool calls one execution may make.
+    pub max_tool_calls: u64,
+    /// REPL sessions open at once.
+    pub max_sessions: u32,
 }
 
-/// Host -> runner.
+/// Host -> bridge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToRunner {
@@ -34,10 +42,16 @@ pub enum ToRunner {
         inputs: Map<String, Value>,
         /// Names of the tools the code may call.
         tools: Vec<String>,
-        /// Limits.
-        limits: Limits,
-        /// Session whose namespace to use; `None` for a fresh process.
+        /// REPL session whose namespace to use; `None` for a fresh interpreter.
         session: Option<String>,
+        /// Stubs to type-check the code against; `None` skips type checking.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        type_stubs: Option<String>,
+    },
+    /// Ends an execution the host no longer waits for.
+    Cancel {
+        /// The execution.
+        id: String,
     },
     /// The answer to a tool call.
     ToolResult {
@@ -52,17 +66,18 @@ pub enum ToRunner {
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
-    /// Ends a session (its process exits).
+    /// Ends a REPL session.
     CloseSession {
         /// The session.
         session: String,
     },
 }
 
-/// An error reported by the runner.
+/// An error reported by the bridge.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct RunnerError {
-    /// `validation`, `runtime`, `tool`, `timeout`, `memory`, `loop_limit`, `output_limit`, `crash`.
+    /// `validation`, `runtime`, `tool`, `timeout`, `memory`, `loop_limit`,
+    /// `output_limit`, `value`, `tool_limit`, `session_limit`, `cancelled`, `crash`.
     pub kind: String,
     /// For validation errors: the rule broken.
     #[serde(default)]
@@ -76,12 +91,12 @@ pub struct RunnerError {
     /// Line in the code (1-based; 0 when unknown).
     #[serde(default)]
     pub line: u32,
-    /// Column (1-based; validation errors only).
+    /// Column (1-based; 0 when unknown).
     #[serde(default)]
     pub col: u32,
 }
 
-/// The outcome of one execution, as the runner reports it.
+/// The outcome of one execution, as the bridge reports it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ExecResult {
     /// The execution id.
@@ -102,11 +117,11 @@ pub struct ExecResult {
     pub stdout_truncated: bool,
 }
 
-/// Runner -> host.
+/// Bridge -> host.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FromRunner {
-    /// The runner is up.
+    /// The bridge is up.
     Ready {
         /// Its process id inside the container.
         pid: u32,
@@ -162,7 +177,7 @@ impl LineBuffer {
     }
 }
 
-/// Parses one line from the runner.
+/// Parses one line from the bridge.
 pub fn decode(line: &[u8]) -> Result<FromRunner, String> {
     serde_json::from_slice(line).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(line)))
 }
@@ -196,19 +211,17 @@ mod tests {
             code: "1".into(),
             inputs: Map::new(),
             tools: vec!["t".into()],
-            limits: Limits {
-                timeout_s: 1.5,
-                memory_bytes: 1,
-                loop_limit: 2,
-                print_limit: 3,
-                value_limit: 4,
-            },
             session: None,
+            type_stubs: None,
         });
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["type"], "execute");
-        assert_eq!(v["limits"]["timeout_s"], 1.5);
+        assert_eq!(v["tools"], serde_json::json!(["t"]));
         assert_eq!(v["session"], Value::Null);
+        assert!(v.get("type_stubs").is_none());
+        let cancel: Value =
+            serde_json::from_slice(&encode(&ToRunner::Cancel { id: "e2".into() })).unwrap();
+        assert_eq!(cancel, serde_json::json!({"type": "cancel", "id": "e2"}));
     }
 
     #[test]

@@ -405,8 +405,9 @@ fn python_hint_for(ty: Type) -> &'static str {
         Type::Float => "float",
         Type::Str => "str",
         Type::Bool => "bool",
-        Type::Datetime => "str  # ISO 8601",
-        Type::Timedelta => "float  # seconds",
+        // Hints stay plain names: they go into stubs the type checker parses.
+        Type::Datetime => "str",
+        Type::Timedelta => "float",
         Type::Json => "Any",
         Type::File => "FileHandle",
         Type::Dir => "DirHandle",
@@ -532,16 +533,33 @@ pub struct Toolset {
 
 /// The language rules of the sandbox, as told to a model.
 pub const LANGUAGE_RULES: &str = "\
-Write Python 3 that runs in a restricted sandbox:
-- No imports. Already available: json, math, re, datetime, Counter, defaultdict, OrderedDict.
-- No dunder names or attributes (like __class__), and no eval, exec, compile, open, input,
-  getattr, setattr, delattr, globals, locals, vars, type, breakpoint or __import__.
-- String literals are limited to 10,000 characters; any single loop to 10,000 iterations.
+Write Python 3 that runs in Monty, a sandboxed Python interpreter:
+- Most of the language works: functions, classes (no inheritance), closures,
+  comprehensions, f-strings, try/except, async/await, dataclasses, type hints.
+  Not available: generators (yield), class inheritance, files, the network,
+  the environment and processes.
+- Already available without importing: json, math, re, datetime, asyncio, gather,
+  Counter, defaultdict. Other modules you may import: base64, binascii, bisect,
+  collections, copy, csv, dataclasses, decimal, functools, hashlib, itertools,
+  random, time, tomllib, typing.
+- No dunder names or attributes (like __class__), no eval, exec, compile, open,
+  input or breakpoint; string literals up to 10,000 characters; any loop stops
+  after 10,000 iterations.
 - Call tools like functions: `x = tool(a)` or `x = await tool(a)`. To run calls
   concurrently, gather them: `a, b = await gather(tool(1), tool(2))`.
 - A failing tool raises ToolError (catch it with `except ToolError as e`).
 - Only print() output and the value of the last expression are returned; make the
   last line an expression with the answer (a dict is a good choice).";
+
+/// Names the stubs refer to besides the tools (handles of sandbox outputs).
+const STUB_PREAMBLE: &str = "\
+from typing import Any
+
+FileHandle = dict[str, Any]
+DirHandle = dict[str, Any]
+Handle = dict[str, Any]
+
+";
 
 impl Toolset {
     /// An empty set.
@@ -574,6 +592,24 @@ impl Toolset {
     /// The tools.
     pub fn iter(&self) -> impl Iterator<Item = &Tool> {
         self.tools.iter()
+    }
+
+    /// The tools as Python stubs (`async def` with hints and docstrings), for
+    /// Monty's type checker.
+    ///
+    /// ```
+    /// use dockhand::codemode::{ParamType, Tool, Toolset};
+    /// let tools = Toolset::new().tool(Tool::new("add", "Adds.").param("a", ParamType::Int, ""));
+    /// assert!(tools.stubs().contains("async def add(a: int) -> Any:"));
+    /// ```
+    pub fn stubs(&self) -> String {
+        let mut text = String::from(STUB_PREAMBLE);
+        for t in &self.tools {
+            text.push_str("async ");
+            text.push_str(&t.python_signature());
+            text.push_str("\n    ...\n\n");
+        }
+        text
     }
 
     /// Tool signatures in Python syntax with hints and docstrings, plus the
@@ -679,7 +715,7 @@ mod tests {
             !p.lines().any(|l| l.ends_with(' ')),
             "no trailing spaces: {p}"
         );
-        assert!(p.contains("No imports."));
+        assert!(p.contains("Already available without importing"));
         assert!(p.contains("gather("));
     }
 

@@ -1,0 +1,209 @@
+//! The code host's container and the bridge program attached to it.
+//!
+//! The bridge (`images/codehost/bridge.py`, with the product rules of
+//! `rules.py`) runs Monty, pydantic's sandboxed Python interpreter, in the
+//! hardened, offline container; the host speaks JSON lines with it over the
+//! container's attach stream.
+
+use std::collections::VecDeque;
+
+use futures::{Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::protocol::{self, BridgeConfig, FromRunner, LineBuffer, ToRunner};
+use crate::client::Client;
+use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
+use crate::error::{Error, Result};
+use crate::image::ImageSpec;
+use crate::sandbox::{confine, Hardening, Network, Resources};
+use crate::util::push_tail;
+
+/// The bridge program, uploaded into each code host's container.
+pub const BRIDGE: &str = include_str!("../../../images/codehost/bridge.py");
+/// The product rules the bridge applies before Monty runs code.
+pub const RULES: &str = include_str!("../../../images/codehost/rules.py");
+/// The Monty release code hosts install (pinned: the bridge is written
+/// against its API, and the image tag follows it).
+pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
+
+const PROGRAM_DIR: &str = "/var/inputs";
+const BRIDGE_PATH: &str = "/var/inputs/.dockhand/bridge.py";
+
+/// What a code host's container runs, and its limits.
+pub(crate) struct Launch<'a> {
+    pub image: &'a ImageSpec,
+    pub resources: Resources,
+    pub bridge: BridgeConfig,
+    pub start_timeout: std::time::Duration,
+}
+
+/// The attached bridge.
+pub(crate) struct Runner {
+    pub container: ContainerGuard,
+    input: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
+    output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
+    lines: LineBuffer,
+    queue: VecDeque<FromRunner>,
+    pub stderr: String,
+    /// An execution whose caller stopped waiting (its future was dropped):
+    /// the bridge may still be running it, so the next caller cancels it first.
+    pub in_flight: Option<String>,
+}
+
+impl Runner {
+    pub async fn send(&mut self, message: &ToRunner) -> Result<()> {
+        let line = protocol::encode(message);
+        self.input
+            .write_all(&line)
+            .await
+            .map_err(|e| Error::io("writing to the code host", e))?;
+        self.input
+            .flush()
+            .await
+            .map_err(|e| Error::io("writing to the code host", e))
+    }
+
+    /// The next message; `None` when the bridge's output ended (it died).
+    pub async fn next(&mut self) -> Option<Result<FromRunner>> {
+        loop {
+            if let Some(m) = self.queue.pop_front() {
+                return Some(Ok(m));
+            }
+            match self.output.next().await? {
+                Err(e) => return Some(Err(e)),
+                Ok(LogChunk::Stderr(b)) => {
+                    push_tail(&mut self.stderr, &b, 8192);
+                }
+                Ok(LogChunk::Stdout(b)) => {
+                    for line in self.lines.push(&b) {
+                        match protocol::decode(&line) {
+                            Ok(m) => self.queue.push_back(m),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "unreadable line from the code host")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `spec` with Monty added (unless it is prebuilt or names Monty already).
+pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
+    let mut spec = spec.clone();
+    let named = spec
+        .pip_packages
+        .iter()
+        .any(|p| p.trim_start().starts_with("pydantic-monty"));
+    if !spec.is_prebuilt() && !named {
+        spec.pip_packages.push(MONTY_PACKAGE.into());
+    }
+    spec
+}
+
+/// Creates the container, uploads the bridge, attaches, starts it and waits
+/// for the bridge's `ready`; all of it within `start_timeout`.
+pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
+    let limit = how.start_timeout;
+    match tokio::time::timeout(limit, launch_unbounded(client, how)).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Docker {
+            operation: "start code host",
+            message: format!("the code host did not become ready within {limit:?}"),
+        }),
+    }
+}
+
+async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
+    let image = client.images().resolve(&with_monty(how.image)).await?;
+    let engine = client.engine();
+    let config = serde_json::to_string(&how.bridge)
+        .map_err(|e| Error::spec("code host settings", e.to_string()))?;
+    let mut spec = ContainerSpec {
+        image: image.reference.clone(),
+        cmd: vec!["python3".into(), "-u".into(), BRIDGE_PATH.into(), config],
+        entrypoint: Some(Vec::new()),
+        env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
+        working_dir: Some("/tmp".into()),
+        kind: "code-host",
+        scratch_volumes: vec![PROGRAM_DIR.into()],
+        open_stdin: true,
+        no_log: true,
+        ..Default::default()
+    };
+    // Always fully hardened and offline: the code is a model's.
+    let hardening = Hardening {
+        tmp_size: "64m".into(),
+        ..Hardening::default()
+    };
+    confine(&mut spec, &how.resources, &hardening, &Network::None);
+    let container = engine.create_container(&spec).await?;
+    let programs = crate::archive::build_tar(
+        &[(".dockhand", 0o755)],
+        &[
+            crate::archive::TarFile::new(".dockhand/bridge.py", BRIDGE),
+            crate::archive::TarFile::new(".dockhand/rules.py", RULES),
+        ],
+    )?;
+    engine
+        .upload_archive(container.id(), PROGRAM_DIR, bytes::Bytes::from(programs))
+        .await?;
+    let attached = engine.attach(container.id()).await?;
+    engine.start_container(container.id()).await?;
+    let mut runner = Runner {
+        container,
+        input: attached.input,
+        output: attached.output,
+        lines: LineBuffer::default(),
+        queue: VecDeque::new(),
+        stderr: String::new(),
+        in_flight: None,
+    };
+    loop {
+        match runner.next().await {
+            Some(Ok(FromRunner::Ready { .. })) => return Ok((runner, image.reference)),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e),
+            None => return Err(bridge_exited(&runner.stderr)),
+        }
+    }
+}
+
+/// Why the bridge did not come up, with the fix where it is known.
+fn bridge_exited(stderr: &str) -> Error {
+    let stderr = stderr.trim();
+    let hint = if stderr.contains("No module named 'pydantic_monty'") {
+        format!(
+            "; the image has no Monty: install `{MONTY_PACKAGE}` in it (specs that are built get it automatically)"
+        )
+    } else {
+        String::new()
+    };
+    Error::Docker {
+        operation: "start code host",
+        message: format!("the bridge exited: {stderr}{hint}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monty_is_added_to_built_specs_once() {
+        let spec = with_monty(&ImageSpec::default());
+        assert_eq!(spec.pip_packages, vec![MONTY_PACKAGE.to_string()]);
+        assert_eq!(with_monty(&spec), spec);
+        let pinned = ImageSpec::default().pip(["pydantic-monty==1.3.0"]);
+        assert_eq!(with_monty(&pinned), pinned);
+        let prebuilt = ImageSpec::prebuilt("mine:1");
+        assert!(with_monty(&prebuilt).pip_packages.is_empty());
+    }
+
+    #[test]
+    fn a_missing_monty_is_explained() {
+        let e = bridge_exited("ModuleNotFoundError: No module named 'pydantic_monty'\n");
+        assert!(e.to_string().contains(MONTY_PACKAGE), "{e}");
+    }
+}

@@ -1,0 +1,100 @@
+//! Sandboxes as tools: JSON arguments become typed inputs, outputs come back
+//! as JSON, and File and Dir outputs stay on the host behind opaque handles.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::client::Client;
+use crate::sandbox::{Outputs, Sandbox, Type, Value as SbValue};
+use crate::util::lock;
+
+/// File and Dir values returned by sandbox tools, kept on the host while the
+/// code passes opaque handles around.
+#[derive(Default)]
+pub(crate) struct Handles {
+    next: AtomicU64,
+    values: Mutex<HashMap<String, SbValue>>,
+    pub(crate) owners: Mutex<Vec<Outputs>>,
+}
+
+impl Handles {
+    pub(crate) fn register(&self, name: &str, value: SbValue) -> Value {
+        let id = format!("h{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let kind = if matches!(value, SbValue::Dir(_)) {
+            "Dir"
+        } else {
+            "File"
+        };
+        lock(&self.values).insert(id.clone(), value);
+        serde_json::json!({"$handle": id, "kind": kind, "name": name})
+    }
+
+    pub(crate) fn resolve(&self, handle: &Value) -> Option<SbValue> {
+        let id = handle.get("$handle")?.as_str()?;
+        lock(&self.values).get(id).cloned()
+    }
+}
+
+/// Runs a sandbox tool: JSON arguments to typed inputs, outputs back to JSON
+/// (File and Dir outputs become handles).
+pub(crate) async fn run_sandbox_tool(
+    client: &Client,
+    handles: &Handles,
+    sandbox: &Sandbox,
+    args: Map<String, Value>,
+) -> std::result::Result<Value, String> {
+    let mut inputs = Vec::new();
+    for p in sandbox.inputs() {
+        let v = args.get(&p.name).cloned().unwrap_or(Value::Null);
+        let value = match p.ty {
+            Type::Int => v.as_i64().map(SbValue::Int),
+            Type::Float => v.as_f64().map(SbValue::Float),
+            Type::Str => v.as_str().map(|s| SbValue::Str(s.to_string())),
+            Type::Bool => v.as_bool().map(SbValue::Bool),
+            Type::Datetime => v
+                .as_str()
+                .and_then(|s| SbValue::parse(Type::Datetime, s).ok()),
+            Type::Timedelta => v
+                .as_f64()
+                .filter(|s| *s >= 0.0)
+                .map(|s| SbValue::Timedelta(Duration::from_secs_f64(s))),
+            Type::Json => Some(SbValue::Json(v.clone())),
+            Type::File | Type::Dir => handles.resolve(&v).filter(|h| h.type_of() == p.ty),
+        };
+        let value =
+            value.ok_or_else(|| format!("argument `{}` is not a valid {}", p.name, p.ty))?;
+        inputs.push((p.name.clone(), value));
+    }
+    let out = client
+        .run(sandbox, inputs)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut result = Map::new();
+    for (name, value) in out.outputs.iter() {
+        let json = match value {
+            SbValue::Int(i) => Value::from(*i),
+            SbValue::Float(f) => Value::from(*f),
+            SbValue::Str(s) => Value::from(s.clone()),
+            SbValue::Bool(b) => Value::from(*b),
+            SbValue::Datetime(d) => Value::from(d.format("%Y-%m-%dT%H:%M:%S%.f").to_string()),
+            SbValue::Timedelta(d) => Value::from(d.as_secs_f64()),
+            SbValue::Json(j) => j.clone(),
+            SbValue::File(_) | SbValue::Dir(_) => handles.register(name, value.clone()),
+        };
+        result.insert(name.to_string(), json);
+    }
+    // Keep File/Dir outputs on disk while handles to them may be used.
+    lock(&handles.owners).push(out.outputs);
+    Ok(match result.len() {
+        1 => result
+            .into_iter()
+            .next()
+            .map(|(_, v)| v)
+            .unwrap_or(Value::Null),
+        _ => Value::Object(result),
+    })
+}
