@@ -185,11 +185,22 @@ class Printed:
         return "".join(self.parts)
 
 
+MESSAGE_LIMIT = 4096
+
+
+def clip(text):
+    """Error messages are for a model to read: keep them short."""
+    if len(text) <= MESSAGE_LIMIT:
+        return text
+    return text[:MESSAGE_LIMIT] + f"... ({len(text):,} characters in all)"
+
+
 class Failed(Exception):
     """Ends an execution with a typed error for the host."""
 
     def __init__(self, **error):
-        super().__init__(error.get("message", ""))
+        error["message"] = clip(str(error.get("message", "")))
+        super().__init__(error["message"])
         self.error = error
 
 
@@ -231,7 +242,7 @@ def typing_error(error, prepared):
     text = error.display()
     line = col = 0
     for word in text.split():
-        parts = word.split(":")
+        parts = word.rstrip(":").split(":")
         if len(parts) >= 3 and parts[-2].isdigit() and parts[-1].isdigit():
             line, col = int(parts[-2]), int(parts[-1])
             break
