@@ -43,6 +43,8 @@ VALUE_LIMIT = int(CONFIG.get("value_limit", 1 << 20))
 TIMEOUT = float(CONFIG.get("timeout_s", 30.0))
 MAX_TOOL_CALLS = int(CONFIG.get("max_tool_calls", 10_000))
 MAX_SESSIONS = int(CONFIG.get("max_sessions", 8))
+# Interpreters checked out ahead, so an execution waits for none.
+SPARES = 2
 LIMITS = {
     "max_feed_duration_secs": TIMEOUT,
     "max_memory": int(CONFIG.get("memory_bytes", 256 << 20)),
@@ -353,7 +355,7 @@ class Execution:
 class Bridge:
     def __init__(self, pool):
         self.pool = pool
-        self.spare = None  # a checked-out session with the prelude fed, or its task
+        self.spares = []  # tasks of checked-out sessions with the prelude fed
         self.sessions = {}  # REPL id -> (context manager, session)
         self.calls = 0
         self.replies = {}  # host call number -> future of the reply message
@@ -380,12 +382,16 @@ class Bridge:
             pass
 
     def refill(self):
-        self.spare = asyncio.ensure_future(self._fresh())
+        while len(self.spares) < SPARES:
+            self.spares.append(asyncio.ensure_future(self._fresh()))
 
     async def take_fresh(self, type_stubs):
         if type_stubs is not None:
             return await self._fresh(type_stubs)
-        spare, self.spare = self.spare, None
+        # The first spare that is ready, else the oldest.
+        ready = [s for s in self.spares if s.done()]
+        spare = ready[0] if ready else self.spares[0]
+        self.spares.remove(spare)
         self.refill()
         try:
             return await spare
@@ -496,12 +502,12 @@ async def serve(bridge, reader):
 
 async def main():
     reader = await stdin_lines()
-    pool = pm.AsyncMonty(min_processes=2, max_processes=MAX_SESSIONS + 2,
+    pool = pm.AsyncMonty(min_processes=SPARES + 1, max_processes=MAX_SESSIONS + SPARES + 1,
                          checkout_timeout=10.0, feed_duration_limit_grace=1.0)
     async with pool:
         bridge = Bridge(pool)
         bridge.refill()
-        await bridge.spare
+        await bridge.spares[0]
         send({"type": "ready", "pid": os.getpid()})
         await serve(bridge, reader)
     # The host closed stdin: leave without waiting for anything.

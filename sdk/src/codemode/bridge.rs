@@ -26,8 +26,10 @@ pub const RULES: &str = include_str!("../../../images/codehost/rules.py");
 /// against its API, and the image tag follows it).
 pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
 
-const PROGRAM_DIR: &str = "/var/inputs";
-const BRIDGE_PATH: &str = "/var/inputs/.dockhand/bridge.py";
+/// Where images dockhand builds carry the bridge.
+const BAKED_DIR: &str = "/opt/dockhand/codehost";
+/// Where it is uploaded into containers of prebuilt images.
+const UPLOAD_DIR: &str = "/var/inputs";
 
 /// What a code host's container runs, and its limits.
 pub(crate) struct Launch<'a> {
@@ -89,17 +91,33 @@ impl Runner {
     }
 }
 
-/// `spec` with Monty added (unless it is prebuilt or names Monty already).
+/// `spec` with Monty added (unless it names Monty already) and the bridge
+/// baked in, so a start needs no upload. Prebuilt images are used as they are.
 pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
     let mut spec = spec.clone();
+    if spec.is_prebuilt() {
+        return spec;
+    }
     let named = spec
         .pip_packages
         .iter()
         .any(|p| p.trim_start().starts_with("pydantic-monty"));
-    if !spec.is_prebuilt() && !named {
+    if !named {
         spec.pip_packages.push(MONTY_PACKAGE.into());
     }
+    spec.commands.push(bake_command());
     spec
+}
+
+/// A shell command writing the bridge's files into the image.
+fn bake_command() -> String {
+    use base64::Engine as _;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    format!(
+        "mkdir -p {BAKED_DIR} && printf %s '{}' | base64 -d > {BAKED_DIR}/bridge.py && printf %s '{}' | base64 -d > {BAKED_DIR}/rules.py",
+        b64(BRIDGE),
+        b64(RULES)
+    )
 }
 
 /// Creates the container, uploads the bridge, attaches, starts it and waits
@@ -120,14 +138,24 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
     let engine = client.engine();
     let config = serde_json::to_string(&how.bridge)
         .map_err(|e| Error::spec("code host settings", e.to_string()))?;
+    let upload = how.image.is_prebuilt();
+    let program = if upload {
+        format!("{UPLOAD_DIR}/.dockhand/bridge.py")
+    } else {
+        format!("{BAKED_DIR}/bridge.py")
+    };
     let mut spec = ContainerSpec {
         image: image.reference.clone(),
-        cmd: vec!["python3".into(), "-u".into(), BRIDGE_PATH.into(), config],
+        cmd: vec!["python3".into(), "-u".into(), program, config],
         entrypoint: Some(Vec::new()),
         env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
         working_dir: Some("/tmp".into()),
         kind: "code-host",
-        scratch_volumes: vec![PROGRAM_DIR.into()],
+        scratch_volumes: if upload {
+            vec![UPLOAD_DIR.into()]
+        } else {
+            Vec::new()
+        },
         open_stdin: true,
         no_log: true,
         ..Default::default()
@@ -139,16 +167,18 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
     };
     confine(&mut spec, &how.resources, &hardening, &Network::None);
     let container = engine.create_container(&spec).await?;
-    let programs = crate::archive::build_tar(
-        &[(".dockhand", 0o755)],
-        &[
-            crate::archive::TarFile::new(".dockhand/bridge.py", BRIDGE),
-            crate::archive::TarFile::new(".dockhand/rules.py", RULES),
-        ],
-    )?;
-    engine
-        .upload_archive(container.id(), PROGRAM_DIR, bytes::Bytes::from(programs))
-        .await?;
+    if upload {
+        let programs = crate::archive::build_tar(
+            &[(".dockhand", 0o755)],
+            &[
+                crate::archive::TarFile::new(".dockhand/bridge.py", BRIDGE),
+                crate::archive::TarFile::new(".dockhand/rules.py", RULES),
+            ],
+        )?;
+        engine
+            .upload_archive(container.id(), UPLOAD_DIR, bytes::Bytes::from(programs))
+            .await?;
+    }
     let attached = engine.attach(container.id()).await?;
     engine.start_container(container.id()).await?;
     let mut runner = Runner {
@@ -191,14 +221,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn monty_is_added_to_built_specs_once() {
+    fn monty_and_the_bridge_go_into_built_images() {
         let spec = with_monty(&ImageSpec::default());
         assert_eq!(spec.pip_packages, vec![MONTY_PACKAGE.to_string()]);
-        assert_eq!(with_monty(&spec), spec);
+        assert_eq!(spec.commands, vec![bake_command()]);
+        assert!(spec.render_dockerfile().contains(BAKED_DIR));
         let pinned = ImageSpec::default().pip(["pydantic-monty==1.3.0"]);
-        assert_eq!(with_monty(&pinned), pinned);
+        assert_eq!(with_monty(&pinned).pip_packages, pinned.pip_packages);
         let prebuilt = ImageSpec::prebuilt("mine:1");
-        assert!(with_monty(&prebuilt).pip_packages.is_empty());
+        assert_eq!(with_monty(&prebuilt), prebuilt);
+    }
+
+    #[test]
+    fn the_baked_files_decode_to_the_programs() {
+        use base64::Engine as _;
+        let command = bake_command();
+        let pieces: Vec<&str> = command.split('\'').collect();
+        let decode = |b64: &str| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("base64");
+            String::from_utf8(bytes).expect("utf-8")
+        };
+        assert_eq!(decode(pieces[1]), BRIDGE);
+        assert_eq!(decode(pieces[3]), RULES);
     }
 
     #[test]
