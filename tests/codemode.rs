@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{code_error, code_host as host_with};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,26 +15,12 @@ use dockhand::codemode::{
 use dockhand::{Error, Sandbox, Type};
 use serde_json::{json, Value};
 
-async fn host_with(config: CodeHostConfig) -> CodeHost {
-    let client = common::client().await;
-    let host = client.code_host(config);
-    host.start().await.expect("code host starts");
-    host
-}
-
 async fn host() -> CodeHost {
     host_with(CodeHostConfig::default()).await
 }
 
 fn no_tools() -> Toolset {
     Toolset::new()
-}
-
-fn code_error(result: dockhand::Result<dockhand::codemode::Execution>) -> CodeError {
-    match result {
-        Err(Error::Code(failure)) => failure.error,
-        other => panic!("expected a code error, got {other:?}"),
-    }
 }
 
 #[tokio::test]

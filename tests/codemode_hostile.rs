@@ -5,19 +5,14 @@
 
 mod common;
 
+use common::{code_error, code_host as host_with};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dockhand::codemode::{CodeError, CodeHost, CodeHostConfig, ParamType, State, Tool, Toolset};
 use dockhand::Error;
 use serde_json::{json, Value};
-
-async fn host_with(config: CodeHostConfig) -> CodeHost {
-    let client = common::client().await;
-    let host = client.code_host(config);
-    host.start().await.expect("code host starts");
-    host
-}
 
 fn tools() -> Toolset {
     Toolset::new()
@@ -44,13 +39,6 @@ fn tools() -> Toolset {
             Tool::new("day", "A date, tagged.")
                 .handler(|_| async { Ok(json!({"$date": "2024-02-29"})) }),
         )
-}
-
-fn code_error(result: dockhand::Result<dockhand::codemode::Execution>) -> CodeError {
-    match result {
-        Err(Error::Code(failure)) => failure.error,
-        other => panic!("expected a code error, got {other:?}"),
-    }
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(1);

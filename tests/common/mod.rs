@@ -68,3 +68,20 @@ pub fn assert_no_container(name: &str) {
         "a container of sandbox {name} was left behind"
     );
 }
+
+/// A started code host with these settings.
+pub async fn code_host(config: dockhand::codemode::CodeHostConfig) -> dockhand::codemode::CodeHost {
+    let host = client().await.code_host(config);
+    host.start().await.expect("code host starts");
+    host
+}
+
+/// The code error of a failed execution; panics on anything else.
+pub fn code_error(
+    result: dockhand::Result<dockhand::codemode::Execution>,
+) -> dockhand::codemode::CodeError {
+    match result {
+        Err(dockhand::Error::Code(failure)) => failure.error,
+        other => panic!("expected a code error, got {other:?}"),
+    }
+}
