@@ -30,7 +30,7 @@ import re
 ALLOWED_IMPORTS = (
     "asyncio", "base64", "binascii", "bisect", "collections", "copy", "csv",
     "dataclasses", "datetime", "decimal", "functools", "hashlib", "itertools",
-    "json", "math", "random", "re", "time", "tomllib", "typing",
+    "json", "math", "random", "re", "sys", "time", "tomllib", "typing", "unicodedata",
 )
 BLOCKED_BUILTINS = ("eval", "exec", "compile", "open", "input", "breakpoint")
 RESERVED_PREFIX = "_dh"

@@ -541,7 +541,7 @@ Write Python 3 that runs in Monty, a sandboxed Python interpreter:
 - Already available without importing: json, math, re, datetime, asyncio, gather,
   Counter, defaultdict. Other modules you may import: base64, binascii, bisect,
   collections, copy, csv, dataclasses, decimal, functools, hashlib, itertools,
-  random, time, tomllib, typing.
+  random, sys, time, tomllib, typing, unicodedata.
 - No dunder names or attributes (like __class__), no eval, exec, compile, open,
   input or breakpoint; string literals up to 10,000 characters; any loop stops
   after 10,000 iterations.
