@@ -388,11 +388,13 @@ class Bridge:
     async def take_fresh(self, type_stubs):
         if type_stubs is not None:
             return await self._fresh(type_stubs)
-        # The first spare that is ready, else the oldest.
+        # The first spare that is ready, else the oldest. Refilling waits
+        # until the result is sent: it would compete with this execution.
+        if not self.spares:
+            self.refill()
         ready = [s for s in self.spares if s.done()]
         spare = ready[0] if ready else self.spares[0]
         self.spares.remove(spare)
-        self.refill()
         try:
             return await spare
         except Exception:
@@ -449,6 +451,7 @@ class Bridge:
         result.update(type="result", id=request["id"], stdout=execution.printed.text(),
                       stdout_truncated=execution.printed.cut)
         send(result)
+        self.refill()
         if manager is not None:
             await self._discard(manager)
 
