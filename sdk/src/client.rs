@@ -89,6 +89,8 @@ impl ClientBuilder {
 pub struct ReapReport {
     /// Ids of the containers removed.
     pub containers: Vec<String>,
+    /// Names of the volumes removed (left by containers removed without them).
+    pub volumes: Vec<String>,
 }
 
 impl Client {
@@ -125,10 +127,11 @@ impl Client {
         let mut report = ReapReport::default();
         for (id, labels) in self.inner.engine.list_managed_containers().await? {
             if labels::owner_is_gone(&labels) {
-                self.inner.engine.remove_container(&id).await?;
+                self.inner.engine.remove_container(&id, &labels).await?;
                 report.containers.push(id);
             }
         }
+        report.volumes = self.inner.engine.reap_volumes().await?;
         Ok(report)
     }
 

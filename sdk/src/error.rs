@@ -208,6 +208,25 @@ pub enum Error {
         python: Option<PythonError>,
     },
 
+    /// The program was killed by a signal (it did not exit by itself): sent
+    /// by the code itself, by another process in the container, or from
+    /// outside. Out of memory and removal are reported as their own variants.
+    #[error("the program was killed by signal {signal} ({}){}", signal_name(*signal), stderr_suffix(stderr_tail))]
+    Killed {
+        /// The signal number.
+        signal: i64,
+        /// The last part of standard error.
+        stderr_tail: String,
+    },
+
+    /// The container was removed from outside while it ran (`docker rm -f`,
+    /// a cleanup job): nothing of the run could be collected.
+    #[error("container {id} was removed from outside while it ran; run again")]
+    ContainerGone {
+        /// The container's id.
+        id: String,
+    },
+
     /// Auto-IO code never assigned a declared output variable.
     #[error("output `{name}` was never assigned by the code (assign a variable named `{name}`)")]
     OutputNotAssigned {
@@ -318,6 +337,29 @@ pub enum Error {
     },
 }
 
+fn signal_name(signal: i64) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+fn stderr_suffix(stderr_tail: &str) -> String {
+    if stderr_tail.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; stderr:\n{stderr_tail}")
+    }
+}
+
 fn describe_exit(exit_code: i64, python: Option<&PythonError>, stderr_tail: &str) -> String {
     match python {
         Some(py) => format!("code raised {py} (exit code {exit_code})\n{}", py.traceback),
@@ -351,6 +393,8 @@ impl Error {
             Error::NonZeroExit { .. }
                 | Error::Timeout { .. }
                 | Error::OutOfMemory { .. }
+                | Error::Killed { .. }
+                | Error::ContainerGone { .. }
                 | Error::MissingOutput { .. }
                 | Error::BadOutput { .. }
                 | Error::OutputNotAssigned { .. }

@@ -1,4 +1,4 @@
-//! Container operations: create, upload, start, wait, logs, kill, download, remove, list.
+//! Container operations: create, upload, start, wait, logs, download, remove, list.
 
 use std::collections::HashMap;
 
@@ -9,9 +9,8 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 
@@ -77,6 +76,10 @@ pub struct ContainerSpec {
     /// Do not keep a log of the output (for programs spoken to through
     /// attach, whose every message would otherwise also be written to disk).
     pub no_log: bool,
+    /// Run a minimal init as PID 1, so the program is not PID 1: the kernel
+    /// ignores signals PID 1 has no handler for, SIGKILL from inside included,
+    /// and an init reaps orphans and reports a signal death as 128 + signal.
+    pub init: bool,
 }
 
 /// A container's attached standard streams.
@@ -94,6 +97,8 @@ pub struct ExitStatus {
     pub code: i64,
     /// Whether the kernel OOM killer ended it.
     pub oom_killed: bool,
+    /// Whether the container was removed from outside (it no longer exists).
+    pub gone: bool,
 }
 
 /// One piece of a container's output.
@@ -106,10 +111,15 @@ pub enum LogChunk {
 }
 
 impl Engine {
-    /// Creates a container and returns the guard that owns it.
+    /// Creates a container and returns the guard that owns it. The guard
+    /// exists before the request is sent, so a dropped call leaves nothing.
     pub async fn create_container(&self, spec: &ContainerSpec) -> Result<ContainerGuard> {
+        let mut guard = ContainerGuard::before_create(self.clone());
         let mut all_labels = labels::owned(spec.kind);
         all_labels.extend(spec.extra_labels.clone());
+        all_labels.insert(labels::SCRATCH.into(), guard.token().to_string());
+        let mut volume_labels = labels::owned(spec.kind);
+        volume_labels.insert(labels::SCRATCH.into(), guard.token().to_string());
         let host_config = HostConfig {
             memory: spec.memory_bytes,
             memory_swap: spec.memory_bytes,
@@ -139,7 +149,7 @@ impl Engine {
                         target: Some(target.clone()),
                         typ: Some(MountType::VOLUME),
                         volume_options: Some(MountVolumeOptions {
-                            labels: Some(labels::owned(spec.kind)),
+                            labels: Some(volume_labels.clone()),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -152,6 +162,7 @@ impl Engine {
             }),
             // Containers are removed explicitly, after their outputs are read.
             auto_remove: Some(false),
+            init: spec.init.then_some(true),
             ..Default::default()
         };
         let body = ContainerCreateBody {
@@ -171,13 +182,19 @@ impl Engine {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = CreateContainerOptionsBuilder::default().build();
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| docker_err("create container", e))?;
-        Ok(ContainerGuard::new(self.clone(), created.id))
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&guard.name())
+            .build();
+        match self.docker.create_container(Some(options), body).await {
+            Ok(created) => {
+                guard.created(created.id);
+                Ok(guard)
+            }
+            Err(e) => {
+                guard.not_created();
+                Err(docker_err("create container", e))
+            }
+        }
     }
 
     /// Extracts a tar archive into `dir` of a (created or running) container.
@@ -230,18 +247,25 @@ impl Engine {
                 })
             }
         };
-        // Only a killed process can have been OOM-killed; spare the inspect
-        // call on the common path.
-        let oom_killed = code != 0
-            && self
-                .docker
-                .inspect_container(id, None)
-                .await
-                .ok()
-                .and_then(|c| c.state)
-                .and_then(|s| s.oom_killed)
-                .unwrap_or(false);
-        Ok(ExitStatus { code, oom_killed })
+        // Only a killed process can have been OOM-killed or removed from
+        // outside; spare the inspect call on the common path.
+        if code == 0 {
+            return Ok(ExitStatus {
+                code,
+                oom_killed: false,
+                gone: false,
+            });
+        }
+        let (oom_killed, gone) = match self.docker.inspect_container(id, None).await {
+            Ok(c) => (c.state.and_then(|s| s.oom_killed).unwrap_or(false), false),
+            Err(e) if is_not_found(&e) => (false, true),
+            Err(_) => (false, false),
+        };
+        Ok(ExitStatus {
+            code,
+            oom_killed,
+            gone,
+        })
     }
 
     /// Streams stdout and stderr from the start of the container until it stops.
@@ -296,21 +320,6 @@ impl Engine {
         })
     }
 
-    /// Sends SIGKILL; a container that already stopped is not an error.
-    pub async fn kill_container(&self, id: &str) -> Result<()> {
-        let options = KillContainerOptionsBuilder::default()
-            .signal("SIGKILL")
-            .build();
-        match self.docker.kill_container(id, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404 | 409,
-                ..
-            }) => Ok(()),
-            Err(e) => Err(docker_err("kill container", e)),
-        }
-    }
-
     /// Reads `path` out of a container as a tar archive; `None` when it does not exist.
     pub async fn download_archive(&self, id: &str, path: &str) -> Result<Option<Vec<u8>>> {
         let options = DownloadFromContainerOptionsBuilder::default()
@@ -328,9 +337,54 @@ impl Engine {
         Ok(Some(tar))
     }
 
-    /// Force-removes a container and its anonymous volumes; a missing one is fine.
-    pub async fn remove_container(&self, id: &str) -> Result<()> {
-        remove_with(&self.docker, id).await
+    /// Whether a container exists (running or not).
+    pub async fn container_exists(&self, id: &str) -> Result<bool> {
+        match self.docker.inspect_container(id, None).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(docker_err("inspect container", e)),
+        }
+    }
+
+    /// Force-removes a container (and its volumes, also when it is already
+    /// gone, given the token its labels carry); a missing one is fine.
+    pub async fn remove_container(&self, id: &str, labels: &HashMap<String, String>) -> Result<()> {
+        let token = labels
+            .get(labels::SCRATCH)
+            .map(String::as_str)
+            .unwrap_or("");
+        remove_with(&self.docker, id, token).await
+    }
+
+    /// Removes managed volumes whose owner process is gone (left behind when
+    /// their container was removed without them): their names.
+    pub async fn reap_volumes(&self) -> Result<Vec<String>> {
+        let filters = HashMap::from([("label", vec![labels::MANAGED])]);
+        let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let listed = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(|e| docker_err("list volumes", e))?;
+        let mut removed = Vec::new();
+        for volume in listed.volumes.unwrap_or_default() {
+            if !labels::owner_is_gone(&volume.labels) {
+                continue;
+            }
+            // A failure means in use (its container still exists) or gone already.
+            let options = None::<bollard::query_parameters::RemoveVolumeOptions>;
+            if self
+                .docker
+                .remove_volume(&volume.name, options)
+                .await
+                .is_ok()
+            {
+                removed.push(volume.name);
+            }
+        }
+        Ok(removed)
     }
 
     /// Lists containers (running or not) carrying the SDK's labels:
@@ -353,14 +407,19 @@ impl Engine {
     }
 }
 
-/// Removal shared by the async path and the drop path (which uses its own client).
-pub(super) async fn remove_with(docker: &bollard::Docker, id: &str) -> Result<()> {
+/// Removal shared by the async path and the drop path (which uses its own
+/// client): the container with its anonymous volumes, or, when the container
+/// is already gone, the volumes labelled with its `token`.
+pub(super) async fn remove_with(docker: &bollard::Docker, id: &str, token: &str) -> Result<()> {
     let options = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)
         .build();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
+        Err(e) if is_not_found(&e) && !token.is_empty() => {
+            remove_scratch_volumes(docker, token).await
+        }
         Err(e) if is_not_found(&e) => Ok(()),
         // 409 "removal already in progress": someone else is on it.
         Err(bollard::errors::Error::DockerResponseServerError {
@@ -368,4 +427,31 @@ pub(super) async fn remove_with(docker: &bollard::Docker, id: &str) -> Result<()
         }) => Ok(()),
         Err(e) => Err(docker_err("remove container", e)),
     }
+}
+
+/// Removes the volumes a container left when it was removed without them.
+async fn remove_scratch_volumes(docker: &bollard::Docker, token: &str) -> Result<()> {
+    let filter = format!("{}={token}", labels::SCRATCH);
+    let filters = HashMap::from([("label", vec![filter.as_str()])]);
+    let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    let listed = docker
+        .list_volumes(Some(options))
+        .await
+        .map_err(|e| docker_err("list volumes", e))?;
+    for volume in listed.volumes.unwrap_or_default() {
+        match docker
+            .remove_volume(
+                &volume.name,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(docker_err("remove volume", e)),
+        }
+    }
+    Ok(())
 }

@@ -15,6 +15,9 @@ pub const OWNER_HOST: &str = "dev.dockhand.owner-host";
 pub const OWNER_PID: &str = "dev.dockhand.owner-pid";
 /// What the object is for: `sandbox`, `base-image`, `image`, `session`, `code-host`, `snapshot`.
 pub const KIND: &str = "dev.dockhand.kind";
+/// On a container and its scratch volumes: the token that ties them together,
+/// so volumes are found when their container was removed without them.
+pub const SCRATCH: &str = "dev.dockhand.scratch";
 /// For images: the content hash of the spec they were built from.
 pub const SPEC_HASH: &str = "dev.dockhand.spec-hash";
 

@@ -1,5 +1,5 @@
 //! The engine layer: the only module that talks to the Docker Engine API (bollard):
-//! containers (create, upload, attach, start, wait, logs, kill, download, remove,
+//! containers (create, upload, attach, start, wait, logs, download, remove,
 //! list), images (inspect, build, pull, tag, commit, list, remove).
 //!
 //! Everything above it (images, sandboxes, code mode, sessions) speaks in the

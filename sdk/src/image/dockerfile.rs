@@ -160,8 +160,11 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
         let json = serde_json::to_string(command).unwrap_or_default();
         d.push_str(&format!("RUN [\"/bin/sh\", \"-c\", {json}]\n"));
     }
-    // Where sandboxes exchange inputs and outputs; writable by the unprivileged user.
-    d.push_str("RUN mkdir -p /var/inputs /var/outputs && chmod 0777 /var/inputs /var/outputs\n");
+    // Where sandboxes exchange inputs and outputs: inputs are read-only to
+    // the unprivileged user, outputs writable.
+    d.push_str(
+        "RUN mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs\n",
+    );
     d
 }
 

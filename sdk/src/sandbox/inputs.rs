@@ -138,6 +138,9 @@ pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Result<Vec<u8>> 
             )),
         }
     }
+    // Root-owned and not writable by others (as /var/inputs itself is in the
+    // images dockhand builds): the code reads its inputs and cannot change
+    // them or add files beside them.
     let mut tar = archive::build_tar(&[(CONTROL_DIR, 0o755)], &files)?;
     if !dirs.is_empty() {
         // Continue the archive: drop its two end-of-archive blocks, append the trees.

@@ -304,6 +304,7 @@ impl Client {
             kind: "sandbox",
             extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
             scratch_volumes,
+            init: true,
             ..Default::default()
         };
         confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
@@ -355,8 +356,8 @@ impl Client {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(status) => status?,
                 Err(_) => {
-                    engine.kill_container(&id).await?;
-                    container.remove().await?;
+                    // Answer at the limit; the container goes in the background.
+                    container.remove_in_background();
                     let (out, err) = (stdout.finish(handler), stderr.finish(handler));
                     return Err(Error::Timeout {
                         timeout: limit,
@@ -371,10 +372,18 @@ impl Client {
         stdout.text = redact(&stdout.text, &prepared.secrets);
         stderr.text = redact(&stderr.text, &prepared.secrets);
 
-        let archive = engine
-            .download_archive(&id, OUTPUTS_DIR)
-            .await?
-            .unwrap_or_default();
+        if status.gone {
+            drop(container);
+            return Err(Error::ContainerGone { id });
+        }
+        let archive = match engine.download_archive(&id, OUTPUTS_DIR).await? {
+            Some(archive) => archive,
+            None if !engine.container_exists(&id).await? => {
+                drop(container);
+                return Err(Error::ContainerGone { id });
+            }
+            None => Vec::new(),
+        };
         container.remove().await?;
 
         if status.oom_killed {
@@ -394,6 +403,15 @@ impl Client {
                     got: redact(&bad.got, &prepared.secrets),
                 });
             }
+        }
+        // The init reports a signal death as 128 + signal; a Python exception
+        // (reported in the status file) is an exit, whatever its code.
+        let python_raised = collected.status.as_ref().is_some_and(|s| s.error.is_some());
+        if (129..=128 + 64).contains(&status.code) && !python_raised {
+            return Err(Error::Killed {
+                signal: status.code - 128,
+                stderr_tail: tail(&stderr.text, STDERR_TAIL_BYTES),
+            });
         }
         if status.code != 0 {
             let python = match (&collected.status, &sandbox.program) {

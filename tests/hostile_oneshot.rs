@@ -1,0 +1,300 @@
+//! One-shot sandboxes against hostile programs and faults: signals, writes to
+//! inputs, removal from outside, dropped futures, concurrent timeouts,
+//! process and memory bombs, /proc and /sys, orphans. Each case asserts the
+//! typed outcome, that nothing is left behind, and that the next run works.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use dockhand::{CacheMode, Client, Error, Sandbox, Type, Value};
+
+/// The tests count this process's containers and volumes: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn none() -> Vec<(String, Value)> {
+    Vec::new()
+}
+
+fn code(name: &str, source: &str) -> Sandbox {
+    Sandbox::code(name, source)
+        .cache(CacheMode::Disable)
+        .build()
+        .expect("valid sandbox")
+}
+
+/// The client still runs a fresh sandbox correctly.
+async fn assert_next_run_works(client: &Client) {
+    let double = Sandbox::code("next-run", "result = x * 2")
+        .input("x", Type::Int)
+        .output("result", Type::Int)
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let out = client.run(&double, [("x", 21)]).await.expect("next run");
+    assert_eq!(out.get::<i64>("result").unwrap(), 42);
+}
+
+/// Containers and volumes of this process that still exist, after giving
+/// background removals up to `wait` to finish.
+async fn leftovers(client: &Client, wait: Duration) -> (usize, usize) {
+    let started = Instant::now();
+    loop {
+        let containers = client.live_containers().await.unwrap().len();
+        let volumes = volumes_of(dockhand::labels::session_id());
+        if (containers == 0 && volumes == 0) || started.elapsed() > wait {
+            return (containers, volumes);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn volumes_of(session: &str) -> usize {
+    let out = std::process::Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=dev.dockhand.session={session}"),
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test]
+async fn a_signal_death_is_reported_as_such() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    for (source, signal) in [
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", 9),
+        (
+            "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)",
+            15,
+        ),
+        ("import os\nos.abort()", 6),
+    ] {
+        match client.run(&code("signals", source), none()).await {
+            Err(Error::Killed { signal: got, .. }) => assert_eq!(got, signal, "{source}"),
+            other => panic!("{source}: expected Killed, got {other:?}"),
+        }
+    }
+    let err = client
+        .run(&code("exits", "import sys\nsys.exit(3)"), none())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NonZeroExit { exit_code: 3, .. }),
+        "{err:?}"
+    );
+    common::assert_no_container("signals");
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test]
+async fn inputs_are_read_only_to_the_code() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.txt");
+    std::fs::write(&file, "original").unwrap();
+    let probe = Sandbox::code(
+        "inputs-ro",
+        "import os\nresults = []\nfor attempt in [lambda: open('/var/inputs/data', 'w').write('x'),\n                lambda: open('/var/inputs/new', 'w').write('x'),\n                lambda: os.remove('/var/inputs/data'),\n                lambda: os.chmod('/var/inputs/data', 0o777)]:\n    try:\n        attempt()\n        results.append('allowed')\n    except OSError:\n        results.append('denied')\nverdict = ','.join(results)\ncontent = open('/var/inputs/data').read()\n",
+    )
+    .input("data", Type::File)
+    .output("verdict", Type::Str)
+    .output("content", Type::Str)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let out = client
+        .run(&probe, [("data", Value::File(file.clone()))])
+        .await
+        .unwrap();
+    assert_eq!(
+        out.get::<String>("verdict").unwrap(),
+        "denied,denied,denied,denied"
+    );
+    assert_eq!(out.get::<String>("content").unwrap(), "original");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "original");
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test]
+async fn removal_from_outside_is_container_gone_and_leaves_no_volume() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    let sleeper = Sandbox::command("removed-outside", "sh")
+        .args(["-c", "sleep 30"])
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let run = tokio::spawn({
+        let client = client.clone();
+        async move { client.run(&sleeper, none()).await }
+    });
+    // Wait for the container, then remove it the way an operator would.
+    let mut id = None;
+    for _ in 0..100 {
+        if let Some(found) = client.live_containers().await.unwrap().into_iter().next() {
+            id = Some(found);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let id = id.expect("the sandbox's container appeared");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let removed = std::process::Command::new("docker")
+        .args(["rm", "-f", &id])
+        .output()
+        .unwrap();
+    assert!(removed.status.success());
+    match run.await.unwrap() {
+        Err(Error::ContainerGone { id: gone }) => assert_eq!(gone, id),
+        other => panic!("expected ContainerGone, got {other:?}"),
+    }
+    assert_eq!(leftovers(&client, Duration::from_secs(3)).await, (0, 0));
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_runs_leave_nothing_and_do_not_stall_the_runtime() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    // A ticker measures how long the runtime goes without polling it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ticker = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut worst = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(5)));
+            }
+            worst
+        }
+    });
+    let slow = Sandbox::command("drop-storm", "sh")
+        .args(["-c", "sleep 20"])
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let mut runs = Vec::new();
+    for i in 0..30u64 {
+        let (client, slow) = (client.clone(), slow.clone());
+        // Dropped at spread-out moments: before create, during create,
+        // upload, start and while running.
+        let after = Duration::from_millis(20 + i * 37 % 900);
+        runs.push(tokio::spawn(async move {
+            tokio::time::timeout(after, client.run(&slow, none())).await
+        }));
+    }
+    for r in runs {
+        assert!(r.await.unwrap().is_err(), "every run was dropped");
+    }
+    let (containers, volumes) = leftovers(&client, Duration::from_secs(5)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let worst = ticker.await.unwrap();
+    eprintln!("drop storm: worst runtime stall {worst:?}");
+    assert_eq!((containers, volumes), (0, 0), "left behind after 5 s");
+    assert!(
+        worst < Duration::from_millis(500),
+        "runtime stalled {worst:?}"
+    );
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_timeouts_answer_near_their_limit() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    let sleeper = Sandbox::command("timeouts", "sh")
+        .args(["-c", "echo up; sleep 60"])
+        .timeout(Duration::from_secs(3))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        let (client, sleeper) = (client.clone(), sleeper.clone());
+        runs.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let result = client.run(&sleeper, none()).await;
+            (started.elapsed(), result)
+        }));
+    }
+    let mut worst = Duration::ZERO;
+    for r in runs {
+        let (took, result) = r.await.unwrap();
+        assert!(matches!(result, Err(Error::Timeout { .. })), "{result:?}");
+        worst = worst.max(took);
+    }
+    eprintln!("8 concurrent 3 s timeouts: slowest answered after {worst:?}");
+    // The limit counts from the start; create, upload and start come first.
+    assert!(worst < Duration::from_secs(6), "slowest took {worst:?}");
+    assert_eq!(leftovers(&client, Duration::from_secs(5)).await, (0, 0));
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test]
+async fn bombs_proc_sys_and_orphans_stay_inside() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    // A fork bomb hits the pids limit; the run ends (any way but hanging).
+    let bomb = Sandbox::command("fork-bomb", "sh")
+        .args(["-c", "b() { b | b & }; b; sleep 2; echo survived"])
+        .pids(32)
+        .timeout(Duration::from_secs(20))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let _ = client.run(&bomb, none()).await;
+    assert!(started.elapsed() < Duration::from_secs(25));
+
+    // /proc and /sys are read-only; the host's files are not there.
+    let probe = code(
+        "proc-sys",
+        "import os\nresults = []\nfor path in ['/proc/sys/kernel/hostname', '/sys/kernel/mm/transparent_hugepage/enabled', '/proc/sysrq-trigger']:\n    try:\n        open(path, 'w').write('x')\n        results.append('written')\n    except OSError:\n        results.append('denied')\nprint(','.join(results))\n",
+    );
+    let out = client.run(&probe, none()).await.unwrap();
+    assert_eq!(out.stdout.text.trim(), "denied,denied,denied");
+
+    // An orphan that outlives the main process goes with the container.
+    let orphan = Sandbox::command("orphan", "sh")
+        .args(["-c", "(sleep 300 &) ; echo parent done"])
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let out = client.run(&orphan, none()).await.unwrap();
+    assert_eq!(out.stdout.text, "parent done\n");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // Writes to every fd it has, and a huge argv.
+    let noisy = code(
+        "noisy-fds",
+        "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n    except OSError:\n        pass\nprint('ok')\n",
+    );
+    assert_eq!(
+        client.run(&noisy, none()).await.unwrap().stdout.text,
+        "ok\n"
+    );
+    let long_arg = "a".repeat(100_000);
+    let argv = Sandbox::command("argv", "sh")
+        .args(["-c", "echo ${#1}", "sh", long_arg.as_str()])
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    assert_eq!(
+        client.run(&argv, none()).await.unwrap().stdout.text,
+        "100000\n"
+    );
+    for name in ["fork-bomb", "proc-sys", "orphan", "noisy-fds", "argv"] {
+        common::assert_no_container(name);
+    }
+    assert_next_run_works(&client).await;
+}
