@@ -20,10 +20,12 @@ and must stay under one of the allowed roots, symbolic links included.
 """
 
 import base64
+import ctypes
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -34,6 +36,9 @@ WORKSPACE = os.environ.get("DOCKHAND_WORKSPACE", "/workspace")
 ROOTS = [r for r in os.environ.get("DOCKHAND_ROOTS", WORKSPACE).split(":") if r]
 
 _out_lock = threading.Lock()
+# Pids of the commands running now (their Popen waits for them).
+_commands = set()
+_commands_lock = threading.Lock()
 
 
 def send(msg):
@@ -80,11 +85,20 @@ def do_exec(req):
     env.update(req.get("env") or {})
     cwd = resolve(req.get("cwd") or WORKSPACE)
     stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )
+    with _commands_lock:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        _commands.add(proc.pid)
+    try:
+        run_command(req, rid, proc, stdin, limit, stream)
+    finally:
+        _commands.discard(proc.pid)
+
+
+def run_command(req, rid, proc, stdin, limit, stream):
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     cut = {"stdout": False, "stderr": False}
 
@@ -113,16 +127,18 @@ def do_exec(req):
                 pass
         threading.Thread(target=feed, daemon=True).start()
     timeout = req.get("timeout_s")
+    deadline = time.monotonic() + timeout if timeout is not None else None
     timed_out = False
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc.pid)
         proc.wait()
+    if not timed_out and deadline is not None:
+        # What the command left running in its process group (background
+        # jobs, a fork bomb's remains) lives until the command's time limit.
+        threading.Thread(target=kill_group_at, args=(proc.pid, deadline), daemon=True).start()
     for t in readers:
         # Background children may keep the pipes open; do not wait for them forever.
         t.join(timeout=0.5 if timed_out else 5)
@@ -133,14 +149,52 @@ def do_exec(req):
     })
 
 
+def kill_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group_at(pgid, deadline):
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    kill_group(pgid)
+
+
 def do_read(req):
     path = resolve(req["path"])
+    limit = int(req.get("max_bytes") or (64 << 20))
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        # Sockets cannot be opened at all: tell them apart first. The type is
+        # checked again on the open descriptor, which is what is read.
+        if not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path):
+            raise Refused("not_a_file", "%s is not a regular file (a FIFO, socket or device); only regular files are read" % req["path"])
+        # Non-blocking, so a FIFO swapped in meanwhile cannot hold the request.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise os_error(req["path"], e)
-    return {"data": b64(data)}
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise Refused("is_a_directory", "%s is a directory" % req["path"])
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("not_a_file", "%s is not a regular file (a FIFO, socket or device); only regular files are read" % req["path"])
+        if st.st_size > limit:
+            raise Refused("too_large", "%s is %d bytes; the limit is %d bytes" % (req["path"], st.st_size, limit))
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise Refused("too_large", "%s grew past the limit of %d bytes while being read" % (req["path"], limit))
+            chunks.append(chunk)
+    except OSError as e:
+        raise os_error(req["path"], e)
+    finally:
+        os.close(fd)
+    return {"data": b64(b"".join(chunks))}
 
 
 def do_write(req):
@@ -228,8 +282,52 @@ def handle(req):
         send({"type": "error", "id": rid, "kind": "io", "message": "%s: %s" % (type(e).__name__, e)})
 
 
+def make_unreachable():
+    """Commands run as the agent's user; a non-dumpable agent keeps them out
+    of /proc/<agent>/fd (its protocol channel), mem and environ."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_DUMPABLE = 4
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError) as e:
+        sys.stderr.write("dockhand agent: cannot make itself non-dumpable: %s\n" % e)
+
+
+def reap_orphans():
+    """As PID 1 the agent inherits every orphan; reap the dead ones so they
+    do not use up the container's process limit (a fork bomb's remains)."""
+    own = os.getpid()
+    while True:
+        time.sleep(0.5)
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # state, ppid; children the agent runs itself are waited by their Popen.
+            if fields[0] != "Z" or int(fields[1]) != own:
+                continue
+            with _commands_lock:
+                if int(entry) in _commands:
+                    continue
+                try:
+                    os.waitpid(int(entry), os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
+
 def main():
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # As PID 1 the agent gets only the signals it handles: Python's SIGINT
+    # handler would let any command end it. A no-op handler (not SIG_IGN, which
+    # commands would inherit) closes that.
+    signal.signal(signal.SIGINT, lambda *_: None)
+    make_unreachable()
+    threading.Thread(target=reap_orphans, daemon=True).start()
     send({"type": "ready", "pid": os.getpid()})
     buf = b""
     while True:

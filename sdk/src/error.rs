@@ -46,6 +46,10 @@ pub enum FileErrorKind {
     ReadOnly,
     /// A directory is not empty.
     NotEmpty,
+    /// Not a regular file (a FIFO, socket or device): only regular files are read.
+    NotAFile,
+    /// The file is larger than the session's read limit.
+    TooLarge,
     /// Anything else.
     Other,
 }
@@ -60,6 +64,8 @@ impl FileErrorKind {
             "permission" => FileErrorKind::PermissionDenied,
             "read_only" => FileErrorKind::ReadOnly,
             "not_empty" => FileErrorKind::NotEmpty,
+            "not_a_file" => FileErrorKind::NotAFile,
+            "too_large" => FileErrorKind::TooLarge,
             _ => FileErrorKind::Other,
         }
     }

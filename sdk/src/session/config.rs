@@ -65,6 +65,8 @@ pub struct SessionConfig {
     pub(crate) persist: bool,
     pub(crate) exec_timeout: Option<Duration>,
     pub(crate) output_limit: usize,
+    pub(crate) read_limit: u64,
+    pub(crate) request_timeout: Duration,
     pub(crate) name: Option<String>,
 }
 
@@ -104,6 +106,8 @@ impl Default for SessionConfig {
             persist: false,
             exec_timeout: Some(Duration::from_secs(120)),
             output_limit: 1 << 20,
+            read_limit: 64 << 20,
+            request_timeout: Duration::from_secs(30),
             name: None,
         }
     }
@@ -231,6 +235,21 @@ impl SessionConfig {
     /// Default per-command timeout (`None`: no limit).
     pub fn exec_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.exec_timeout = timeout;
+        self
+    }
+
+    /// The largest file `read_file` returns (default 64 MiB); larger ones
+    /// fail with [`FileErrorKind::TooLarge`](crate::FileErrorKind::TooLarge).
+    pub fn read_limit(mut self, bytes: u64) -> Self {
+        self.read_limit = bytes;
+        self
+    }
+
+    /// How long a file operation may go unanswered before the session is
+    /// taken to have stopped answering (default 30 s); commands get their
+    /// own timeout plus 5 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
         self
     }
 

@@ -364,6 +364,23 @@ impl Session {
             })
     }
 
+    /// Marks a request as under way until the returned guard drops: a
+    /// dropped call must not leave the session `running`.
+    fn busy(&self) -> Result<Busy> {
+        self.begin()?;
+        Ok(Busy(self.clone()))
+    }
+
+    /// The session stopped answering within `limit`: it is of no more use
+    /// (its container goes); `start` brings it back.
+    fn unanswered(&self, what: &str, limit: Duration) -> Error {
+        let reason = format!(
+            "the session did not answer {what} within {limit:?} (its container may be paused or wedged); start it again"
+        );
+        self.fail(reason.clone());
+        Error::SessionUnavailable { reason }
+    }
+
     fn begin(&self) -> Result<()> {
         let mut s = lock(&self.inner.status);
         match s.life.state {
@@ -430,22 +447,19 @@ impl Session {
                     c.roots().join(", ")
                 ),
             })?;
-        self.begin()?;
-        let outcome = async {
-            let mut rx = self.request(|id| build(id, resolved)).await?;
-            match rx.recv().await {
-                Some(Reply::Error { kind, message, .. }) => Err(Error::SessionFile {
-                    path: path.to_string(),
-                    kind: FileErrorKind::from_agent(&kind),
-                    message,
-                }),
-                Some(reply) => Ok(reply),
-                None => Err(self.gone()),
-            }
+        let _busy = self.busy()?;
+        let limit = c.request_timeout;
+        let mut rx = self.request(|id| build(id, resolved)).await?;
+        match tokio::time::timeout(limit, rx.recv()).await {
+            Err(_) => Err(self.unanswered("a file request", limit)),
+            Ok(Some(Reply::Error { kind, message, .. })) => Err(Error::SessionFile {
+                path: path.to_string(),
+                kind: FileErrorKind::from_agent(&kind),
+                message,
+            }),
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => Err(self.gone()),
         }
-        .await;
-        self.end();
-        outcome
     }
 
     fn gone(&self) -> Error {
@@ -462,38 +476,43 @@ impl Session {
         command: &str,
         options: ExecOptions,
     ) -> Result<impl Stream<Item = Result<ExecEvent>> + Send + 'static> {
-        self.begin()?;
+        let busy = self.busy()?;
         let started = Instant::now();
         let timeout = options.timeout.or(self.inner.config.exec_timeout);
-        let rx = match self.send_exec(command, &options, timeout, true).await {
-            Ok(rx) => rx,
-            Err(e) => {
-                self.end();
-                return Err(e);
-            }
-        };
-        let session = self.clone();
+        let rx = self.send_exec(command, &options, timeout, true).await?;
+        let deadline = timeout.map(|t| started + t + exec_grace(t));
         Ok(futures::stream::unfold(
-            Some((rx, session, started)),
+            Some((rx, busy, started)),
             move |state| async move {
-                let (mut rx, session, started) = state?;
-                match rx.recv().await {
-                    Some(Reply::Chunk { stream, data, .. }) => {
+                let (mut rx, busy, started) = state?;
+                let next = match deadline {
+                    None => Ok(rx.recv().await),
+                    Some(at) => tokio::time::timeout_at(at.into(), rx.recv()).await,
+                };
+                let session = busy.0.clone();
+                match next {
+                    Ok(Some(Reply::Chunk { stream, data, .. })) => {
                         let bytes = Bytes::from(unb64(&data).unwrap_or_default());
                         let event = if stream == "stderr" {
                             ExecEvent::Stderr(bytes)
                         } else {
                             ExecEvent::Stdout(bytes)
                         };
-                        Some((Ok(event), Some((rx, session, started))))
+                        Some((Ok(event), Some((rx, busy, started))))
                     }
-                    Some(reply) => {
+                    Ok(Some(reply)) => {
+                        drop(busy);
                         let out = session.finish_exec(reply, started, timeout);
                         Some((out.map(ExecEvent::Exit), None))
                     }
-                    None => {
-                        session.end();
+                    Ok(None) => {
+                        drop(busy);
                         Some((Err(session.gone()), None))
+                    }
+                    Err(_) => {
+                        drop(busy);
+                        let limit = timeout.map(|t| t + exec_grace(t)).unwrap_or_default();
+                        Some((Err(session.unanswered("a command", limit)), None))
                     }
                 }
             },
@@ -541,7 +560,6 @@ impl Session {
         started: Instant,
         timeout: Option<Duration>,
     ) -> Result<ExecResult> {
-        self.end();
         match reply {
             Reply::Exit {
                 code,
@@ -731,28 +749,32 @@ async fn read_replies(
 
 impl SessionApi for Session {
     async fn exec_with(&self, command: &str, options: ExecOptions) -> Result<ExecResult> {
-        self.begin()?;
+        let busy = self.busy()?;
         let started = Instant::now();
         let timeout = options.timeout.or(self.inner.config.exec_timeout);
-        let mut rx = match self.send_exec(command, &options, timeout, false).await {
-            Ok(rx) => rx,
-            Err(e) => {
-                self.end();
-                return Err(e);
-            }
+        let mut rx = self.send_exec(command, &options, timeout, false).await?;
+        let reply = match timeout {
+            None => Ok(rx.recv().await),
+            Some(t) => tokio::time::timeout(t + exec_grace(t), rx.recv()).await,
         };
-        match rx.recv().await {
-            Some(reply) => self.finish_exec(reply, started, timeout),
-            None => {
-                self.end();
-                Err(self.gone())
-            }
+        drop(busy);
+        match reply {
+            Ok(Some(reply)) => self.finish_exec(reply, started, timeout),
+            Ok(None) => Err(self.gone()),
+            Err(_) => Err(self.unanswered(
+                "a command",
+                timeout.map(|t| t + exec_grace(t)).unwrap_or_default(),
+            )),
         }
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         match self
-            .file_request(path, |id, path| Request::Read { id, path })
+            .file_request(path, |id, path| Request::Read {
+                id,
+                path,
+                max_bytes: self.inner.config.read_limit,
+            })
             .await?
         {
             Reply::Ok {
@@ -793,6 +815,21 @@ impl SessionApi for Session {
     }
 }
 
+/// How long past a command's own timeout the host waits for the agent's
+/// answer (the agent answers about 0.5 s after killing a command).
+fn exec_grace(timeout: Duration) -> Duration {
+    Duration::from_secs(1) + timeout / 10
+}
+
+/// A request under way; ends it when dropped (see [`Session::busy`]).
+struct Busy(Session);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::workspace_tar;
@@ -822,3 +859,4 @@ mod tests {
         );
     }
 }
+

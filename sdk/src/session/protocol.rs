@@ -37,6 +37,8 @@ pub enum Request {
         id: u64,
         /// Path.
         path: String,
+        /// The largest file to return.
+        max_bytes: u64,
     },
     /// Write a file atomically (parents created).
     Write {
