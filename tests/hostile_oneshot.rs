@@ -298,3 +298,165 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
     }
     assert_next_run_works(&client).await;
 }
+
+#[tokio::test]
+async fn outputs_are_bounded_and_special_files_refused() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    // Past the limit: a typed error naming the output.
+    let big = Sandbox::code(
+        "big-output",
+        "with open('/var/outputs/blob', 'wb') as f:\n    f.write(b'x' * (20 << 20))\n",
+    )
+    .verbatim()
+    .output("blob", Type::File)
+    .outputs_limit(10 << 20)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    match client.run(&big, none()).await {
+        Err(Error::OutputTooLarge { name, limit_bytes }) => {
+            assert_eq!((name.as_str(), limit_bytes), ("blob", 10 << 20))
+        }
+        other => panic!("expected OutputTooLarge, got {other:?}"),
+    }
+    // Undeclared files count too: the limit bounds what is read at all.
+    let hidden = Sandbox::code(
+        "hidden-output",
+        "with open('/var/outputs/junk', 'wb') as f:\n    f.write(b'x' * (20 << 20))\nresult = 1\n",
+    )
+    .output("result", Type::Int)
+    .outputs_limit(10 << 20)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    assert!(matches!(
+        client.run(&hidden, none()).await,
+        Err(Error::OutputTooLarge { .. })
+    ));
+
+    // Links out of the output, FIFOs and devices are refused.
+    for (name, setup) in [
+        ("link-out", "os.symlink('/etc/passwd', d + '/passwd')"),
+        ("fifo-out", "os.mkfifo(d + '/pipe')"),
+    ] {
+        let sb = Sandbox::code(
+            name,
+            format!("import os\nd = '/var/outputs/tree'\nos.makedirs(d)\n{setup}\n"),
+        )
+        .verbatim()
+        .output("tree", Type::Dir)
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+        match client.run(&sb, none()).await {
+            Err(Error::UnsafeArchivePath { .. }) => {}
+            other => panic!("{name}: expected UnsafeArchivePath, got {other:?}"),
+        }
+    }
+
+    // Odd names arrive as they were written.
+    let odd = Sandbox::code(
+        "odd-names",
+        "import os\nd = '/var/outputs/tree'\nos.makedirs(d)\nfor n in ['new\\nline', 'sp ace', 'ünï😀', '-dash', '.hidden']:\n    open(os.path.join(d, n), 'w').write(n)\n",
+    )
+    .verbatim()
+    .output("tree", Type::Dir)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let out = client.run(&odd, none()).await.unwrap();
+    let dir: std::path::PathBuf = out.get("tree").unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["-dash", ".hidden", "new\nline", "sp ace", "ünï😀"]);
+    for n in &names {
+        assert_eq!(&std::fs::read_to_string(dir.join(n)).unwrap(), n);
+    }
+
+    // A forged status file larger than any the runner writes is not read.
+    let forged = Sandbox::code(
+        "forged-status",
+        "import os\nos.makedirs('/var/outputs/.dockhand', exist_ok=True)\nopen('/var/outputs/.dockhand/status.json', 'w').write('{\"unassigned\": [\"result\"]}' + ' ' * (2 << 20))\nopen('/var/outputs/result', 'w').write('7')\n",
+    )
+    .verbatim()
+    .output("result", Type::Int)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    assert_eq!(
+        client
+            .run(&forged, none())
+            .await
+            .unwrap()
+            .get::<i64>("result")
+            .unwrap(),
+        7
+    );
+    for name in [
+        "big-output",
+        "hidden-output",
+        "link-out",
+        "fifo-out",
+        "odd-names",
+    ] {
+        common::assert_no_container(name);
+    }
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test]
+async fn huge_binary_and_invalid_utf8_output_is_counted_exactly() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    let noisy = Sandbox::code(
+        "byte-counts",
+        "import sys\nsys.stdout.buffer.write(b'a' * (3 << 20))\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00' * 1000)\nsys.stderr.buffer.write(b'\\xc3\\x28 bad utf-8')\n",
+    )
+    .output_limit(1 << 20)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let out = client.run(&noisy, none()).await.unwrap();
+    assert_eq!(out.stdout.total_bytes, (3 << 20) + 3000);
+    assert!(out.stdout.truncated);
+    assert!(
+        out.stdout.text.len() <= (1 << 20) + 2,
+        "kept {}",
+        out.stdout.text.len()
+    );
+    assert_eq!(out.stderr.total_bytes, 12);
+    assert!(!out.stderr.truncated);
+    assert!(out.stderr.text.ends_with("( bad utf-8"));
+    assert_next_run_works(&client).await;
+}
+
+#[tokio::test]
+async fn egress_and_disk_bombs_fail_inside() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    // No network by default: name resolution and connections fail inside.
+    let egress = code(
+        "egress",
+        "import socket\ntry:\n    socket.getaddrinfo('example.com', 80)\n    print('resolved')\nexcept OSError:\n    print('no network')\n",
+    );
+    assert_eq!(
+        client.run(&egress, none()).await.unwrap().stdout.text,
+        "no network\n"
+    );
+    // Filling /tmp fails with ENOSPC inside; the host is unaffected.
+    let fill = code(
+        "disk-bomb",
+        "import errno\ntry:\n    with open('/tmp/fill', 'wb') as f:\n        while True:\n            f.write(b'x' * (1 << 20))\nexcept OSError as e:\n    print('full' if e.errno == errno.ENOSPC else e)\n",
+    );
+    assert_eq!(
+        client.run(&fill, none()).await.unwrap().stdout.text,
+        "full\n"
+    );
+    common::assert_no_container("egress");
+    common::assert_no_container("disk-bomb");
+    assert_next_run_works(&client).await;
+}

@@ -233,6 +233,15 @@ pub enum Error {
         id: String,
     },
 
+    /// `/var/outputs` held more than the sandbox's outputs limit.
+    #[error("output `{name}` takes /var/outputs past its limit of {limit_bytes} bytes; write less, or raise it with `.outputs_limit(bytes)`")]
+    OutputTooLarge {
+        /// The output (or other file in /var/outputs) that crossed the limit.
+        name: String,
+        /// The limit in bytes.
+        limit_bytes: u64,
+    },
+
     /// Auto-IO code never assigned a declared output variable.
     #[error("output `{name}` was never assigned by the code (assign a variable named `{name}`)")]
     OutputNotAssigned {

@@ -9,10 +9,10 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 
 use super::{docker_err, is_not_found, labels, ContainerGuard, Engine};
 use crate::error::Result;
@@ -268,33 +268,26 @@ impl Engine {
         })
     }
 
-    /// Streams stdout and stderr from the start of the container until it stops.
-    pub fn follow_logs(&self, id: &str) -> impl Stream<Item = Result<LogChunk>> + Send + 'static {
-        let options = LogsOptionsBuilder::default()
-            .follow(true)
-            .stdout(true)
-            .stderr(true)
-            .build();
-        self.docker
-            .logs(id, Some(options))
-            .map_err(|e| docker_err("read logs", e))
-            .try_filter_map(|out| async move {
-                Ok(match out {
-                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                        Some(LogChunk::Stdout(message))
-                    }
-                    LogOutput::StdErr { message } => Some(LogChunk::Stderr(message)),
-                    LogOutput::StdIn { .. } => None,
-                })
-            })
-    }
-
     /// Attaches to a created container's stdin, stdout and stderr (call before
     /// starting it, so no output is missed). The container must have been
     /// created with `open_stdin`.
     pub async fn attach(&self, id: &str) -> Result<Attached> {
+        self.attach_with(id, true).await
+    }
+
+    /// Attaches to a created container's stdout and stderr only: the raw
+    /// bytes, binary-safe and unsplit (a log driver would rewrite invalid
+    /// UTF-8 and split long lines). Attach before starting to miss nothing.
+    pub async fn attach_output(
+        &self,
+        id: &str,
+    ) -> Result<std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>> {
+        Ok(self.attach_with(id, false).await?.output)
+    }
+
+    async fn attach_with(&self, id: &str, stdin: bool) -> Result<Attached> {
         let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
+            .stdin(stdin)
             .stdout(true)
             .stderr(true)
             .stream(true)
@@ -320,21 +313,28 @@ impl Engine {
         })
     }
 
-    /// Reads `path` out of a container as a tar archive; `None` when it does not exist.
-    pub async fn download_archive(&self, id: &str, path: &str) -> Result<Option<Vec<u8>>> {
+    /// Streams `path` out of a container as a tar archive; `None` when it
+    /// (or the container) does not exist.
+    pub async fn download_stream(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Option<impl Stream<Item = Result<bytes::Bytes>> + Send + Unpin + 'static>> {
         let options = DownloadFromContainerOptionsBuilder::default()
             .path(path)
             .build();
-        let mut stream = self.docker.download_from_container(id, Some(options));
-        let mut tar = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(bytes) => tar.extend_from_slice(&bytes),
-                Err(e) if is_not_found(&e) => return Ok(None),
-                Err(e) => return Err(docker_err("download archive", e)),
-            }
-        }
-        Ok(Some(tar))
+        let mut stream = Box::pin(self.docker.download_from_container(id, Some(options)));
+        // The daemon says "not found" before the first byte, or never.
+        let first = match stream.next().await {
+            None => bytes::Bytes::new(),
+            Some(Ok(bytes)) => bytes,
+            Some(Err(e)) if is_not_found(&e) => return Ok(None),
+            Some(Err(e)) => return Err(docker_err("download archive", e)),
+        };
+        let rest = stream.map(|chunk| chunk.map_err(|e| docker_err("download archive", e)));
+        Ok(Some(Box::pin(
+            futures::stream::once(async move { Ok(first) }).chain(rest),
+        )))
     }
 
     /// Whether a container exists (running or not).

@@ -124,15 +124,19 @@ impl Drop for ContainerGuard {
             return;
         }
         // Wait for the removal (a container must not outlive its guard), but
-        // never stall an async runtime's worker: on a multi-threaded runtime,
-        // hand this worker's other tasks to another thread while waiting.
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+        // never stall an async runtime: on a multi-threaded one, hand this
+        // worker's tasks to another thread while waiting. A current-thread
+        // runtime cannot: its connections (one may hold the container busy in
+        // the daemon) only move while its thread runs, so there the removal
+        // finishes on its own.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
                 tokio::task::block_in_place(|| {
                     let _ = helper.join();
                 });
             }
-            _ => {
+            Ok(_) => {}
+            Err(_) => {
                 let _ = helper.join();
             }
         }

@@ -152,6 +152,11 @@ pub struct RunnerBadOutput {
     pub got: String,
 }
 
+/// The largest value output (int, str, json, ...) read into memory.
+const VALUE_LIMIT: u64 = 64 << 20;
+/// The largest status file the runner could have written.
+const STATUS_LIMIT: u64 = 1 << 20;
+
 /// What was found in `/var/outputs`.
 #[derive(Debug, Default)]
 pub struct Collected {
@@ -168,14 +173,26 @@ pub struct Collected {
 /// Reads the tar of `/var/outputs` (entries start with `outputs/`), keeping only
 /// declared outputs and the runner's status. File and Dir outputs are extracted
 /// into a fresh temp dir, refusing anything that could land outside it.
-pub fn collect(tar_bytes: &[u8], declared: &[Param]) -> Result<Collected> {
+///
+/// The archive is read as a stream (File and Dir outputs go straight to
+/// disk); everything in it, declared or not, counts toward `limit` bytes.
+pub fn collect(tar: impl std::io::Read, declared: &[Param], limit: u64) -> Result<Collected> {
     let wrap = |e: std::io::Error| Error::io("reading the outputs archive", e);
     let mut collected = Collected::default();
     let mut symlinks: HashSet<PathBuf> = HashSet::new();
-    let mut archive = tar::Archive::new(tar_bytes);
+    let mut archive = tar::Archive::new(tar);
+    let mut total: u64 = 0;
     for entry in archive.entries().map_err(wrap)? {
         let mut entry = entry.map_err(wrap)?;
         let full = entry.path().map_err(wrap)?.into_owned();
+        total = total.saturating_add(entry.header().size().unwrap_or(0));
+        if total > limit {
+            let name: PathBuf = full.components().skip(1).take(1).collect();
+            return Err(Error::OutputTooLarge {
+                name: name.display().to_string(),
+                limit_bytes: limit,
+            });
+        }
         let shown = full.display().to_string();
         let unsafe_path = |reason| Error::UnsafeArchivePath {
             path: shown.clone(),
@@ -194,8 +211,11 @@ pub fn collect(tar_bytes: &[u8], declared: &[Param]) -> Result<Collected> {
         };
         let name = first.as_os_str().to_string_lossy().into_owned();
 
+        let size = entry.header().size().unwrap_or(0);
         if name == CONTROL_DIR {
-            if rel == Path::new(CONTROL_DIR).join(STATUS_FILE) {
+            // The code can write here too: a status file larger than any the
+            // runner writes is not read.
+            if rel == Path::new(CONTROL_DIR).join(STATUS_FILE) && size <= STATUS_LIMIT {
                 let mut text = Vec::new();
                 entry.read_to_end(&mut text).map_err(wrap)?;
                 collected.status = serde_json::from_slice(&text).ok();
@@ -208,6 +228,13 @@ pub fn collect(tar_bytes: &[u8], declared: &[Param]) -> Result<Collected> {
         let kind = entry.header().entry_type();
 
         if !param.ty.is_path() {
+            if size > VALUE_LIMIT {
+                return Err(Error::BadOutput {
+                    name,
+                    expected: param.ty.to_string(),
+                    got: format!("{size} bytes; values are read into memory up to {VALUE_LIMIT} bytes, so declare a File output for more"),
+                });
+            }
             if !kind.is_file() {
                 return Err(Error::BadOutput {
                     name,
@@ -395,6 +422,22 @@ mod tests {
     }
 
     #[test]
+    fn the_outputs_limit_names_what_crossed_it() {
+        let tar = archive(|b| {
+            file(b, "outputs/small", b"1234");
+            file(b, "outputs/undeclared", b"12345678");
+        });
+        let declared = [p("small", Type::File)];
+        assert!(collect(&tar[..], &declared, 12).is_ok());
+        match collect(&tar[..], &declared, 11) {
+            Err(Error::OutputTooLarge { name, limit_bytes }) => {
+                assert_eq!((name.as_str(), limit_bytes), ("undeclared", 11))
+            }
+            other => panic!("expected OutputTooLarge, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn scalars_files_and_dirs_are_collected() {
         let tar = archive(|b| {
             file(b, "outputs/n", b"42");
@@ -414,7 +457,7 @@ mod tests {
             p("rep", Type::File),
             p("tree", Type::Dir),
         ];
-        let collected = collect(&tar, &declared).unwrap();
+        let collected = collect(&tar[..], &declared, u64::MAX).unwrap();
         assert_eq!(
             collected.status.as_ref().unwrap().unassigned,
             Some(vec!["x".to_string()])
@@ -439,7 +482,7 @@ mod tests {
     fn outputs_dir_is_removed_on_drop() {
         let tar = archive(|b| file(b, "outputs/rep", b"x"));
         let declared = [p("rep", Type::File)];
-        let out = parse(collect(&tar, &declared).unwrap(), &declared).unwrap();
+        let out = parse(collect(&tar[..], &declared, u64::MAX).unwrap(), &declared).unwrap();
         let dir = out.dir().unwrap().to_path_buf();
         assert!(dir.exists());
         drop(out);
@@ -466,7 +509,7 @@ mod tests {
             }),
         ];
         for tar in cases {
-            let err = collect(&tar, &declared).unwrap_err();
+            let err = collect(&tar[..], &declared, u64::MAX).unwrap_err();
             assert!(matches!(err, Error::UnsafeArchivePath { .. }), "{err}");
         }
         // `..` in entry names: the tar crate refuses to write such names, so
@@ -481,17 +524,21 @@ mod tests {
             .copy_from_slice(&tar[header_start..header_start + 512]);
         header.set_cksum();
         tar[header_start..header_start + 512].copy_from_slice(header.as_bytes());
-        let err = collect(&tar, &[p("escape", Type::File)]).unwrap_err();
+        let err = collect(&tar[..], &[p("escape", Type::File)], u64::MAX).unwrap_err();
         assert!(matches!(err, Error::UnsafeArchivePath { .. }), "{err}");
     }
 
     #[test]
     fn missing_and_bad_outputs_are_named() {
         let declared = [p("n", Type::Int)];
-        let err = parse(collect(&archive(|_| {}), &declared).unwrap(), &declared).unwrap_err();
+        let err = parse(
+            collect(&archive(|_| {})[..], &declared, u64::MAX).unwrap(),
+            &declared,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::MissingOutput { ref name } if name == "n"));
         let tar = archive(|b| file(b, "outputs/n", b"forty-two"));
-        let err = parse(collect(&tar, &declared).unwrap(), &declared).unwrap_err();
+        let err = parse(collect(&tar[..], &declared, u64::MAX).unwrap(), &declared).unwrap_err();
         assert!(
             matches!(err, Error::BadOutput { ref name, ref got, .. } if name == "n" && got == "forty-two"),
             "{err}"

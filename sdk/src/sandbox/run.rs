@@ -305,93 +305,128 @@ impl Client {
             extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
             scratch_volumes,
             init: true,
+            // Output is read raw through attach; a log would only cost disk.
+            no_log: true,
             ..Default::default()
         };
         confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
         let container = engine.create_container(&spec).await?;
-        let id = container.id().to_string();
-        engine
-            .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
-            .await?;
-        if prepared.needs_outputs_dir {
+        // Every way out below ends here, so the container is removed on the
+        // async path (a blocking drop could stall the connections the daemon
+        // still needs to finish with it); the guard's drop is for cancellation.
+        let ran = async {
+            let id = container.id().to_string();
             engine
-                .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
                 .await?;
-        }
-        if let Some(tar) = &prepared.secrets_tar {
-            engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
-        }
+            if prepared.needs_outputs_dir {
+                engine
+                    .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                    .await?;
+            }
+            if let Some(tar) = &prepared.secrets_tar {
+                engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
+            }
 
-        // Live lines pass through redaction before the caller sees them.
-        let secrets = prepared.secrets.clone();
-        let handler: Option<OutputHandler> = options.on_output.clone().map(|h| {
-            Arc::new(move |l: OutputLine| {
-                h(OutputLine {
-                    line: redact(&l.line, &secrets),
-                    ..l
-                })
-            }) as OutputHandler
-        });
-        let handler = handler.as_ref();
-        let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
-        let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
-        let run = async {
-            engine.start_container(&id).await?;
-            let logs = async {
-                let mut stream = std::pin::pin!(engine.follow_logs(&id));
-                while let Some(chunk) = stream.next().await {
+            // Live lines pass through redaction before the caller sees them.
+            let secrets = prepared.secrets.clone();
+            let handler: Option<OutputHandler> = options.on_output.clone().map(|h| {
+                Arc::new(move |l: OutputLine| {
+                    h(OutputLine {
+                        line: redact(&l.line, &secrets),
+                        ..l
+                    })
+                }) as OutputHandler
+            });
+            let handler = handler.as_ref();
+            let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
+            let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
+            let mut output = engine.attach_output(&id).await?;
+            let run = async {
+                engine.start_container(&id).await?;
+                let mut wait = std::pin::pin!(engine.wait_container(&id));
+                let mut take = |chunk: Result<LogChunk>| -> Result<()> {
                     match chunk? {
                         LogChunk::Stdout(b) => stdout.push(&b, handler),
                         LogChunk::Stderr(b) => stderr.push(&b, handler),
                     }
+                    Ok(())
+                };
+                let status = loop {
+                    tokio::select! {
+                        status = &mut wait => break status?,
+                        chunk = output.next() => match chunk {
+                            Some(chunk) => take(chunk)?,
+                            None => break wait.await?,
+                        },
+                    }
+                };
+                // The attach stream may stay open after the exit (bollard #251):
+                // take what is still buffered, then stop.
+                while let Ok(Some(chunk)) =
+                    tokio::time::timeout(Duration::from_millis(200), output.next()).await
+                {
+                    take(chunk)?;
                 }
-                Ok::<_, Error>(())
+                Ok::<_, Error>(status)
             };
-            let (status, logs) = tokio::join!(engine.wait_container(&id), logs);
-            logs?;
-            status
-        };
-        let status = match rt.timeout {
-            None => run.await?,
-            Some(limit) => match tokio::time::timeout(limit, run).await {
-                Ok(status) => status?,
-                Err(_) => {
-                    // Answer at the limit; the container goes in the background.
-                    container.remove_in_background();
-                    let (out, err) = (stdout.finish(handler), stderr.finish(handler));
-                    return Err(Error::Timeout {
-                        timeout: limit,
-                        stdout: redact(&out.text, &prepared.secrets),
-                        stderr: redact(&err.text, &prepared.secrets),
-                    });
-                }
-            },
-        };
-        let mut stdout = stdout.finish(handler);
-        let mut stderr = stderr.finish(handler);
-        stdout.text = redact(&stdout.text, &prepared.secrets);
-        stderr.text = redact(&stderr.text, &prepared.secrets);
+            let status = match rt.timeout {
+                None => run.await?,
+                Some(limit) => match tokio::time::timeout(limit, run).await {
+                    Ok(status) => status?,
+                    Err(_) => {
+                        let (out, err) = (stdout.finish(handler), stderr.finish(handler));
+                        return Err(Error::Timeout {
+                            timeout: limit,
+                            stdout: redact(&out.text, &prepared.secrets),
+                            stderr: redact(&err.text, &prepared.secrets),
+                        });
+                    }
+                },
+            };
+            let mut stdout = stdout.finish(handler);
+            let mut stderr = stderr.finish(handler);
+            stdout.text = redact(&stdout.text, &prepared.secrets);
+            stderr.text = redact(&stderr.text, &prepared.secrets);
 
-        if status.gone {
-            drop(container);
-            return Err(Error::ContainerGone { id });
-        }
-        let archive = match engine.download_archive(&id, OUTPUTS_DIR).await? {
-            Some(archive) => archive,
-            None if !engine.container_exists(&id).await? => {
-                drop(container);
+            if status.gone {
                 return Err(Error::ContainerGone { id });
             }
-            None => Vec::new(),
+            let collected = match engine.download_stream(&id, OUTPUTS_DIR).await? {
+                Some(stream) => {
+                    collect_streamed(stream, &sandbox.outputs, rt.outputs_limit).await?
+                }
+                None if !engine.container_exists(&id).await? => {
+                    return Err(Error::ContainerGone { id });
+                }
+                None => outputs::collect(std::io::empty(), &sandbox.outputs, rt.outputs_limit)?,
+            };
+            Ok::<_, Error>((status, stdout, stderr, collected))
+        }
+        .await;
+        let (status, stdout, stderr, collected) = match ran {
+            Ok(ran) => {
+                container.remove().await?;
+                ran
+            }
+            Err(e @ Error::Timeout { .. }) => {
+                // Answer at the limit; the container goes in the background.
+                container.remove_in_background();
+                return Err(e);
+            }
+            Err(e) => {
+                if let Err(removal) = container.remove().await {
+                    tracing::warn!(error = %removal, "removing a failed run's container");
+                }
+                return Err(e);
+            }
         };
-        container.remove().await?;
 
         if status.oom_killed {
             return Err(Error::OutOfMemory {
                 limit_bytes: rt.resources.memory_bytes,
             });
         }
-        let collected = outputs::collect(&archive, &sandbox.outputs)?;
         if let Some(report) = &collected.status {
             if let Some(name) = report.unassigned.as_ref().and_then(|u| u.first()) {
                 return Err(Error::OutputNotAssigned { name: name.clone() });
@@ -441,4 +476,23 @@ impl Client {
             attempts: Vec::new(),
         })
     }
+}
+
+/// Reads the outputs archive as it arrives, on a blocking thread: File and
+/// Dir outputs are written to disk as they stream, never held in memory.
+async fn collect_streamed(
+    stream: impl futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
+    declared: &[super::spec::Param],
+    limit: u64,
+) -> Result<outputs::Collected> {
+    let reader =
+        tokio_util::io::StreamReader::new(stream.map(|chunk| chunk.map_err(std::io::Error::other)));
+    let bridge = tokio_util::io::SyncIoBridge::new(reader);
+    let declared = declared.to_vec();
+    tokio::task::spawn_blocking(move || outputs::collect(bridge, &declared, limit))
+        .await
+        .map_err(|e| Error::Docker {
+            operation: "collect outputs",
+            message: e.to_string(),
+        })?
 }

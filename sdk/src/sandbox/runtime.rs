@@ -347,6 +347,16 @@ pub struct Runtime {
     pub cache: CacheMode,
     /// Whether runs with secrets may be cached (their values never enter the key).
     pub cache_with_secrets: bool,
+    /// Bytes `/var/outputs` may hold when it is collected.
+    #[serde(default = "default_outputs_limit")]
+    pub outputs_limit: u64,
+}
+
+/// 1 GiB: what `/var/outputs` may hold unless a sandbox says otherwise.
+pub const DEFAULT_OUTPUTS_LIMIT: u64 = 1 << 30;
+
+fn default_outputs_limit() -> u64 {
+    DEFAULT_OUTPUTS_LIMIT
 }
 
 impl Default for Runtime {
@@ -361,6 +371,7 @@ impl Default for Runtime {
             hardening: Hardening::default(),
             cache: CacheMode::Auto,
             cache_with_secrets: false,
+            outputs_limit: DEFAULT_OUTPUTS_LIMIT,
         }
     }
 }

@@ -220,6 +220,14 @@ impl SandboxBuilder {
         self
     }
 
+    /// Caps what `/var/outputs` may hold when the run ends (default 1 GiB);
+    /// more is [`Error::OutputTooLarge`](crate::Error::OutputTooLarge). File
+    /// and Dir outputs stream to disk, so this bounds disk use, not memory.
+    pub fn outputs_limit(mut self, bytes: u64) -> Self {
+        self.runtime.outputs_limit = bytes;
+        self
+    }
+
     /// CPU limit, fractional (default 1.0).
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.runtime.resources.cpus = cpus;
