@@ -158,6 +158,8 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
         },
         open_stdin: true,
         no_log: true,
+        // The program exits when its stdin closes, as it does when the owner dies.
+        auto_remove: true,
         ..Default::default()
     };
     // Always fully hardened and offline: the code is a model's.

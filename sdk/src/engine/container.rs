@@ -76,6 +76,11 @@ pub struct ContainerSpec {
     /// Do not keep a log of the output (for programs spoken to through
     /// attach, whose every message would otherwise also be written to disk).
     pub no_log: bool,
+    /// Have the daemon remove the container (and its anonymous volumes) when
+    /// its main process exits. For attached programs that exit when their
+    /// stdin closes: when the owning process dies, its connection closes, and
+    /// the container goes without anyone's help.
+    pub auto_remove: bool,
     /// Run a minimal init as PID 1, so the program is not PID 1: the kernel
     /// ignores signals PID 1 has no handler for, SIGKILL from inside included,
     /// and an init reaps orphans and reports a signal death as 128 + signal.
@@ -160,8 +165,8 @@ impl Engine {
                 typ: Some("none".into()),
                 config: None,
             }),
-            // Containers are removed explicitly, after their outputs are read.
-            auto_remove: Some(false),
+            // One-shots are removed explicitly, after their outputs are read.
+            auto_remove: Some(spec.auto_remove),
             init: spec.init.then_some(true),
             ..Default::default()
         };

@@ -305,6 +305,8 @@ impl Session {
             mounts: c.mounts.clone(),
             open_stdin: true,
             no_log: true,
+            // The agent exits when its stdin closes, as it does when the owner dies.
+            auto_remove: true,
             ..Default::default()
         };
         let h = &c.hardening;
