@@ -183,7 +183,7 @@ async fn dropped_runs_leave_nothing_and_do_not_stall_the_runtime() {
         .build()
         .unwrap();
     let mut runs = Vec::new();
-    for i in 0..30u64 {
+    for i in 0..50u64 {
         let (client, slow) = (client.clone(), slow.clone());
         // Dropped at spread-out moments: before create, during create,
         // upload, start and while running.

@@ -4,8 +4,9 @@ use std::future::Future;
 
 use serde_json::Value;
 
-use super::host::{CodeHost, Execution};
-use super::tools::Toolset;
+use super::config::Execution;
+use super::host::CodeHost;
+use super::toolset::Toolset;
 use crate::error::{Error, Result};
 
 /// Writes code for a task; any LLM client can implement it.

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::protocol::RunnerError;
-use super::tools::ToolCallRecord;
+use super::toolset::ToolCallRecord;
 
 /// Why an execution failed. Each variant renders (via `Display`) as a short
 /// text meant to be fed back to the model that wrote the code.

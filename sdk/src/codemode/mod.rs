@@ -43,21 +43,22 @@
 
 mod agent;
 mod bridge;
+mod config;
 mod errors;
 mod handles;
 mod host;
 pub mod protocol;
 mod tools;
+mod toolset;
 
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub use bridge::{BRIDGE, MONTY_PACKAGE, RULES};
+pub use config::{CodeHostConfig, Execution, HostDescription};
 pub use errors::{CodeError, CodeFailure};
-pub use host::{CodeHost, CodeHostConfig, CodeSession, Execution, HostDescription};
-pub use tools::{
-    check as check_schema, ParamType, Tool, ToolCallRecord, ToolFuture, ToolParam, Toolset,
-    LANGUAGE_RULES,
-};
+pub use host::{CodeHost, CodeSession};
+pub use tools::{check as check_schema, ParamType, Tool, ToolFuture, ToolParam};
+pub use toolset::{ToolCallRecord, Toolset, LANGUAGE_RULES};
 
 #[cfg(test)]
 mod rules_checks {

@@ -3,13 +3,15 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::sandbox::{Sandbox, Type};
+
+#[cfg(test)]
+use super::toolset::Toolset;
 
 /// What a tool handler returns: a JSON value, or an error message that
 /// becomes a `ToolError` in the code.
@@ -501,128 +503,6 @@ fn kind(v: &Value) -> &'static str {
         Value::String(_) => "str",
         Value::Array(_) => "list",
         Value::Object(_) => "dict",
-    }
-}
-
-/// A record of one tool call made by the code.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolCallRecord {
-    /// The tool.
-    pub name: String,
-    /// Its arguments, by name (as given when they could not be bound).
-    pub args: Value,
-    /// How long the host took.
-    pub duration: Duration,
-    /// Whether it succeeded.
-    pub ok: bool,
-    /// The error message, when it failed.
-    pub error: Option<String>,
-}
-
-/// The tools an execution may call.
-///
-/// ```
-/// use dockhand::codemode::{ParamType, Tool, Toolset};
-/// let tools = Toolset::new().tool(Tool::new("now", "Current time.").returns("str"));
-/// assert!(tools.prompt().contains("def now() -> str:"));
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct Toolset {
-    tools: Vec<Tool>,
-}
-
-/// The language rules of the sandbox, as told to a model.
-pub const LANGUAGE_RULES: &str = "\
-Write Python 3 that runs in Monty, a sandboxed Python interpreter:
-- Most of the language works: functions, classes (no inheritance), closures,
-  comprehensions, f-strings, try/except, async/await, dataclasses, type hints.
-  Not available: generators (yield), class inheritance, files, the network,
-  the environment and processes.
-- Already available without importing: json, math, re, datetime, asyncio, gather,
-  Counter, defaultdict. Other modules you may import: base64, binascii, bisect,
-  collections, copy, csv, dataclasses, decimal, functools, hashlib, itertools,
-  random, sys, time, tomllib, typing, unicodedata.
-- No dunder names or attributes (like __class__), no eval, exec, compile, open,
-  input or breakpoint; string literals up to 10,000 characters; any loop stops
-  after 10,000 iterations.
-- Call tools like functions: `x = tool(a)` or `x = await tool(a)`. To run calls
-  concurrently, gather them: `a, b = await gather(tool(1), tool(2))`.
-- A failing tool raises ToolError (catch it with `except ToolError as e`).
-- Only print() output and the value of the last expression are returned; make the
-  last line an expression with the answer (a dict is a good choice).";
-
-/// Names the stubs refer to besides the tools (handles of sandbox outputs).
-const STUB_PREAMBLE: &str = "\
-from typing import Any
-
-FileHandle = dict[str, Any]
-DirHandle = dict[str, Any]
-Handle = dict[str, Any]
-
-";
-
-impl Toolset {
-    /// An empty set.
-    pub fn new() -> Self {
-        Toolset::default()
-    }
-
-    /// Adds a tool (replacing one of the same name).
-    pub fn tool(mut self, tool: Tool) -> Self {
-        self.tools.retain(|t| t.name != tool.name);
-        self.tools.push(tool);
-        self
-    }
-
-    /// Adds a one-shot sandbox as a tool (see [`Tool::sandbox`]).
-    pub fn sandbox(self, sandbox: Sandbox) -> Self {
-        self.tool(Tool::sandbox(sandbox))
-    }
-
-    /// A tool by name.
-    pub fn get(&self, name: &str) -> Option<&Tool> {
-        self.tools.iter().find(|t| t.name == name)
-    }
-
-    /// Tool names.
-    pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.name.clone()).collect()
-    }
-
-    /// The tools.
-    pub fn iter(&self) -> impl Iterator<Item = &Tool> {
-        self.tools.iter()
-    }
-
-    /// The tools as Python stubs (`async def` with hints and docstrings), for
-    /// Monty's type checker.
-    ///
-    /// ```
-    /// use dockhand::codemode::{ParamType, Tool, Toolset};
-    /// let tools = Toolset::new().tool(Tool::new("add", "Adds.").param("a", ParamType::Int, ""));
-    /// assert!(tools.stubs().contains("async def add(a: int) -> Any:"));
-    /// ```
-    pub fn stubs(&self) -> String {
-        let mut text = String::from(STUB_PREAMBLE);
-        for t in &self.tools {
-            text.push_str("async ");
-            text.push_str(&t.python_signature());
-            text.push_str("\n    ...\n\n");
-        }
-        text
-    }
-
-    /// Tool signatures in Python syntax with hints and docstrings, plus the
-    /// sandbox's language rules: ready to paste into a system prompt.
-    pub fn prompt(&self) -> String {
-        let mut text = String::from(LANGUAGE_RULES);
-        text.push_str("\n\nAvailable tools:\n\n```python\n");
-        for t in &self.tools {
-            text.push_str(&t.python_signature());
-            text.push_str("\n\n");
-        }
-        text.push_str("```\n");
-        text
     }
 }
 

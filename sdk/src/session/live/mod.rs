@@ -12,6 +12,10 @@ use serde::Serialize;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+mod exec;
+use exec::exec_grace;
+mod launch;
+
 use super::api::{ExecOptions, ExecResult, SessionApi};
 use super::config::{EnvValue, SessionConfig, SetupStep, Snapshot};
 use super::paths;
@@ -25,7 +29,7 @@ use crate::sandbox::confine;
 use crate::util::{lock, push_tail};
 
 /// The agent program, uploaded into each session's container.
-pub const AGENT: &str = include_str!("../../../images/session/agent.py");
+pub const AGENT: &str = include_str!("../../../../images/session/agent.py");
 const AGENT_DIR: &str = "/var/inputs";
 const AGENT_PATH: &str = "/var/inputs/.dockhand/session-agent.py";
 
@@ -249,115 +253,6 @@ impl Session {
         Ok(())
     }
 
-    async fn launch(&self) -> Result<Arc<Conn>> {
-        let c = &self.inner.config;
-        for m in &c.mounts {
-            if !m.container_path.starts_with('/') || !m.host_path.starts_with('/') {
-                return Err(Error::spec(
-                    "session",
-                    format!(
-                        "mount {} -> {}: both paths must be absolute",
-                        m.host_path, m.container_path
-                    ),
-                ));
-            }
-        }
-        if !c.workspace.starts_with('/') || c.workspace == "/" {
-            return Err(Error::spec(
-                "session",
-                format!(
-                    "workspace `{}` must be an absolute directory other than /",
-                    c.workspace
-                ),
-            ));
-        }
-        let client = &self.inner.client;
-        let image = client.images().resolve(&c.image).await?;
-        lock(&self.inner.status).life.image = Some(image.reference.clone());
-        let engine = client.engine();
-        let mut env = vec![
-            "HOME=/tmp".to_string(),
-            "PYTHONUNBUFFERED=1".to_string(),
-            format!("DOCKHAND_WORKSPACE={}", c.workspace),
-            format!("DOCKHAND_ROOTS={}", c.roots().join(":")),
-        ];
-        // Lazy values are resolved now, when the session is created.
-        for (name, value) in &c.env {
-            let value = match value {
-                EnvValue::Plain(v) => v.clone(),
-                EnvValue::Lazy(f) => f(),
-            };
-            env.push(format!("{name}={value}"));
-        }
-        let mut labels = HashMap::new();
-        if let Some(name) = &c.name {
-            labels.insert("dev.dockhand.session-name".to_string(), name.clone());
-        }
-        let mut spec = ContainerSpec {
-            image: image.reference.clone(),
-            cmd: vec!["python3".into(), "-u".into(), AGENT_PATH.into()],
-            entrypoint: Some(Vec::new()),
-            env,
-            working_dir: Some(c.workspace.clone()),
-            kind: "session",
-            extra_labels: labels,
-            scratch_volumes: vec![AGENT_DIR.into()],
-            mounts: c.mounts.clone(),
-            open_stdin: true,
-            no_log: true,
-            // The agent exits when its stdin closes, as it does when the owner dies.
-            auto_remove: true,
-            ..Default::default()
-        };
-        let h = &c.hardening;
-        confine(&mut spec, &c.resources, h, &c.network);
-        if !h.read_only_root {
-            // A writable root keeps /tmp in the filesystem, so snapshots hold it.
-            spec.tmpfs.clear();
-        }
-        let container = engine.create_container(&spec).await?;
-        let id = container.id().to_string();
-        engine
-            .upload_file(&id, AGENT_DIR, ".dockhand/session-agent.py", AGENT)
-            .await?;
-        if !h.read_only_root {
-            engine
-                .upload_archive(
-                    &id,
-                    "/",
-                    Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
-                )
-                .await?;
-        }
-        let attached = engine.attach(&id).await?;
-        engine.start_container(&id).await?;
-
-        let routes: Routes = Arc::default();
-        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_replies(attached.output, routes.clone(), ready_tx));
-        let conn = Arc::new(Conn {
-            container: Mutex::new(Some(container)),
-            container_id: id,
-            writer: tokio::sync::Mutex::new(attached.input),
-            routes,
-            reader,
-            next_id: AtomicU64::new(1),
-        });
-        match tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await {
-            Ok(Some(Ok(()))) => Ok(conn),
-            Ok(Some(Err(stderr))) => Err(Error::SessionUnavailable {
-                reason: format!("the session agent exited: {}", stderr.trim()),
-            }),
-            Ok(None) => Err(Error::SessionUnavailable {
-                reason: "the session agent exited before it was ready".into(),
-            }),
-            Err(_) => Err(Error::SessionUnavailable {
-                reason: "the session agent did not start within 60 s (is python3 in the image?)"
-                    .into(),
-            }),
-        }
-    }
-
     fn conn(&self) -> Result<Arc<Conn>> {
         lock(&self.inner.conn)
             .clone()
@@ -470,140 +365,6 @@ impl Session {
         Error::SessionUnavailable { reason: why }
     }
 
-    /// Runs a command and streams its output; the last event is the exit.
-    /// A timeout kills the command's process group and ends the stream with
-    /// [`Error::Timeout`]; the session survives.
-    pub async fn exec_stream(
-        &self,
-        command: &str,
-        options: ExecOptions,
-    ) -> Result<impl Stream<Item = Result<ExecEvent>> + Send + 'static> {
-        let busy = self.busy()?;
-        let started = Instant::now();
-        let timeout = options.timeout.or(self.inner.config.exec_timeout);
-        let rx = self.send_exec(command, &options, timeout, true).await?;
-        let deadline = timeout.map(|t| started + t + exec_grace(t));
-        Ok(futures::stream::unfold(
-            Some((rx, busy, started)),
-            move |state| async move {
-                let (mut rx, busy, started) = state?;
-                let next = match deadline {
-                    None => Ok(rx.recv().await),
-                    Some(at) => tokio::time::timeout_at(at.into(), rx.recv()).await,
-                };
-                let session = busy.0.clone();
-                match next {
-                    Ok(Some(Reply::Chunk { stream, data, .. })) => {
-                        let bytes = Bytes::from(unb64(&data).unwrap_or_default());
-                        let event = if stream == "stderr" {
-                            ExecEvent::Stderr(bytes)
-                        } else {
-                            ExecEvent::Stdout(bytes)
-                        };
-                        Some((Ok(event), Some((rx, busy, started))))
-                    }
-                    Ok(Some(reply)) => {
-                        drop(busy);
-                        let out = session.finish_exec(reply, started, timeout);
-                        Some((out.map(ExecEvent::Exit), None))
-                    }
-                    Ok(None) => {
-                        drop(busy);
-                        Some((Err(session.gone()), None))
-                    }
-                    Err(_) => {
-                        drop(busy);
-                        let limit = timeout.map(|t| t + exec_grace(t)).unwrap_or_default();
-                        Some((Err(session.unanswered("a command", limit)), None))
-                    }
-                }
-            },
-        ))
-    }
-
-    async fn send_exec(
-        &self,
-        command: &str,
-        options: &ExecOptions,
-        timeout: Option<Duration>,
-        stream: bool,
-    ) -> Result<mpsc::UnboundedReceiver<Reply>> {
-        let c = &self.inner.config;
-        let cwd =
-            match &options.cwd {
-                None => None,
-                Some(dir) => Some(paths::resolve(dir, &c.workspace, &c.roots()).ok_or_else(
-                    || Error::SessionFile {
-                        path: dir.clone(),
-                        kind: FileErrorKind::OutsideSession,
-                        message: "working directory outside the session's allowed paths".into(),
-                    },
-                )?),
-            };
-        let env: BTreeMap<String, String> = options.env.iter().cloned().collect();
-        let stdin = options.stdin.as_deref().map(b64);
-        let limit = c.output_limit;
-        self.request(|id| Request::Exec {
-            id,
-            command: command.to_string(),
-            cwd,
-            env,
-            stdin,
-            timeout_s: timeout.map(|t| t.as_secs_f64()),
-            output_limit: limit,
-            stream,
-        })
-        .await
-    }
-
-    fn finish_exec(
-        &self,
-        reply: Reply,
-        started: Instant,
-        timeout: Option<Duration>,
-    ) -> Result<ExecResult> {
-        match reply {
-            Reply::Exit {
-                code,
-                timed_out,
-                stdout,
-                stderr,
-                stdout_truncated,
-                stderr_truncated,
-                ..
-            } => {
-                lock(&self.inner.status).commands += 1;
-                let stdout =
-                    String::from_utf8_lossy(&unb64(&stdout).unwrap_or_default()).into_owned();
-                let stderr =
-                    String::from_utf8_lossy(&unb64(&stderr).unwrap_or_default()).into_owned();
-                if timed_out {
-                    return Err(Error::Timeout {
-                        timeout: timeout.unwrap_or_default(),
-                        stdout,
-                        stderr,
-                    });
-                }
-                Ok(ExecResult {
-                    exit_code: code,
-                    stdout,
-                    stderr,
-                    stdout_truncated,
-                    stderr_truncated,
-                    duration: started.elapsed(),
-                })
-            }
-            Reply::Error { kind, message, .. } => Err(Error::SessionFile {
-                path: String::new(),
-                kind: FileErrorKind::from_agent(&kind),
-                message,
-            }),
-            other => Err(Error::SessionUnavailable {
-                reason: format!("unexpected reply from the session agent: {other:?}"),
-            }),
-        }
-    }
-
     /// Commits the container's filesystem (the workspace included, mounts not)
     /// to a labelled image that a new session can start from.
     pub async fn snapshot(&self) -> Result<Snapshot> {
@@ -677,78 +438,6 @@ impl Session {
     }
 }
 
-/// The workspace directory as a tar to extract at `/`: parents root-owned,
-/// the workspace itself owned by the session's user.
-fn workspace_tar(workspace: &str, (uid, gid): (u64, u64)) -> Result<Vec<u8>> {
-    let parts: Vec<&str> = workspace
-        .trim_matches('/')
-        .split('/')
-        .filter(|p| !p.is_empty())
-        .collect();
-    let mut builder = tar::Builder::new(Vec::new());
-    let wrap = |e| Error::io("building the workspace archive", e);
-    for i in 0..parts.len() {
-        let path = format!("{}/", parts[..=i].join("/"));
-        let leaf = i + 1 == parts.len();
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_size(0);
-        h.set_mode(0o755);
-        h.set_mtime(0);
-        let (owner, group) = if leaf { (uid, gid) } else { (0, 0) };
-        h.set_uid(owner);
-        h.set_gid(group);
-        h.set_path(&path).map_err(wrap)?;
-        h.set_cksum();
-        builder.append(&h, std::io::empty()).map_err(wrap)?;
-    }
-    builder.into_inner().map_err(wrap)
-}
-
-/// Routes the agent's replies to the requests waiting for them.
-async fn read_replies(
-    mut output: Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
-    routes: Routes,
-    ready: mpsc::UnboundedSender<std::result::Result<(), String>>,
-) {
-    let mut lines = LineBuffer::default();
-    let mut stderr = String::new();
-    while let Some(chunk) = output.next().await {
-        let bytes = match chunk {
-            Ok(LogChunk::Stdout(b)) => b,
-            Ok(LogChunk::Stderr(b)) => {
-                push_tail(&mut stderr, &b, 4096);
-                continue;
-            }
-            Err(_) => break,
-        };
-        for line in lines.push(&bytes) {
-            let reply: Reply = match serde_json::from_slice(&line) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "unreadable line from the session agent");
-                    continue;
-                }
-            };
-            let Some(id) = reply.id() else {
-                let _ = ready.send(Ok(()));
-                continue;
-            };
-            let mut routes = lock(&routes);
-            let done = reply.is_final();
-            if let Some(tx) = routes.get(&id) {
-                let _ = tx.send(reply);
-            }
-            if done {
-                routes.remove(&id);
-            }
-        }
-    }
-    let _ = ready.send(Err(stderr));
-    // Dropping the senders tells every waiting request that the agent is gone.
-    lock(&routes).clear();
-}
-
 impl SessionApi for Session {
     async fn exec_with(&self, command: &str, options: ExecOptions) -> Result<ExecResult> {
         let busy = self.busy()?;
@@ -817,47 +506,11 @@ impl SessionApi for Session {
     }
 }
 
-/// How long past a command's own timeout the host waits for the agent's
-/// answer (the agent answers about 0.5 s after killing a command).
-fn exec_grace(timeout: Duration) -> Duration {
-    Duration::from_secs(1) + timeout / 10
-}
-
 /// A request under way; ends it when dropped (see [`Session::busy`]).
 struct Busy(Session);
 
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.end();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::workspace_tar;
-
-    #[test]
-    fn workspace_archive_owns_only_the_leaf() {
-        let tar = workspace_tar("/home/agent/work", (65534, 65534)).unwrap();
-        let mut a = tar::Archive::new(tar.as_slice());
-        let entries: Vec<(String, u64)> = a
-            .entries()
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (
-                    e.path().unwrap().to_string_lossy().into_owned(),
-                    e.header().uid().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            entries,
-            [
-                ("home/".to_string(), 0),
-                ("home/agent/".to_string(), 0),
-                ("home/agent/work/".to_string(), 65534)
-            ]
-        );
     }
 }

@@ -1,0 +1,145 @@
+//! Running commands in a session: requests, streaming, deadlines.
+
+use super::*;
+
+impl Session {
+    /// Runs a command and streams its output; the last event is the exit.
+    /// A timeout kills the command's process group and ends the stream with
+    /// [`Error::Timeout`]; the session survives.
+    pub async fn exec_stream(
+        &self,
+        command: &str,
+        options: ExecOptions,
+    ) -> Result<impl Stream<Item = Result<ExecEvent>> + Send + 'static> {
+        let busy = self.busy()?;
+        let started = Instant::now();
+        let timeout = options.timeout.or(self.inner.config.exec_timeout);
+        let rx = self.send_exec(command, &options, timeout, true).await?;
+        let deadline = timeout.map(|t| started + t + exec_grace(t));
+        Ok(futures::stream::unfold(
+            Some((rx, busy, started)),
+            move |state| async move {
+                let (mut rx, busy, started) = state?;
+                let next = match deadline {
+                    None => Ok(rx.recv().await),
+                    Some(at) => tokio::time::timeout_at(at.into(), rx.recv()).await,
+                };
+                let session = busy.0.clone();
+                match next {
+                    Ok(Some(Reply::Chunk { stream, data, .. })) => {
+                        let bytes = Bytes::from(unb64(&data).unwrap_or_default());
+                        let event = if stream == "stderr" {
+                            ExecEvent::Stderr(bytes)
+                        } else {
+                            ExecEvent::Stdout(bytes)
+                        };
+                        Some((Ok(event), Some((rx, busy, started))))
+                    }
+                    Ok(Some(reply)) => {
+                        drop(busy);
+                        let out = session.finish_exec(reply, started, timeout);
+                        Some((out.map(ExecEvent::Exit), None))
+                    }
+                    Ok(None) => {
+                        drop(busy);
+                        Some((Err(session.gone()), None))
+                    }
+                    Err(_) => {
+                        drop(busy);
+                        let limit = timeout.map(|t| t + exec_grace(t)).unwrap_or_default();
+                        Some((Err(session.unanswered("a command", limit)), None))
+                    }
+                }
+            },
+        ))
+    }
+
+    pub(super) async fn send_exec(
+        &self,
+        command: &str,
+        options: &ExecOptions,
+        timeout: Option<Duration>,
+        stream: bool,
+    ) -> Result<mpsc::UnboundedReceiver<Reply>> {
+        let c = &self.inner.config;
+        let cwd =
+            match &options.cwd {
+                None => None,
+                Some(dir) => Some(paths::resolve(dir, &c.workspace, &c.roots()).ok_or_else(
+                    || Error::SessionFile {
+                        path: dir.clone(),
+                        kind: FileErrorKind::OutsideSession,
+                        message: "working directory outside the session's allowed paths".into(),
+                    },
+                )?),
+            };
+        let env: BTreeMap<String, String> = options.env.iter().cloned().collect();
+        let stdin = options.stdin.as_deref().map(b64);
+        let limit = c.output_limit;
+        self.request(|id| Request::Exec {
+            id,
+            command: command.to_string(),
+            cwd,
+            env,
+            stdin,
+            timeout_s: timeout.map(|t| t.as_secs_f64()),
+            output_limit: limit,
+            stream,
+        })
+        .await
+    }
+
+    pub(super) fn finish_exec(
+        &self,
+        reply: Reply,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<ExecResult> {
+        match reply {
+            Reply::Exit {
+                code,
+                timed_out,
+                stdout,
+                stderr,
+                stdout_truncated,
+                stderr_truncated,
+                ..
+            } => {
+                lock(&self.inner.status).commands += 1;
+                let stdout =
+                    String::from_utf8_lossy(&unb64(&stdout).unwrap_or_default()).into_owned();
+                let stderr =
+                    String::from_utf8_lossy(&unb64(&stderr).unwrap_or_default()).into_owned();
+                if timed_out {
+                    return Err(Error::Timeout {
+                        timeout: timeout.unwrap_or_default(),
+                        stdout,
+                        stderr,
+                    });
+                }
+                Ok(ExecResult {
+                    exit_code: code,
+                    stdout,
+                    stderr,
+                    stdout_truncated,
+                    stderr_truncated,
+                    duration: started.elapsed(),
+                })
+            }
+            Reply::Error { kind, message, .. } => Err(Error::SessionFile {
+                path: String::new(),
+                kind: FileErrorKind::from_agent(&kind),
+                message,
+            }),
+            other => Err(Error::SessionUnavailable {
+                reason: format!("unexpected reply from the session agent: {other:?}"),
+            }),
+        }
+    }
+}
+
+/// How long past a command's own timeout the host waits for the agent's
+/// answer (the agent answers about 0.5 s after killing a command).
+pub(super) fn exec_grace(timeout: Duration) -> Duration {
+    Duration::from_secs(1) + timeout / 10
+}
