@@ -545,15 +545,5 @@ async fn dropping_a_host_removes_its_container() {
     let id = host.describe().container_id.unwrap();
     drop(host);
     // On a current-thread runtime the removal finishes on its own thread.
-    for _ in 0..50 {
-        let out = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("id={id}")])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("container {id} outlived its host by 5 s");
+    common::wait_gone(&id).await;
 }

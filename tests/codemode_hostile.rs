@@ -467,11 +467,7 @@ async fn a_paused_or_removed_container_gives_typed_errors_and_recovers() {
     };
     let host = host_with(config).await;
     let first = host.describe().container_id.unwrap();
-    let paused = std::process::Command::new("docker")
-        .args(["pause", &first])
-        .output()
-        .unwrap();
-    assert!(paused.status.success());
+    common::docker(&["pause", &first]);
     let started = Instant::now();
     let err = code_error(host.execute("1", json!({}), &tools()).await);
     let took = started.elapsed();
@@ -482,31 +478,13 @@ async fn a_paused_or_removed_container_gives_typed_errors_and_recovers() {
     assert_healthy(&host).await;
     let second = host.describe().container_id.unwrap();
     assert_ne!(first, second);
-    wait_gone(&first).await;
+    common::wait_gone(&first).await;
 
-    let removed = std::process::Command::new("docker")
-        .args(["rm", "-f", &second])
-        .output()
-        .unwrap();
-    assert!(removed.status.success());
+    common::docker(&["rm", "-f", &second]);
     let err = code_error(host.execute("1", json!({}), &tools()).await);
     assert!(matches!(err, CodeError::Crashed { .. }), "{err:?}");
     assert_healthy(&host).await;
     host.close().await.unwrap();
-}
-
-async fn wait_gone(id: &str) {
-    for _ in 0..50 {
-        let out = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("id={id}")])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("container {id} was left behind");
 }
 
 #[tokio::test]

@@ -95,11 +95,12 @@ async fn a_fork_bomb_is_contained_to_its_command() {
     // Its processes are gone and reaped: threads and processes start again.
     let mut last = None;
     for _ in 0..20 {
+        // Until the command's limit its remains may hold every pid: even the
+        // agent may fail to start a thread for a request (a typed error).
         let r = s
             .exec("python3 -c 'import threading; t = threading.Thread(target=print, args=(\"thread ok\",)); t.start(); t.join()'")
-            .await
-            .unwrap();
-        if r.stdout == "thread ok\n" {
+            .await;
+        if matches!(&r, Ok(r) if r.stdout == "thread ok\n") {
             last = None;
             break;
         }
@@ -120,12 +121,7 @@ async fn a_fork_bomb_is_contained_to_its_command() {
 async fn a_paused_session_answers_at_its_limit_and_restarts() {
     let s = started(SessionConfig::new().request_timeout(Duration::from_secs(2))).await;
     let id = s.describe().container_id.unwrap();
-    assert!(std::process::Command::new("docker")
-        .args(["pause", &id])
-        .output()
-        .unwrap()
-        .status
-        .success());
+    common::docker(&["pause", &id]);
     let started_at = Instant::now();
     let err = s
         .exec_with(
@@ -143,12 +139,7 @@ async fn a_paused_session_answers_at_its_limit_and_restarts() {
 
     // A file request to a paused container, too.
     let id = s.describe().container_id.unwrap();
-    assert!(std::process::Command::new("docker")
-        .args(["pause", &id])
-        .output()
-        .unwrap()
-        .status
-        .success());
+    common::docker(&["pause", &id]);
     let err = s.read_file("probe.txt").await.unwrap_err();
     assert!(matches!(err, Error::SessionUnavailable { .. }), "{err:?}");
     s.start().await.expect("starts again");
@@ -160,23 +151,14 @@ async fn a_paused_session_answers_at_its_limit_and_restarts() {
 async fn a_removed_container_is_unavailable_and_restarts() {
     let s = started(SessionConfig::new()).await;
     let id = s.describe().container_id.unwrap();
-    assert!(std::process::Command::new("docker")
-        .args(["rm", "-f", &id])
-        .output()
-        .unwrap()
-        .status
-        .success());
+    common::docker(&["rm", "-f", &id]);
     let err = s.exec("echo hi").await.unwrap_err();
     assert!(matches!(err, Error::SessionUnavailable { .. }), "{err:?}");
     s.start().await.expect("starts again");
     assert_works(&s).await;
     s.close().await.unwrap();
     // Its volumes went with it (tests/zz_leftovers.rs checks every volume).
-    let gone = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("id={id}")])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&gone.stdout).trim().is_empty());
+    assert!(!common::container_exists(&id));
 }
 
 #[tokio::test]

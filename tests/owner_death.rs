@@ -32,14 +32,6 @@ async fn owner_child() {
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
-fn exists(id: &str) -> bool {
-    let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("id={id}")])
-        .output()
-        .expect("docker CLI");
-    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
-}
-
 #[test]
 fn killing_the_owner_removes_its_sessions_and_code_hosts() {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
@@ -61,14 +53,19 @@ fn killing_the_owner_removes_its_sessions_and_code_hosts() {
         }
     }
     assert_eq!(ids.len(), 2, "the child started both");
-    assert!(ids.iter().all(|id| exists(id)));
+    assert!(ids.iter().all(|id| common::container_exists(id)));
     child.kill().expect("SIGKILL the owner");
     child.wait().unwrap();
     let killed = Instant::now();
-    while ids.iter().any(|id| exists(id)) && killed.elapsed() < Duration::from_secs(10) {
+    while ids.iter().any(|id| common::container_exists(id))
+        && killed.elapsed() < Duration::from_secs(10)
+    {
         std::thread::sleep(Duration::from_millis(200));
     }
-    let left: Vec<&String> = ids.iter().filter(|id| exists(id)).collect();
+    let left: Vec<&String> = ids
+        .iter()
+        .filter(|id| common::container_exists(id))
+        .collect();
     assert!(
         left.is_empty(),
         "still there 10 s after the owner died: {left:?}"

@@ -89,3 +89,36 @@ pub fn code_error(
         other => panic!("expected a code error, got {other:?}"),
     }
 }
+
+/// Runs the docker CLI with `args` and asserts it succeeded (pause, rm -f, ...).
+pub fn docker(args: &[&str]) {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether a container with this id exists (running or not).
+pub fn container_exists(id: &str) -> bool {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("id={id}")])
+        .output()
+        .expect("docker CLI");
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+/// Waits up to 10 s for a container to be gone; panics if it stays.
+pub async fn wait_gone(id: &str) {
+    for _ in 0..50 {
+        if !container_exists(id) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("container {id} was left behind");
+}
