@@ -88,8 +88,13 @@ async fn a_fork_bomb_is_contained_to_its_command() {
             ExecOptions::new().timeout(Duration::from_secs(3)),
         )
         .await;
+    // The agent may also have had no pid left to watch it: a typed error,
+    // and the command's process group is killed at once.
     assert!(
-        matches!(result, Ok(_) | Err(Error::Timeout { .. })),
+        matches!(
+            result,
+            Ok(_) | Err(Error::Timeout { .. }) | Err(Error::SessionFile { .. })
+        ),
         "{result:?}"
     );
     // Its processes are gone and reaped: threads and processes start again.

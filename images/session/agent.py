@@ -94,6 +94,12 @@ def do_exec(req):
         _commands.add(proc.pid)
     try:
         run_command(req, rid, proc, stdin, limit, stream)
+    except BaseException:
+        # Could not watch the command (no thread to read it, say, when it
+        # used up every pid): end it and all it started, now.
+        kill_group(proc.pid)
+        proc.wait()
+        raise
     finally:
         _commands.discard(proc.pid)
 
@@ -320,6 +326,19 @@ def reap_orphans():
                     pass
 
 
+def serve(line):
+    try:
+        req = json.loads(line)
+    except ValueError:
+        return
+    try:
+        threading.Thread(target=handle, args=(req,), daemon=True).start()
+    except RuntimeError as e:
+        # Every pid in use (a command's fork bomb, until its limit): refuse
+        # this request rather than end the agent.
+        send({"type": "error", "id": req.get("id"), "kind": "io", "message": "the session has no process left to serve this (%s); try again when the running command's limit passes" % e})
+
+
 def main():
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # As PID 1 the agent gets only the signals it handles: Python's SIGINT
@@ -338,7 +357,7 @@ def main():
         while b"\n" in buf:
             line, _, buf = buf.partition(b"\n")
             if line.strip():
-                threading.Thread(target=handle, args=(json.loads(line),), daemon=True).start()
+                serve(line)
 
 
 if __name__ == "__main__":
