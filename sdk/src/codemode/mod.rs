@@ -48,6 +48,7 @@ mod errors;
 mod handles;
 mod host;
 pub mod protocol;
+mod schema;
 mod tools;
 mod toolset;
 
@@ -57,7 +58,8 @@ pub use bridge::{BRIDGE, MONTY_PACKAGE, RULES};
 pub use config::{CodeHostConfig, Execution, HostDescription};
 pub use errors::{CodeError, CodeFailure};
 pub use host::{CodeHost, CodeSession};
-pub use tools::{check as check_schema, ParamType, Tool, ToolFuture, ToolParam};
+pub use schema::check as check_schema;
+pub use tools::{ParamType, Tool, ToolFuture, ToolParam};
 pub use toolset::{ToolCallRecord, Toolset, LANGUAGE_RULES};
 
 #[cfg(test)]
