@@ -1,7 +1,8 @@
-//! When the process that owns a session or a code host is SIGKILLed, their
-//! containers go without anyone calling `reap()`: the programs inside exit
-//! when the owner's connection (their stdin) closes, and the daemon removes
-//! the containers.
+//! When the process that owns a session, a code host or a running one-shot
+//! is SIGKILLed, their containers and volumes go without anyone calling
+//! `reap()`: the programs inside sessions and code hosts exit when the
+//! owner's connection (their stdin) closes, and the process's watchdog
+//! removes everything else labelled with its session.
 
 mod common;
 
@@ -10,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use dockhand::codemode::CodeHostConfig;
 use dockhand::session::SessionConfig;
+use dockhand::Sandbox;
 
 const CHILD_ENV: &str = "DOCKHAND_OWNER_DEATH_CHILD";
 
-/// Run as a child process by the test below: starts a session and a code
-/// host, prints their container ids, and waits to be killed.
+/// Run as a child process by the test below: starts a session, a code host
+/// and a long one-shot, prints their container ids, and waits to be killed.
 #[tokio::test]
 #[ignore = "run as a child process by the owner-death test"]
 async fn owner_child() {
@@ -28,12 +30,43 @@ async fn owner_child() {
     host.start().await.expect("code host starts");
     println!("container {}", session.describe().container_id.unwrap());
     println!("container {}", host.describe().container_id.unwrap());
+    let long = Sandbox::command("owner-death-oneshot", "sleep")
+        .args(["600"])
+        .build()
+        .unwrap();
+    let runner = client.clone();
+    tokio::spawn(async move { runner.run(&long, Vec::<(String, i64)>::new()).await });
+    let pid = std::process::id().to_string();
+    let running = |kind: &str| {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=dev.dockhand.owner-pid={pid}"),
+            ])
+            .args(["--filter", &format!("label={kind}")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let oneshot = loop {
+        let (oneshot, watchdog) = (
+            running("dev.dockhand.sandbox=owner-death-oneshot"),
+            running("dev.dockhand.kind=watchdog"),
+        );
+        if !oneshot.is_empty() && !watchdog.is_empty() {
+            break oneshot;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("container {oneshot}");
     println!("ready");
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
 #[test]
-fn killing_the_owner_removes_its_sessions_and_code_hosts() {
+fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["owner_child", "--exact", "--ignored", "--nocapture"])
         .env(CHILD_ENV, "1")
@@ -52,8 +85,9 @@ fn killing_the_owner_removes_its_sessions_and_code_hosts() {
             break;
         }
     }
-    assert_eq!(ids.len(), 2, "the child started both");
+    assert_eq!(ids.len(), 3, "the child started all three");
     assert!(ids.iter().all(|id| common::container_exists(id)));
+    let pid = child.id();
     child.kill().expect("SIGKILL the owner");
     child.wait().unwrap();
     let killed = Instant::now();
@@ -70,8 +104,27 @@ fn killing_the_owner_removes_its_sessions_and_code_hosts() {
         left.is_empty(),
         "still there 10 s after the owner died: {left:?}"
     );
+    let owned = format!("dev.dockhand.owner-pid={pid}");
+    let anything_left =
+        || common::containers_with_label(&owned) + volumes(&format!("label={owned}"));
+    while killed.elapsed() < Duration::from_secs(10) && anything_left() > 0 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        anything_left(),
+        0,
+        "containers (the watchdog's included) or volumes of the owner left 10 s after it died"
+    );
     eprintln!(
         "owner SIGKILLed: its containers were gone after {:?}",
         killed.elapsed()
     );
+}
+
+fn volumes(filter: &str) -> usize {
+    let out = std::process::Command::new("docker")
+        .args(["volume", "ls", "-q", "--filter", filter])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).lines().count()
 }

@@ -13,6 +13,14 @@ fn count(args: &[&str]) -> usize {
 
 #[test]
 fn no_container_volume_or_snapshot_with_dockhand_labels_remains() {
+    // The watchdogs of the test binaries that ran before this one sweep for a
+    // few seconds after their process exits, then go.
+    let since = std::time::Instant::now();
+    while common::containers_with_label("dev.dockhand.managed") > 0
+        && since.elapsed() < std::time::Duration::from_secs(15)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
     let containers = common::containers_with_label("dev.dockhand.managed");
     assert_eq!(
         containers, 0,

@@ -135,7 +135,8 @@ impl Client {
         Ok(report)
     }
 
-    /// Ids of the containers this process created that still exist.
+    /// Ids of the containers this process created that still exist (its
+    /// watchdog aside).
     pub async fn live_containers(&self) -> Result<Vec<String>> {
         Ok(self
             .inner
@@ -145,6 +146,7 @@ impl Client {
             .into_iter()
             .filter(|(_, l)| {
                 l.get(labels::SESSION).map(String::as_str) == Some(labels::session_id())
+                    && l.get(labels::KIND).map(String::as_str) != Some(labels::WATCHDOG)
             })
             .map(|(id, _)| id)
             .collect())

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use bollard::container::LogOutput;
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount as VolumeMount, MountType,
-    MountVolumeOptions,
+    MountVolumeOptions, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
@@ -85,6 +85,9 @@ pub struct ContainerSpec {
     /// ignores signals PID 1 has no handler for, SIGKILL from inside included,
     /// and an init reaps orphans and reports a signal death as 128 + signal.
     pub init: bool,
+    /// Largest file any process may write (`RLIMIT_FSIZE`): past it a write
+    /// fails with `EFBIG` (or `SIGXFSZ` for programs that do not ignore it).
+    pub max_file_bytes: Option<i64>,
 }
 
 /// A container's attached standard streams.
@@ -119,6 +122,9 @@ impl Engine {
     /// Creates a container and returns the guard that owns it. The guard
     /// exists before the request is sent, so a dropped call leaves nothing.
     pub async fn create_container(&self, spec: &ContainerSpec) -> Result<ContainerGuard> {
+        if spec.kind != super::watchdog::KIND {
+            super::watchdog::ensure(self, &spec.image);
+        }
         let mut guard = ContainerGuard::before_create(self.clone());
         let mut all_labels = labels::owned(spec.kind);
         all_labels.extend(spec.extra_labels.clone());
@@ -168,6 +174,13 @@ impl Engine {
             // One-shots are removed explicitly, after their outputs are read.
             auto_remove: Some(spec.auto_remove),
             init: spec.init.then_some(true),
+            ulimits: spec.max_file_bytes.map(|bytes| {
+                vec![ResourcesUlimits {
+                    name: Some("fsize".into()),
+                    soft: Some(bytes),
+                    hard: Some(bytes),
+                }]
+            }),
             ..Default::default()
         };
         let body = ContainerCreateBody {

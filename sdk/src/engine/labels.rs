@@ -13,8 +13,11 @@ pub const SESSION: &str = "dev.dockhand.session";
 pub const OWNER_HOST: &str = "dev.dockhand.owner-host";
 /// Process id of the creator.
 pub const OWNER_PID: &str = "dev.dockhand.owner-pid";
-/// What the object is for: `sandbox`, `base-image`, `image`, `session`, `code-host`, `snapshot`.
+/// What the object is for: `sandbox`, `base-image`, `image`, `session`,
+/// `code-host`, `snapshot`, `watchdog`.
 pub const KIND: &str = "dev.dockhand.kind";
+/// `kind` of the per-process watchdog container.
+pub const WATCHDOG: &str = "watchdog";
 /// On a container and its scratch volumes: the token that ties them together,
 /// so volumes are found when their container was removed without them.
 pub const SCRATCH: &str = "dev.dockhand.scratch";

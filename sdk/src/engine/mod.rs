@@ -12,6 +12,7 @@ mod container;
 mod guard;
 mod image;
 pub mod labels;
+mod watchdog;
 
 pub use container::{ContainerSpec, LogChunk, Mount};
 pub use guard::ContainerGuard;

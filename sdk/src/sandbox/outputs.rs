@@ -276,7 +276,9 @@ pub fn collect(tar: impl std::io::Read, declared: &[Param], limit: u64) -> Resul
         if rel.ancestors().skip(1).any(|a| symlinks.contains(a)) {
             return Err(unsafe_path("path goes through a symbolic link"));
         }
-        if kind.is_symlink() || kind.is_hard_link() {
+        // A hard link names its target from the archive's root.
+        let mut hard_link_target = None;
+        if kind.is_symlink() {
             let target = entry
                 .link_name()
                 .map_err(wrap)?
@@ -290,9 +292,23 @@ pub fn collect(tar: impl std::io::Read, declared: &[Param], limit: u64) -> Resul
             if !downward {
                 return Err(unsafe_path("link points outside the output"));
             }
-            if kind.is_symlink() {
-                symlinks.insert(rel.clone());
+            symlinks.insert(rel.clone());
+        } else if kind.is_hard_link() {
+            let target = entry
+                .link_name()
+                .map_err(wrap)?
+                .ok_or_else(|| unsafe_path("link without target"))?
+                .into_owned();
+            let target_rel: PathBuf = target.components().skip(1).collect();
+            let inside = target
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+                && target_rel.components().next() == rel.components().next()
+                && !target_rel.ancestors().any(|a| symlinks.contains(a));
+            if !inside {
+                return Err(unsafe_path("hard link to a file outside the output"));
             }
+            hard_link_target = Some(target_rel);
         } else if !(kind.is_file() || kind.is_dir()) {
             return Err(unsafe_path("device, fifo or other special file"));
         }
@@ -313,9 +329,8 @@ pub fn collect(tar: impl std::io::Read, declared: &[Param], limit: u64) -> Resul
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
         }
-        if kind.is_hard_link() {
-            let target = root.join(entry.link_name().map_err(wrap)?.unwrap_or_default());
-            std::fs::hard_link(&target, &dest)
+        if let Some(target) = hard_link_target {
+            std::fs::hard_link(root.join(target), &dest)
                 .map_err(|e| Error::io(format!("linking {}", dest.display()), e))?;
         } else {
             entry.set_preserve_permissions(false);
@@ -411,6 +426,40 @@ mod tests {
         h.set_entry_type(tar::EntryType::Symlink);
         h.set_size(0);
         b.append_link(&mut h, path, target).unwrap();
+    }
+
+    fn hard_link(b: &mut tar::Builder<Vec<u8>>, path: &str, target: &str) {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Link);
+        h.set_size(0);
+        b.append_link(&mut h, path, target).unwrap();
+    }
+
+    #[test]
+    fn hard_links_stay_within_their_output() {
+        let tar = archive(|b| {
+            dir(b, "outputs/tree/");
+            file(b, "outputs/tree/a", b"same");
+            hard_link(b, "outputs/tree/b", "outputs/tree/a");
+        });
+        let got = collect(&tar[..], &[p("tree", Type::Dir)], 1 << 20).unwrap();
+        let root = got.dir.as_ref().unwrap().path().join("tree");
+        assert_eq!(std::fs::read(root.join("b")).unwrap(), b"same");
+        for target in ["outputs/other/a", "outputs/../etc/passwd", "/etc/passwd"] {
+            let tar = archive(|b| {
+                file(b, "outputs/other/a", b"secret");
+                dir(b, "outputs/tree/");
+                hard_link(b, "outputs/tree/b", target);
+            });
+            let declared = [p("tree", Type::Dir), p("other", Type::Dir)];
+            assert!(
+                matches!(
+                    collect(&tar[..], &declared, 1 << 20),
+                    Err(Error::UnsafeArchivePath { .. })
+                ),
+                "{target}"
+            );
+        }
     }
 
     fn dir(b: &mut tar::Builder<Vec<u8>>, path: &str) {

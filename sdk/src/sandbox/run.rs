@@ -310,6 +310,9 @@ impl Client {
             ..Default::default()
         };
         confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
+        // No single file can outgrow what would be refused at collection
+        // anyway, so a runaway writer stops inside instead of filling the disk.
+        spec.max_file_bytes = Some(i64::try_from(rt.outputs_limit).unwrap_or(i64::MAX));
         let container = engine.create_container(&spec).await?;
         // Every way out below ends here, so the container is removed on the
         // async path (a blocking drop could stall the connections the daemon
