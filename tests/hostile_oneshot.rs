@@ -303,7 +303,7 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
 async fn outputs_are_bounded_and_special_files_refused() {
     let _serial = SERIAL.lock().await;
     let client = common::client().await;
-    // Past the limit: a typed error naming the output.
+    // One file past the limit fails while it is written.
     let big = Sandbox::code(
         "big-output",
         "with open('/var/outputs/blob', 'wb') as f:\n    f.write(b'x' * (20 << 20))\n",
@@ -315,15 +315,32 @@ async fn outputs_are_bounded_and_special_files_refused() {
     .build()
     .unwrap();
     match client.run(&big, none()).await {
+        Err(Error::FileTooLarge { limit_bytes, .. }) => assert_eq!(limit_bytes, 10 << 20),
+        other => panic!("expected FileTooLarge, got {other:?}"),
+    }
+    // Files under the limit that add up past it: a typed error naming the
+    // output that crossed it, when the outputs are read.
+    let many = Sandbox::code(
+        "many-outputs",
+        "for i in range(3):\n    with open(f'/var/outputs/blob{i}', 'wb') as f:\n        f.write(b'x' * (4 << 20))\n",
+    )
+    .verbatim()
+    .output("blob2", Type::File)
+    .outputs_limit(10 << 20)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    match client.run(&many, none()).await {
         Err(Error::OutputTooLarge { name, limit_bytes }) => {
-            assert_eq!((name.as_str(), limit_bytes), ("blob", 10 << 20))
+            assert!(name.starts_with("blob"), "{name}");
+            assert_eq!(limit_bytes, 10 << 20);
         }
         other => panic!("expected OutputTooLarge, got {other:?}"),
     }
     // Undeclared files count too: the limit bounds what is read at all.
     let hidden = Sandbox::code(
         "hidden-output",
-        "with open('/var/outputs/junk', 'wb') as f:\n    f.write(b'x' * (20 << 20))\nresult = 1\n",
+        "for i in range(3):\n    with open(f'/var/outputs/junk{i}', 'wb') as f:\n        f.write(b'x' * (4 << 20))\nresult = 1\n",
     )
     .output("result", Type::Int)
     .outputs_limit(10 << 20)
@@ -398,6 +415,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
     );
     for name in [
         "big-output",
+        "many-outputs",
         "hidden-output",
         "link-out",
         "fifo-out",

@@ -161,11 +161,22 @@ async fn cpu_memory_thread_and_file_size_bombs() {
             .outputs_limit(8 << 20),
             |r| assert_eq!(printed(r), "EFBIG\n"),
         ),
-        // A shell has no handler for SIGXFSZ: it dies of it, reported as such.
+        // A program without a handler for SIGXFSZ dies of it; an uncaught
+        // EFBIG ends Python. Both are reported as the file limit.
         (
             shell("file-size-bomb-shell", "head -c 20000000 /dev/zero > /var/outputs/blob")
                 .outputs_limit(8 << 20),
-            |r| assert!(matches!(r, Err(Error::Killed { signal: 25, .. })), "{r:?}"),
+            |r| {
+                assert!(
+                    matches!(r, Err(Error::FileTooLarge { limit_bytes, .. }) if limit_bytes == 8 << 20),
+                    "{r:?}"
+                )
+            },
+        ),
+        (
+            python("file-size-bomb-uncaught", "open('/tmp/big', 'wb').write(b'x' * (9 << 20))")
+                .outputs_limit(8 << 20),
+            |r| assert!(matches!(r, Err(Error::FileTooLarge { .. })), "{r:?}"),
         ),
         // A flood with no newline is counted exactly and kept bounded.
         (

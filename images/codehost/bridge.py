@@ -23,14 +23,23 @@ rules.py.
 Tool calls are Monty external function calls: a call that the code awaits, or
 that sits inside gather(...), is answered with a future and runs concurrently
 on the host; a plain `x = tool(a)` waits for its value.
+
+Threads, not asyncio: Monty's synchronous session API releases the GIL while
+its worker runs and answers a suspension several times faster than the
+asynchronous one. The main thread reads stdin and routes messages; each
+execution runs on a thread of its own and waits on its own inbox for the
+host's tool results.
 """
 
-import asyncio
 import datetime
 import json
 import math
 import os
+import queue
+import signal
 import sys
+import threading
+import time
 
 import pydantic_monty as pm
 
@@ -98,14 +107,17 @@ def _dh_tick(k, line):
 """
 
 _out = sys.stdout.buffer
+_out_lock = threading.Lock()
 
 
 def send(message):
     # Monty strings are valid UTF-8; "replace" keeps a stray surrogate from
     # ever breaking the channel.
     text = json.dumps(message, ensure_ascii=False, allow_nan=False)
-    _out.write(text.encode("utf-8", "replace") + b"\n")
-    _out.flush()
+    line = text.encode("utf-8", "replace") + b"\n"
+    with _out_lock:
+        _out.write(line)
+        _out.flush()
 
 
 class NotJson(Exception):
@@ -253,6 +265,14 @@ def typing_error(error, prepared):
     return Failed(kind="validation", rule="type", message=text.strip(), line=line, col=col)
 
 
+class Cancelled(Exception):
+    """The host gave up on the execution."""
+
+
+# Put in an execution's inbox to wake it when it is cancelled.
+_CANCEL = object()
+
+
 class Execution:
     """One execution: drives Monty's snapshots and answers its host calls."""
 
@@ -264,20 +284,36 @@ class Execution:
         self.prepared = None
         self.tool_errors = set()
         self.calls = 0
+        self.deadline = time.monotonic() + TIMEOUT
+        self.inbox = queue.SimpleQueue()  # (host call number, reply) or _CANCEL
+        self.answered = {}  # host call number -> reply not consumed yet
         self.waiting = {}  # Monty call_id -> host call number
-        self.settled = {}  # Monty call_id -> ExternalSettledResult
+        self.worker_pid = None
+        self.pid_lock = threading.Lock()
+        self.cancelled = False
 
-    async def run(self, session):
+    def run(self, session):
+        # Read now: a session reports no worker while a feed runs on it.
+        with self.pid_lock:
+            self.worker_pid = session.worker_pid
+        try:
+            return self.drive(session)
+        finally:
+            # From here the worker may serve someone else: never kill it.
+            with self.pid_lock:
+                self.worker_pid = None
+
+    def drive(self, session):
         try:
             self.prepared = rules.prepare(self.request["code"], self.tools)
         except rules.Rejected as e:
             raise Failed(kind="validation", rule=e.rule, message=str(e), line=e.line, col=e.col)
         try:
             inputs = {k: from_wire(v) for k, v in (self.request.get("inputs") or {}).items()}
-            snapshot = await session.feed_start(
+            snapshot = session.feed_start(
                 self.prepared.code, inputs=inputs or None, print_callback=self.printed)
             while not isinstance(snapshot, pm.MontyComplete):
-                snapshot = await self.answer(snapshot)
+                snapshot = self.answer(snapshot)
             value = snapshot.output
         except pm.MontySyntaxError as e:
             line, col = frame_of(e, None)
@@ -285,6 +321,8 @@ class Execution:
         except pm.MontyTypingError as e:
             raise typing_error(e, self.prepared)
         except pm.MontyCrashedError as e:
+            if self.cancelled:
+                raise Cancelled()
             if e.timed_out:
                 raise Failed(kind="timeout", message=str(e))
             raise Failed(kind="crash", message=f"the interpreter's worker died: {e}")
@@ -302,16 +340,16 @@ class Execution:
                          message=f"the final value is {size:,} bytes of JSON; the limit is {VALUE_LIMIT:,}")
         return wire
 
-    async def answer(self, snapshot):
-        if isinstance(snapshot, pm.AsyncNameLookupSnapshot):
-            return await snapshot.resume()  # an undefined name: NameError
-        if isinstance(snapshot, pm.AsyncFutureSnapshot):
-            return await snapshot.resume(await self.settle(snapshot.pending_call_ids))
+    def answer(self, snapshot):
+        if isinstance(snapshot, pm.NameLookupSnapshot):
+            return snapshot.resume()  # an undefined name: NameError
+        if isinstance(snapshot, pm.FutureSnapshot):
+            return snapshot.resume(self.settle(snapshot.pending_call_ids))
         if snapshot.is_os_function:
-            return await snapshot.resume_not_handled()
+            return snapshot.resume_not_handled()
         name = snapshot.function_name
         if name not in self.tools:
-            return await snapshot.resume(
+            return snapshot.resume(
                 {"exc_type": "NameError", "message": f"name '{name}' is not defined"})
         self.calls += 1
         if self.calls > MAX_TOOL_CALLS:
@@ -321,201 +359,264 @@ class Execution:
             args = [to_wire(a) for a in snapshot.args]
             kwargs = {k: to_wire(v) for k, v in snapshot.kwargs.items()}
         except NotJson as e:
-            return await snapshot.resume({"exc_type": "TypeError", "message": f"{name}(): {e}"})
-        number = self.bridge.call_tool(name, args, kwargs)
+            return snapshot.resume({"exc_type": "TypeError", "message": f"{name}(): {e}"})
+        number = self.bridge.call_tool(name, args, kwargs, self)
         if snapshot.position.start in self.prepared.sync_calls:
-            return await snapshot.resume(await self.bridge.tool_reply(number, self))
+            reply = self.wait_for({number})[number]
+            return snapshot.resume(self.result_of(reply))
         self.waiting[snapshot.call_id] = number
-        return await snapshot.resume({"future": ...})
+        return snapshot.resume({"future": ...})
 
-    async def settle(self, pending):
+    def wait_for(self, numbers):
+        """Replies to at least one of the host calls `numbers`, and every other
+        one of them that has arrived."""
+        while True:
+            ready = {n: self.answered.pop(n) for n in numbers if n in self.answered}
+            if ready:
+                return ready
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise Failed(kind="timeout", message=f"the execution ran longer than {TIMEOUT}s")
+            try:
+                item = self.inbox.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            # Take whatever else is queued, so gathered calls resume together.
+            while True:
+                if item is _CANCEL:
+                    raise Cancelled()
+                number, reply = item
+                self.answered[number] = reply
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    break
+
+    def settle(self, pending):
         """Waits until at least one pending call is answered; returns all answered."""
-        ready = {i: self.settled.pop(i) for i in pending if i in self.settled}
-        if ready:
-            return ready
-        waits = {asyncio.ensure_future(self.bridge.tool_reply(self.waiting[i], self)): i
-                 for i in pending if i in self.waiting}
-        if not waits:
+        numbers = {self.waiting[i]: i for i in pending if i in self.waiting}
+        if not numbers:
             raise Failed(kind="crash", message="the code waits on a call the bridge never made")
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in waits:
-            if task in done:
-                ready[waits[task]] = task.result()
-            else:
-                task.cancel()
-        for i in ready:
-            self.waiting.pop(i, None)
-        return ready
+        settled = {}
+        for number, reply in self.wait_for(set(numbers)).items():
+            call_id = numbers[number]
+            self.waiting.pop(call_id, None)
+            settled[call_id] = self.result_of(reply)
+        return settled
+
+    def result_of(self, reply):
+        if reply.get("ok"):
+            try:
+                return {"return_value": from_wire(reply.get("value"))}
+            except ValueError as e:
+                return self.tool_failed(f"the tool's result could not be read: {e}")
+        return self.tool_failed(str(reply.get("error") or "the tool failed"))
 
     def tool_failed(self, message):
         self.tool_errors.add(message)
         return {"exc_type": "RuntimeError", "message": message}
 
+    def cancel(self):
+        self.cancelled = True
+        self.inbox.put(_CANCEL)
+        # Monty may be computing: its worker is the only thing that can stop it.
+        with self.pid_lock:
+            if self.worker_pid:
+                try:
+                    os.kill(self.worker_pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+# Errors after which a REPL session's heap cannot be trusted (or is gone).
+SESSION_ENDING = ("timeout", "memory", "crash", "cancelled", "loop_limit", "tool_limit")
+
 
 class Bridge:
     def __init__(self, pool):
         self.pool = pool
-        self.spares = []  # tasks of checked-out sessions with the prelude fed
-        self.sessions = {}  # REPL id -> (context manager, session)
+        self.spares = queue.SimpleQueue()  # checked-out sessions with the prelude fed
+        self.refills = threading.Semaphore(0)
+        self.sessions = {}  # REPL id -> [session, lock]
+        self.lock = threading.Lock()
         self.calls = 0
-        self.replies = {}  # host call number -> future of the reply message
-        self.running = {}  # execution id -> task
+        self.owners = {}  # host call number -> execution waiting for its reply
+        self.running = {}  # execution id -> Execution
 
-    async def _fresh(self, type_stubs=None):
+    def fresh(self, type_stubs=None):
         options = {"limits": LIMITS}
         if type_stubs is not None:
             options.update(type_check=True, type_check_stubs=type_stubs,
                            type_check_format="concise")
-        manager = self.pool.checkout(**options)
-        session = await manager.__aenter__()
+        session = self.pool.checkout(**options)
+        session.__enter__()
         try:
-            await session.feed_run(PRELUDE)
+            session.feed_run(PRELUDE)
         except BaseException:
-            await self._discard(manager)
+            discard(session)
             raise
-        return manager, session
+        return session
 
-    async def _discard(self, manager):
-        try:
-            await manager.__aexit__(None, None, None)
-        except Exception:
-            pass
-
-    def refill(self):
-        while len(self.spares) < SPARES:
-            self.spares.append(asyncio.ensure_future(self._fresh()))
-
-    async def take_fresh(self, type_stubs):
-        if type_stubs is not None:
-            return await self._fresh(type_stubs)
-        # The first spare that is ready, else the oldest. Refilling waits
-        # until the result is sent: it would compete with this execution.
-        if not self.spares:
-            self.refill()
-        ready = [s for s in self.spares if s.done()]
-        spare = ready[0] if ready else self.spares[0]
-        self.spares.remove(spare)
-        try:
-            return await spare
-        except Exception:
-            return await self._fresh()
-
-    def call_tool(self, name, args, kwargs):
-        self.calls += 1
-        self.replies[self.calls] = asyncio.get_running_loop().create_future()
-        send({"type": "tool_call", "call": self.calls, "name": name, "args": args, "kwargs": kwargs})
-        return self.calls
-
-    async def tool_reply(self, number, execution):
-        message = await asyncio.shield(self.replies[number])
-        self.replies.pop(number, None)
-        if message.get("ok"):
+    def refill_forever(self):
+        """Keeps SPARES sessions ready; woken once per spare taken."""
+        # main() made the first one.
+        for _ in range(SPARES - 1):
+            self.refills.release()
+        while True:
+            self.refills.acquire()
             try:
-                return {"return_value": from_wire(message.get("value"))}
-            except ValueError as e:
-                return execution.tool_failed(f"the tool's result could not be read: {e}")
-        return execution.tool_failed(str(message.get("error") or "the tool failed"))
+                self.spares.put(self.fresh())
+            except Exception as e:
+                sys.stderr.write(f"could not prepare an interpreter: {e}\n")
+                time.sleep(0.5)
+                self.refills.release()
+
+    def take_fresh(self, type_stubs):
+        if type_stubs is not None:
+            return self.fresh(type_stubs)
+        try:
+            session = self.spares.get(timeout=10)
+        except queue.Empty:
+            return self.fresh()
+        return session
+
+    def call_tool(self, name, args, kwargs, execution):
+        with self.lock:
+            self.calls += 1
+            number = self.calls
+            self.owners[number] = execution
+        send({"type": "tool_call", "call": number, "name": name, "args": args, "kwargs": kwargs})
+        return number
 
     def deliver(self, message):
-        future = self.replies.get(message.get("call"))
-        if future is not None and not future.done():
-            future.set_result(message)
+        with self.lock:
+            execution = self.owners.pop(message.get("call"), None)
+        if execution is not None:
+            execution.inbox.put((message.get("call"), message))
 
-    async def execute(self, request):
+    def execute(self, request):
         session_id = request.get("session")
         execution = Execution(self, request)
-        manager = None
+        self.running[request["id"]] = execution
+        fresh = None
+        entry = None
         try:
             if session_id is None:
-                manager, session = await self.take_fresh(request.get("type_stubs"))
+                fresh = self.take_fresh(request.get("type_stubs"))
+                value = execution.run(fresh)
             else:
-                session = await self.repl(session_id, request.get("type_stubs"))
-            value = await asyncio.wait_for(execution.run(session), TIMEOUT)
+                entry = self.repl(session_id, request.get("type_stubs"))
+                with entry[1]:
+                    value = execution.run(entry[0])
             result = {"ok": True, "value": value}
         except Failed as f:
             result = {"ok": False, "error": f.error}
-        except asyncio.TimeoutError:
-            result = {"ok": False, "error": {
-                "kind": "timeout", "message": f"the execution ran longer than {TIMEOUT}s"}}
-        except asyncio.CancelledError:
+        except Cancelled:
             result = {"ok": False, "error": {"kind": "cancelled", "message": "cancelled by the host"}}
         except Exception as e:  # the bridge must answer whatever happened
             result = {"ok": False, "error": {"kind": "crash", "message": f"{type(e).__name__}: {e}"}}
-        if not result["ok"] and session_id is not None and result["error"]["kind"] in (
-                "timeout", "memory", "crash", "cancelled", "loop_limit", "tool_limit"):
+        if not result["ok"] and session_id is not None and result["error"]["kind"] in SESSION_ENDING:
             # Monty keeps no promise about a heap a limit stopped mid-operation.
-            await self.close_session(session_id)
-        for number in list(self.replies):
-            self.replies.pop(number).cancel()
+            self.close_session(session_id)
+        with self.lock:
+            for number in [n for n, e in self.owners.items() if e is execution]:
+                del self.owners[number]
         self.running.pop(request["id"], None)
         result.update(type="result", id=request["id"], stdout=execution.printed.text(),
                       stdout_truncated=execution.printed.cut)
         send(result)
-        self.refill()
-        if manager is not None:
-            await self._discard(manager)
+        if fresh is not None:
+            # After the result: preparing the next one would compete with this one.
+            if request.get("type_stubs") is None:
+                self.refills.release()
+            discard(fresh)
 
-    async def repl(self, session_id, type_stubs):
-        if session_id not in self.sessions:
-            if len(self.sessions) >= MAX_SESSIONS:
+    def repl(self, session_id, type_stubs):
+        with self.lock:
+            entry = self.sessions.get(session_id)
+            if entry is None and len(self.sessions) >= MAX_SESSIONS:
                 raise Failed(kind="session_limit", message=(
                     f"{MAX_SESSIONS} sessions are open on this host; close one first"))
-            self.sessions[session_id] = await self._fresh(type_stubs)
-        return self.sessions[session_id][1]
+        if entry is None:
+            entry = [self.fresh(type_stubs), threading.Lock()]
+            with self.lock:
+                self.sessions[session_id] = entry
+        return entry
 
-    async def close_session(self, session_id):
-        entry = self.sessions.pop(session_id, None)
+    def close_session(self, session_id):
+        with self.lock:
+            entry = self.sessions.pop(session_id, None)
         if entry is not None:
-            await self._discard(entry[0])
+            discard(entry[0])
 
     def cancel(self, execution_id):
-        task = self.running.get(execution_id)
-        if task is not None:
-            task.cancel()
+        execution = self.running.get(execution_id)
+        if execution is not None:
+            execution.cancel()
 
 
-async def stdin_lines():
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=256 << 20)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
+def discard(session):
+    try:
+        session.__exit__(None, None, None)
+    except Exception:
+        pass
 
 
-async def serve(bridge, reader):
-    while True:
-        line = await reader.readline()
-        if not line:
-            return
+def spawn(target, *args):
+    threading.Thread(target=target, args=args, daemon=True).start()
+
+
+class Workers:
+    """Threads started once that run executions: handing a request to one
+    that waits costs far less than starting a thread per execution."""
+
+    def __init__(self, count):
+        self.jobs = queue.SimpleQueue()
+        for _ in range(count):
+            spawn(self.work)
+
+    def work(self):
+        while True:
+            job, arg = self.jobs.get()
+            job(arg)
+
+    def run(self, job, arg):
+        self.jobs.put((job, arg))
+
+
+def serve(bridge):
+    # Every REPL session and a fresh execution may run at once.
+    workers = Workers(MAX_SESSIONS + 2)
+    for line in sys.stdin.buffer:
         try:
             message = json.loads(line)
         except ValueError:
             continue
         kind = message.get("type")
         if kind == "execute":
-            task = asyncio.ensure_future(bridge.execute(message))
-            bridge.running[message["id"]] = task
+            workers.run(bridge.execute, message)
         elif kind == "tool_result":
             bridge.deliver(message)
         elif kind == "cancel":
             bridge.cancel(message.get("id"))
         elif kind == "close_session":
-            await bridge.close_session(message.get("session"))
+            bridge.close_session(message.get("session"))
             send({"type": "session_closed", "session": message.get("session")})
 
 
-async def main():
-    reader = await stdin_lines()
-    pool = pm.AsyncMonty(min_processes=SPARES + 1, max_processes=MAX_SESSIONS + SPARES + 1,
-                         checkout_timeout=10.0, feed_duration_limit_grace=1.0)
-    async with pool:
-        bridge = Bridge(pool)
-        bridge.refill()
-        await bridge.spares[0]
-        send({"type": "ready", "pid": os.getpid()})
-        await serve(bridge, reader)
+def main():
+    pool = pm.Monty(min_processes=SPARES + 1, max_processes=MAX_SESSIONS + SPARES + 1,
+                    checkout_timeout=10.0, feed_duration_limit_grace=1.0)
+    pool.__enter__()
+    bridge = Bridge(pool)
+    first = bridge.fresh()
+    bridge.spares.put(first)
+    spawn(bridge.refill_forever)
+    send({"type": "ready", "pid": os.getpid()})
+    serve(bridge)
     # The host closed stdin: leave without waiting for anything.
     os._exit(0)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -242,6 +242,17 @@ pub enum Error {
         limit_bytes: u64,
     },
 
+    /// A file the program wrote reached the outputs limit while it ran: no
+    /// single file may grow past it (writes past it fail with `EFBIG`, and a
+    /// program that does not handle `SIGXFSZ` dies of it).
+    #[error("a file the program wrote reached the limit of {limit_bytes} bytes per file; write less, or raise it with `.outputs_limit(bytes)`{}", stderr_suffix(stderr_tail))]
+    FileTooLarge {
+        /// The limit in bytes (the sandbox's outputs limit).
+        limit_bytes: u64,
+        /// The last part of standard error.
+        stderr_tail: String,
+    },
+
     /// Auto-IO code never assigned a declared output variable.
     #[error("output `{name}` was never assigned by the code (assign a variable named `{name}`)")]
     OutputNotAssigned {

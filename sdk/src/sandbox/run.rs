@@ -22,6 +22,8 @@ use crate::image::ResolvedImage;
 
 /// How much of stderr an [`Error::NonZeroExit`] carries.
 const STDERR_TAIL_BYTES: usize = 4096;
+/// The signal a write past `RLIMIT_FSIZE` raises.
+const SIGXFSZ: i64 = 25;
 /// Where file secrets are mounted.
 pub const SECRETS_DIR: &str = "/run/secrets";
 
@@ -445,6 +447,13 @@ impl Client {
         // The init reports a signal death as 128 + signal; a Python exception
         // (reported in the status file) is an exit, whatever its code.
         let python_raised = collected.status.as_ref().is_some_and(|s| s.error.is_some());
+        let file_too_large = || Error::FileTooLarge {
+            limit_bytes: rt.outputs_limit,
+            stderr_tail: tail(&stderr.text, STDERR_TAIL_BYTES),
+        };
+        if status.code == 128 + SIGXFSZ && !python_raised {
+            return Err(file_too_large());
+        }
         if (129..=128 + 64).contains(&status.code) && !python_raised {
             return Err(Error::Killed {
                 signal: status.code - 128,
@@ -461,6 +470,11 @@ impl Client {
                 (_, Program::Code { .. }) => traceback::parse(&stderr.text),
                 _ => None,
             };
+            if python.as_ref().is_some_and(|p| {
+                p.exception_type == "OSError" && p.message.starts_with("[Errno 27]")
+            }) {
+                return Err(file_too_large());
+            }
             return Err(Error::NonZeroExit {
                 exit_code: status.code,
                 stderr_tail: tail(&stderr.text, STDERR_TAIL_BYTES),
