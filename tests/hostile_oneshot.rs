@@ -211,14 +211,15 @@ async fn dropped_runs_leave_nothing_and_do_not_stall_the_runtime() {
 async fn concurrent_timeouts_answer_near_their_limit() {
     let _serial = SERIAL.lock().await;
     let client = common::client().await;
+    let limit = Duration::from_secs(2);
     let sleeper = Sandbox::command("timeouts", "sh")
         .args(["-c", "echo up; sleep 60"])
-        .timeout(Duration::from_secs(3))
+        .timeout(limit)
         .cache(CacheMode::Disable)
         .build()
         .unwrap();
     let mut runs = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..20 {
         let (client, sleeper) = (client.clone(), sleeper.clone());
         runs.push(tokio::spawn(async move {
             let started = Instant::now();
@@ -232,10 +233,10 @@ async fn concurrent_timeouts_answer_near_their_limit() {
         assert!(matches!(result, Err(Error::Timeout { .. })), "{result:?}");
         worst = worst.max(took);
     }
-    eprintln!("8 concurrent 3 s timeouts: slowest answered after {worst:?}");
-    // The limit counts from the start; create, upload and start come first.
-    assert!(worst < Duration::from_secs(6), "slowest took {worst:?}");
-    assert_eq!(leftovers(&client, Duration::from_secs(5)).await, (0, 0));
+    eprintln!("20 concurrent 2 s timeouts: slowest answered after {worst:?}");
+    // The limit counts from the call, create and start included.
+    assert!(worst < limit.mul_f64(1.2), "slowest took {worst:?}");
+    assert_eq!(leftovers(&client, Duration::from_secs(10)).await, (0, 0));
     assert_next_run_works(&client).await;
 }
 

@@ -315,23 +315,32 @@ impl Client {
         // No single file can outgrow what would be refused at collection
         // anyway, so a runaway writer stops inside instead of filling the disk.
         spec.max_file_bytes = Some(i64::try_from(rt.outputs_limit).unwrap_or(i64::MAX));
-        let container = engine.create_container(&spec).await?;
+        // The time limit counts from here: a call with `.timeout(t)` answers
+        // within `t` however long the daemon takes to create and start.
+        let deadline = rt
+            .timeout
+            .map(|limit| (tokio::time::Instant::now() + limit, limit));
+        let container = within(deadline, engine.create_container(&spec)).await?;
         // Every way out below ends here, so the container is removed on the
         // async path (a blocking drop could stall the connections the daemon
         // still needs to finish with it); the guard's drop is for cancellation.
         let ran = async {
             let id = container.id().to_string();
-            engine
-                .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
-                .await?;
-            if prepared.needs_outputs_dir {
+            let upload = async {
                 engine
-                    .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                    .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
                     .await?;
-            }
-            if let Some(tar) = &prepared.secrets_tar {
-                engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
-            }
+                if prepared.needs_outputs_dir {
+                    engine
+                        .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                        .await?;
+                }
+                if let Some(tar) = &prepared.secrets_tar {
+                    engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
+                }
+                engine.attach_output(&id).await
+            };
+            let mut output = within(deadline, upload).await?;
 
             // Live lines pass through redaction before the caller sees them.
             let secrets = prepared.secrets.clone();
@@ -346,7 +355,6 @@ impl Client {
             let handler = handler.as_ref();
             let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
             let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
-            let mut output = engine.attach_output(&id).await?;
             let run = async {
                 engine.start_container(&id).await?;
                 let mut wait = std::pin::pin!(engine.wait_container(&id));
@@ -375,9 +383,9 @@ impl Client {
                 }
                 Ok::<_, Error>(status)
             };
-            let status = match rt.timeout {
+            let status = match deadline {
                 None => run.await?,
-                Some(limit) => match tokio::time::timeout(limit, run).await {
+                Some((at, limit)) => match tokio::time::timeout_at(at, run).await {
                     Ok(status) => status?,
                     Err(_) => {
                         let (out, err) = (stdout.finish(handler), stderr.finish(handler));
@@ -512,4 +520,22 @@ async fn collect_streamed(
             operation: "collect outputs",
             message: e.to_string(),
         })?
+}
+
+/// Runs `step` within the attempt's deadline, if it has one; past it, the
+/// run's [`Error::Timeout`] (nothing was printed yet).
+async fn within<T>(
+    deadline: Option<(tokio::time::Instant, Duration)>,
+    step: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match deadline {
+        None => step.await,
+        Some((at, limit)) => tokio::time::timeout_at(at, step).await.unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                timeout: limit,
+                stdout: String::new(),
+                stderr: String::new(),
+            })
+        }),
+    }
 }
