@@ -31,9 +31,7 @@ execution runs on a thread of its own and waits on its own inbox for the
 host's tool results.
 """
 
-import datetime
 import json
-import math
 import os
 import queue
 import signal
@@ -44,6 +42,8 @@ import time
 import pydantic_monty as pm
 
 import rules
+from failures import Failed, frame_of, runtime_error, typing_error
+from values import NotJson, from_wire, to_wire
 
 CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 LOOP_LIMIT = int(CONFIG.get("loop_limit", 10_000))
@@ -120,63 +120,6 @@ def send(message):
         _out.flush()
 
 
-class NotJson(Exception):
-    """A value that cannot cross to the host."""
-
-
-def from_wire(value):
-    """Host JSON -> Python values for Monty (tagged datetimes become objects)."""
-    if isinstance(value, list):
-        return [from_wire(v) for v in value]
-    if isinstance(value, dict):
-        if len(value) == 1:
-            (key, inner), = value.items()
-            if key == "$datetime" and isinstance(inner, str):
-                return datetime.datetime.fromisoformat(inner)
-            if key == "$date" and isinstance(inner, str):
-                return datetime.date.fromisoformat(inner)
-            if key == "$timedelta" and isinstance(inner, (int, float)):
-                return datetime.timedelta(seconds=inner)
-        return {k: from_wire(v) for k, v in value.items()}
-    return value
-
-
-def to_wire(value, depth=0):
-    """Python values from Monty -> JSON for the host."""
-    if depth > 100:
-        raise NotJson("the value is nested more than 100 levels deep")
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise NotJson(f"{value!r} is not a JSON number")
-        return value
-    if isinstance(value, (list, tuple)):
-        return [to_wire(v, depth + 1) for v in value]
-    if isinstance(value, (set, frozenset)):
-        items = [to_wire(v, depth + 1) for v in value]
-        try:
-            return sorted(items)
-        except TypeError:
-            return items
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise NotJson(f"a dict key of type {type(k).__name__} is not JSON; use str keys")
-            out[k if isinstance(k, str) else json.dumps(k)] = to_wire(v, depth + 1)
-        return out
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (pm.MontyClassProxy,)):
-        return to_wire(value.attributes, depth + 1)
-    if isinstance(value, (bytes, bytearray)):
-        raise NotJson("bytes are not JSON; decode them to str first")
-    raise NotJson(f"a value of type {type(value).__name__} is not JSON")
-
-
 class Printed:
     """print() output, kept up to PRINT_LIMIT characters."""
 
@@ -197,72 +140,6 @@ class Printed:
 
     def text(self):
         return "".join(self.parts)
-
-
-MESSAGE_LIMIT = 4096
-
-
-def clip(text):
-    """Error messages are for a model to read: keep them short."""
-    if len(text) <= MESSAGE_LIMIT:
-        return text
-    return text[:MESSAGE_LIMIT] + f"... ({len(text):,} characters in all)"
-
-
-class Failed(Exception):
-    """Ends an execution with a typed error for the host."""
-
-    def __init__(self, **error):
-        error["message"] = clip(str(error.get("message", "")))
-        super().__init__(error["message"])
-        self.error = error
-
-
-def frame_of(error, prepared):
-    """(line, column) in the user's code of the innermost frame of the user's feed."""
-    line = col = 0
-    try:
-        frames = error.traceback()
-    except Exception:
-        return 0, 0
-    for f in frames:
-        # <python-input-0> is the prelude; later feeds are the user's.
-        if f.filename.startswith("<python-input-") and f.filename != "<python-input-0>":
-            line, col = f.line, f.column
-    if prepared is not None and line:
-        col = prepared.user_column(line, col)
-    return line, col
-
-
-def runtime_error(error, prepared, tool_errors):
-    inner = error.exception()
-    kind = type(inner).__name__
-    message = str(inner)
-    line, col = frame_of(error, prepared)
-    if kind == "TimeoutError" and "time limit" in message:
-        return Failed(kind="timeout", message=message)
-    if kind == "MemoryError" and "memory limit" in message:
-        return Failed(kind="memory", message=message)
-    if kind == "KeyboardInterrupt" and "_dh_loop_limit" in message:
-        loop_line = int("".join(c for c in message.split(":")[-1] if c.isdigit()) or 0)
-        return Failed(kind="loop_limit", line=loop_line,
-                      message=f"the loop at line {loop_line} ran more than {LOOP_LIMIT:,} iterations")
-    if kind == "RuntimeError" and message in tool_errors:
-        return Failed(kind="tool", message=message, line=line, col=col)
-    return Failed(kind="runtime", type=kind, message=message, line=line, col=col)
-
-
-def typing_error(error, prepared):
-    text = error.display()
-    line = col = 0
-    for word in text.split():
-        parts = word.rstrip(":").split(":")
-        if len(parts) >= 3 and parts[-2].isdigit() and parts[-1].isdigit():
-            line, col = int(parts[-2]), int(parts[-1])
-            break
-    if prepared is not None and line:
-        col = prepared.user_column(line, col)
-    return Failed(kind="validation", rule="type", message=text.strip(), line=line, col=col)
 
 
 class Cancelled(Exception):
@@ -327,7 +204,7 @@ class Execution:
                 raise Failed(kind="timeout", message=str(e))
             raise Failed(kind="crash", message=f"the interpreter's worker died: {e}")
         except pm.MontyRuntimeError as e:
-            raise runtime_error(e, self.prepared, self.tool_errors)
+            raise runtime_error(e, self.prepared, self.tool_errors, LOOP_LIMIT)
         except pm.MontyError as e:
             raise Failed(kind="crash", message=str(e))
         try:

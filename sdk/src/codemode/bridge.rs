@@ -22,6 +22,19 @@ use crate::util::push_tail;
 pub const BRIDGE: &str = include_str!("../../../images/codehost/bridge.py");
 /// The product rules the bridge applies before Monty runs code.
 pub const RULES: &str = include_str!("../../../images/codehost/rules.py");
+/// The bridge's program files by name: the bridge and the modules it imports.
+pub const PROGRAMS: [(&str, &str); 4] = [
+    ("bridge.py", BRIDGE),
+    ("rules.py", RULES),
+    (
+        "values.py",
+        include_str!("../../../images/codehost/values.py"),
+    ),
+    (
+        "failures.py",
+        include_str!("../../../images/codehost/failures.py"),
+    ),
+];
 /// The Monty release code hosts install (pinned: the bridge is written
 /// against its API, and the image tag follows it).
 pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
@@ -113,11 +126,14 @@ pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
 fn bake_command() -> String {
     use base64::Engine as _;
     let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    format!(
-        "mkdir -p {BAKED_DIR} && printf %s '{}' | base64 -d > {BAKED_DIR}/bridge.py && printf %s '{}' | base64 -d > {BAKED_DIR}/rules.py",
-        b64(BRIDGE),
-        b64(RULES)
-    )
+    let mut command = format!("mkdir -p {BAKED_DIR}");
+    for (name, text) in PROGRAMS {
+        command.push_str(&format!(
+            " && printf %s '{}' | base64 -d > {BAKED_DIR}/{name}",
+            b64(text)
+        ));
+    }
+    command
 }
 
 /// Creates the container, uploads the bridge, attaches, starts it and waits
@@ -172,10 +188,12 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
     if upload {
         let programs = crate::archive::build_tar(
             &[(".dockhand", 0o755)],
-            &[
-                crate::archive::TarFile::new(".dockhand/bridge.py", BRIDGE),
-                crate::archive::TarFile::new(".dockhand/rules.py", RULES),
-            ],
+            &PROGRAMS
+                .iter()
+                .map(|(name, text)| {
+                    crate::archive::TarFile::new(format!(".dockhand/{name}"), *text)
+                })
+                .collect::<Vec<_>>(),
         )?;
         engine
             .upload_archive(container.id(), UPLOAD_DIR, bytes::Bytes::from(programs))
@@ -245,8 +263,9 @@ mod tests {
                 .expect("base64");
             String::from_utf8(bytes).expect("utf-8")
         };
-        assert_eq!(decode(pieces[1]), BRIDGE);
-        assert_eq!(decode(pieces[3]), RULES);
+        for (i, (_, text)) in PROGRAMS.iter().enumerate() {
+            assert_eq!(decode(pieces[1 + 2 * i]), *text);
+        }
     }
 
     #[test]

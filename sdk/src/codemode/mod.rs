@@ -54,7 +54,7 @@ mod toolset;
 
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
-pub use bridge::{BRIDGE, MONTY_PACKAGE, RULES};
+pub use bridge::{BRIDGE, MONTY_PACKAGE, PROGRAMS, RULES};
 pub use config::{CodeHostConfig, Execution, HostDescription};
 pub use errors::{CodeError, CodeFailure};
 pub use host::{CodeHost, CodeSession};
