@@ -25,10 +25,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = client.run(&double, [("x", 21)]).await?;
     let result: i64 = out.get("result")?;
     println!("{result}");
-    eprintln!(
-        "ran in {:.0} ms in a fresh container from {} (removed)",
-        out.duration.as_secs_f64() * 1000.0,
-        out.image
-    );
+    match out.attempts.last() {
+        Some(attempt) => eprintln!(
+            "ran in {:.0} ms in a fresh container from {} (removed)",
+            attempt.duration.as_secs_f64() * 1000.0,
+            out.image
+        ),
+        // Nothing ran: an identical earlier run's result came from the cache.
+        None => eprintln!(
+            "cached: the result of an identical earlier run, returned in {:.0} ms without a container",
+            out.duration.as_secs_f64() * 1000.0
+        ),
+    }
     Ok(())
 }

@@ -12,38 +12,46 @@ fn none() -> Vec<(String, Value)> {
     Vec::new()
 }
 
-/// Share of one CPU a busy loop gets over one second.
-const BUSY: &str = "import time\nt, c = time.time(), time.process_time()\nwhile time.time() - t < 1.0:\n    pass\nshare = (time.process_time() - c) / (time.time() - t)\n";
+/// Reads the container's CPU quota (cgroup v2 or v1) and, after half a
+/// second of busy looping, how often the kernel throttled it: the mechanism,
+/// not a wall-clock share that a busy machine would skew.
+const CPU_PROBE: &str = "import time\n\
+def read(*paths):\n    for p in paths:\n        try:\n            return open(p).read()\n        except OSError:\n            pass\n    return ''\n\
+v2 = read('/sys/fs/cgroup/cpu.max').split()\n\
+if v2:\n    quota, period = (-1 if v2[0] == 'max' else int(v2[0])), int(v2[1])\n\
+else:\n    quota = int(read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us'))\n    period = int(read('/sys/fs/cgroup/cpu/cpu.cfs_period_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us'))\n\
+t = time.time()\n\
+while time.time() - t < 0.5:\n    pass\n\
+stat = dict(line.split() for line in read('/sys/fs/cgroup/cpu.stat', '/sys/fs/cgroup/cpu/cpu.stat', '/sys/fs/cgroup/cpu,cpuacct/cpu.stat').splitlines())\n\
+cpus = quota / period\n\
+throttled = int(stat.get('nr_throttled', 0))\n";
 
 #[tokio::test]
 async fn cpu_limit_throttles() {
     let client = common::client().await;
-    let build = |name: &str, cpus: f64| {
-        Sandbox::code(name, BUSY)
-            .output("share", Type::Float)
+    let probe = |name: &str, cpus: f64| {
+        let sb = Sandbox::code(name, CPU_PROBE)
+            .output("cpus", Type::Float)
+            .output("throttled", Type::Int)
             .cpus(cpus)
             .cache(CacheMode::Disable)
             .build()
-            .unwrap()
+            .unwrap();
+        let client = client.clone();
+        async move {
+            let out = client.run(&sb, none()).await.unwrap();
+            (
+                out.get::<f64>("cpus").unwrap(),
+                out.get::<i64>("throttled").unwrap(),
+            )
+        }
     };
-    let slow = client
-        .run(&build("cpu-quarter", 0.25), none())
-        .await
-        .unwrap()
-        .get::<f64>("share")
-        .unwrap();
-    let fast = client
-        .run(&build("cpu-one", 1.0), none())
-        .await
-        .unwrap()
-        .get::<f64>("share")
-        .unwrap();
-    eprintln!("cpu share: 0.25 cpus -> {slow:.2}, 1 cpu -> {fast:.2}");
-    assert!(slow < 0.45, "a quarter CPU got {slow:.2} of a CPU");
-    assert!(
-        fast > slow * 1.5,
-        "one CPU ({fast:.2}) should get much more than a quarter ({slow:.2})"
-    );
+    let (quarter, throttled) = probe("cpu-quarter", 0.25).await;
+    eprintln!("0.25 cpus: quota {quarter} of a CPU, throttled {throttled} times in 0.5 s");
+    assert_eq!(quarter, 0.25, "the container's CPU quota");
+    assert!(throttled > 0, "a busy loop under a quarter CPU is throttled");
+    let (one, _) = probe("cpu-one", 1.0).await;
+    assert_eq!(one, 1.0);
 }
 
 #[tokio::test]

@@ -26,6 +26,7 @@ struct Inner {
     engine: Engine,
     images: ImageResolver,
     cache_dir: PathBuf,
+    cache_limit: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -43,6 +44,7 @@ pub struct ClientBuilder {
     endpoint: Option<String>,
     progress: Option<ProgressHandler>,
     cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
 }
 
 impl ClientBuilder {
@@ -66,6 +68,14 @@ impl ClientBuilder {
         self
     }
 
+    /// The most bytes the output cache may hold (default
+    /// [`DEFAULT_CACHE_LIMIT`](crate::sandbox::DEFAULT_CACHE_LIMIT), 1 GiB);
+    /// past it, the least recently used runs are evicted.
+    pub fn cache_limit(mut self, bytes: u64) -> Self {
+        self.cache_limit = Some(bytes);
+        self
+    }
+
     /// Connects and pings the daemon; fails with
     /// [`Error::DaemonUnreachable`](crate::Error::DaemonUnreachable) within seconds
     /// when nothing answers.
@@ -79,6 +89,9 @@ impl ClientBuilder {
                 engine,
                 images,
                 cache_dir,
+                cache_limit: self
+                    .cache_limit
+                    .unwrap_or(crate::sandbox::DEFAULT_CACHE_LIMIT),
             }),
         })
     }
@@ -107,6 +120,11 @@ impl Client {
     /// The daemon endpoint in use.
     pub fn endpoint(&self) -> &str {
         self.inner.engine.endpoint()
+    }
+
+    /// The output cache: its size, and a way to clear it.
+    pub fn output_cache(&self) -> crate::sandbox::OutputCache {
+        crate::sandbox::OutputCache::new(self.inner.cache_dir.clone(), self.inner.cache_limit)
     }
 
     /// The cache directory in use.

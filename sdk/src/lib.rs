@@ -40,8 +40,9 @@ pub use lifecycle::State;
 pub use paths::CACHE_DIR_ENV;
 pub use progress::{Progress, Stage};
 pub use sandbox::{
-    Attempt, CacheMode, CapturedText, Hardening, Network, OutputLine, Outputs, Param, RunOptions,
-    RunOutput, Sandbox, SandboxBuilder, Secret, StreamKind, Type, Value,
+    Attempt, CacheMode, CacheStats, CapturedText, Hardening, Network, OutputCache, OutputLine,
+    Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder, Secret, StreamKind, Type,
+    Value,
 };
 
 /// Label keys dockhand puts on every object it creates.

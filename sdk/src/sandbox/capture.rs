@@ -24,7 +24,7 @@ pub struct OutputLine {
 pub type OutputHandler = Arc<dyn Fn(OutputLine) + Send + Sync>;
 
 /// Captured text of one stream, capped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CapturedText {
     /// The first `limit` bytes (invalid UTF-8 replaced).
     pub text: String,

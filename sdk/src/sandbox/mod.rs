@@ -39,6 +39,7 @@ mod spec;
 mod traceback;
 mod value;
 
+pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub use outputs::{FromOutputs, Outputs};
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 
-use super::cache::{self, Store};
+use super::cache;
 use super::capture::{tail, CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::runtime::{confine, redact, CacheMode, SecretMount};
+use super::runtime::{confine, redact, CacheMode, Network, SecretMount};
 use super::spec::{Program, Sandbox};
 use super::value::Value;
 use super::{inputs, traceback};
@@ -156,9 +156,12 @@ impl Client {
             .collect::<Result<_>>()?;
         let image = self.images().resolve(&sandbox.image).await?;
 
-        let cacheable =
-            rt.cache != CacheMode::Disable && (secrets.is_empty() || rt.cache_with_secrets);
-        let store = Store::new(self.cache_dir());
+        // A run that may fetch data is not replayed unless asked: what it
+        // fetched may have changed.
+        let cacheable = rt.cache != CacheMode::Disable
+            && (secrets.is_empty() || rt.cache_with_secrets)
+            && (rt.network == Network::None || rt.cache_with_network);
+        let store = self.output_cache().store();
         let key = if cacheable {
             Some(cache::key(sandbox, &image.id, &inputs)?)
         } else {
@@ -219,13 +222,9 @@ impl Client {
                     out.duration = started.elapsed();
                     if let Some(key) = &key {
                         // A cache that cannot be written costs speed later, not this result.
-                        if let Err(e) = store.put(
-                            key,
-                            &out.outputs,
-                            &out.stdout.text,
-                            &out.stderr.text,
-                            &out.image,
-                        ) {
+                        if let Err(e) =
+                            store.put(key, &out.outputs, &out.stdout, &out.stderr, &out.image)
+                        {
                             tracing::warn!(error = %e, "could not store outputs in the cache");
                         }
                     }

@@ -347,6 +347,10 @@ pub struct Runtime {
     pub cache: CacheMode,
     /// Whether runs with secrets may be cached (their values never enter the key).
     pub cache_with_secrets: bool,
+    /// Whether runs with network access may be cached (what they fetched
+    /// would be replayed from the cache).
+    #[serde(default)]
+    pub cache_with_network: bool,
     /// Bytes `/var/outputs` may hold when it is collected.
     #[serde(default = "default_outputs_limit")]
     pub outputs_limit: u64,
@@ -371,6 +375,7 @@ impl Default for Runtime {
             hardening: Hardening::default(),
             cache: CacheMode::Auto,
             cache_with_secrets: false,
+            cache_with_network: false,
             outputs_limit: DEFAULT_OUTPUTS_LIMIT,
         }
     }

@@ -299,6 +299,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// Allows caching runs with network access (off by default: what such a
+    /// run fetched may have changed, and a hit would replay the old data).
+    pub fn cache_with_network(mut self, allow: bool) -> Self {
+        self.runtime.cache_with_network = allow;
+        self
+    }
+
     /// Allows caching runs that use secrets (off by default: a result may
     /// depend on a secret's value, which is never part of the cache key).
     pub fn cache_with_secrets(mut self, allow: bool) -> Self {
