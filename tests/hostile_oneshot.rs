@@ -12,10 +12,6 @@ use dockhand::{CacheMode, Client, Error, Sandbox, Type, Value};
 /// The tests count this process's containers and volumes: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn none() -> Vec<(String, Value)> {
-    Vec::new()
-}
-
 fn code(name: &str, source: &str) -> Sandbox {
     Sandbox::code(name, source)
         .cache(CacheMode::Disable)
@@ -75,13 +71,13 @@ async fn a_signal_death_is_reported_as_such() {
         ),
         ("import os\nos.abort()", 6),
     ] {
-        match client.run(&code("signals", source), none()).await {
+        match client.run(&code("signals", source), dockhand::NO_INPUTS).await {
             Err(Error::Killed { signal: got, .. }) => assert_eq!(got, signal, "{source}"),
             other => panic!("{source}: expected Killed, got {other:?}"),
         }
     }
     let err = client
-        .run(&code("exits", "import sys\nsys.exit(3)"), none())
+        .run(&code("exits", "import sys\nsys.exit(3)"), dockhand::NO_INPUTS)
         .await
         .unwrap_err();
     assert!(
@@ -133,7 +129,7 @@ async fn removal_from_outside_is_container_gone_and_leaves_no_volume() {
         .unwrap();
     let run = tokio::spawn({
         let client = client.clone();
-        async move { client.run(&sleeper, none()).await }
+        async move { client.run(&sleeper, dockhand::NO_INPUTS).await }
     });
     // Wait for the container, then remove it the way an operator would.
     let mut id = None;
@@ -189,7 +185,7 @@ async fn dropped_runs_leave_nothing_and_do_not_stall_the_runtime() {
         // upload, start and while running.
         let after = Duration::from_millis(20 + i * 37 % 900);
         runs.push(tokio::spawn(async move {
-            tokio::time::timeout(after, client.run(&slow, none())).await
+            tokio::time::timeout(after, client.run(&slow, dockhand::NO_INPUTS)).await
         }));
     }
     for r in runs {
@@ -223,7 +219,7 @@ async fn concurrent_timeouts_answer_near_their_limit() {
         let (client, sleeper) = (client.clone(), sleeper.clone());
         runs.push(tokio::spawn(async move {
             let started = Instant::now();
-            let result = client.run(&sleeper, none()).await;
+            let result = client.run(&sleeper, dockhand::NO_INPUTS).await;
             (started.elapsed(), result)
         }));
     }
@@ -253,7 +249,7 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let _ = client.run(&bomb, none()).await;
+    let _ = client.run(&bomb, dockhand::NO_INPUTS).await;
     assert!(started.elapsed() < Duration::from_secs(25));
 
     // /proc and /sys are read-only; the host's files are not there.
@@ -261,7 +257,7 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         "proc-sys",
         "import os\nresults = []\nfor path in ['/proc/sys/kernel/hostname', '/sys/kernel/mm/transparent_hugepage/enabled', '/proc/sysrq-trigger']:\n    try:\n        open(path, 'w').write('x')\n        results.append('written')\n    except OSError:\n        results.append('denied')\nprint(','.join(results))\n",
     );
-    let out = client.run(&probe, none()).await.unwrap();
+    let out = client.run(&probe, dockhand::NO_INPUTS).await.unwrap();
     assert_eq!(out.stdout.text.trim(), "denied,denied,denied");
 
     // An orphan that outlives the main process goes with the container.
@@ -271,7 +267,7 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let out = client.run(&orphan, none()).await.unwrap();
+    let out = client.run(&orphan, dockhand::NO_INPUTS).await.unwrap();
     assert_eq!(out.stdout.text, "parent done\n");
     assert!(started.elapsed() < Duration::from_secs(10));
 
@@ -281,7 +277,7 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n    except OSError:\n        pass\nprint('ok')\n",
     );
     assert_eq!(
-        client.run(&noisy, none()).await.unwrap().stdout.text,
+        client.run(&noisy, dockhand::NO_INPUTS).await.unwrap().stdout.text,
         "ok\n"
     );
     let long_arg = "a".repeat(100_000);
@@ -291,7 +287,7 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         .build()
         .unwrap();
     assert_eq!(
-        client.run(&argv, none()).await.unwrap().stdout.text,
+        client.run(&argv, dockhand::NO_INPUTS).await.unwrap().stdout.text,
         "100000\n"
     );
     for name in ["fork-bomb", "proc-sys", "orphan", "noisy-fds", "argv"] {
@@ -315,7 +311,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
     .cache(CacheMode::Disable)
     .build()
     .unwrap();
-    match client.run(&big, none()).await {
+    match client.run(&big, dockhand::NO_INPUTS).await {
         Err(Error::FileTooLarge { limit_bytes, .. }) => assert_eq!(limit_bytes, 10 << 20),
         other => panic!("expected FileTooLarge, got {other:?}"),
     }
@@ -331,7 +327,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
     .cache(CacheMode::Disable)
     .build()
     .unwrap();
-    match client.run(&many, none()).await {
+    match client.run(&many, dockhand::NO_INPUTS).await {
         Err(Error::OutputTooLarge { name, limit_bytes }) => {
             assert!(name.starts_with("blob"), "{name}");
             assert_eq!(limit_bytes, 10 << 20);
@@ -349,7 +345,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
     .build()
     .unwrap();
     assert!(matches!(
-        client.run(&hidden, none()).await,
+        client.run(&hidden, dockhand::NO_INPUTS).await,
         Err(Error::OutputTooLarge { .. })
     ));
 
@@ -367,7 +363,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
         .cache(CacheMode::Disable)
         .build()
         .unwrap();
-        match client.run(&sb, none()).await {
+        match client.run(&sb, dockhand::NO_INPUTS).await {
             Err(Error::UnsafeArchivePath { .. }) => {}
             other => panic!("{name}: expected UnsafeArchivePath, got {other:?}"),
         }
@@ -383,7 +379,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
     .cache(CacheMode::Disable)
     .build()
     .unwrap();
-    let out = client.run(&odd, none()).await.unwrap();
+    let out = client.run(&odd, dockhand::NO_INPUTS).await.unwrap();
     let dir: std::path::PathBuf = out.get("tree").unwrap();
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -407,7 +403,7 @@ async fn outputs_are_bounded_and_special_files_refused() {
     .unwrap();
     assert_eq!(
         client
-            .run(&forged, none())
+            .run(&forged, dockhand::NO_INPUTS)
             .await
             .unwrap()
             .get::<i64>("result")
@@ -439,7 +435,7 @@ async fn huge_binary_and_invalid_utf8_output_is_counted_exactly() {
     .cache(CacheMode::Disable)
     .build()
     .unwrap();
-    let out = client.run(&noisy, none()).await.unwrap();
+    let out = client.run(&noisy, dockhand::NO_INPUTS).await.unwrap();
     assert_eq!(out.stdout.total_bytes, (3 << 20) + 3000);
     assert!(out.stdout.truncated);
     assert!(
@@ -463,7 +459,7 @@ async fn egress_and_disk_bombs_fail_inside() {
         "import socket\ntry:\n    socket.getaddrinfo('example.com', 80)\n    print('resolved')\nexcept OSError:\n    print('no network')\n",
     );
     assert_eq!(
-        client.run(&egress, none()).await.unwrap().stdout.text,
+        client.run(&egress, dockhand::NO_INPUTS).await.unwrap().stdout.text,
         "no network\n"
     );
     // Filling /tmp fails with ENOSPC inside; the host is unaffected.
@@ -472,7 +468,7 @@ async fn egress_and_disk_bombs_fail_inside() {
         "import errno\ntry:\n    with open('/tmp/fill', 'wb') as f:\n        while True:\n            f.write(b'x' * (1 << 20))\nexcept OSError as e:\n    print('full' if e.errno == errno.ENOSPC else e)\n",
     );
     assert_eq!(
-        client.run(&fill, none()).await.unwrap().stdout.text,
+        client.run(&fill, dockhand::NO_INPUTS).await.unwrap().stdout.text,
         "full\n"
     );
     common::assert_no_container("egress");

@@ -9,13 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use dockhand::{CacheMode, Client, Error, RunOutput, Sandbox, SandboxBuilder, Type, Value};
+use dockhand::{CacheMode, Client, Error, RunOutput, Sandbox, SandboxBuilder, Type};
 
 type Check = fn(dockhand::Result<RunOutput>);
-
-fn none() -> Vec<(String, Value)> {
-    Vec::new()
-}
 
 fn python(name: &str, source: &str) -> SandboxBuilder {
     Sandbox::code(name, source).cache(CacheMode::Disable)
@@ -33,7 +29,7 @@ async fn run_all(cases: Vec<(SandboxBuilder, Check)>) {
     let client = common::client().await;
     for (builder, check) in cases {
         let sandbox = builder.build().expect("valid sandbox");
-        let result = client.run(&sandbox, none()).await;
+        let result = client.run(&sandbox, dockhand::NO_INPUTS).await;
         check(result);
         common::assert_no_container(sandbox.name());
     }

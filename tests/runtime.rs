@@ -8,10 +8,6 @@ use std::time::{Duration, Instant};
 
 use dockhand::{CacheMode, Error, Hardening, ImageSpec, Network, Sandbox, Secret, Type, Value};
 
-fn none() -> Vec<(String, Value)> {
-    Vec::new()
-}
-
 /// Reads the container's CPU quota (cgroup v2 or v1) and, after half a
 /// second of busy looping, how often the kernel throttled it: the mechanism,
 /// not a wall-clock share that a busy machine would skew.
@@ -39,7 +35,7 @@ async fn cpu_limit_throttles() {
             .unwrap();
         let client = client.clone();
         async move {
-            let out = client.run(&sb, none()).await.unwrap();
+            let out = client.run(&sb, dockhand::NO_INPUTS).await.unwrap();
             (
                 out.get::<f64>("cpus").unwrap(),
                 out.get::<i64>("throttled").unwrap(),
@@ -49,7 +45,10 @@ async fn cpu_limit_throttles() {
     let (quarter, throttled) = probe("cpu-quarter", 0.25).await;
     eprintln!("0.25 cpus: quota {quarter} of a CPU, throttled {throttled} times in 0.5 s");
     assert_eq!(quarter, 0.25, "the container's CPU quota");
-    assert!(throttled > 0, "a busy loop under a quarter CPU is throttled");
+    assert!(
+        throttled > 0,
+        "a busy loop under a quarter CPU is throttled"
+    );
     let (one, _) = probe("cpu-one", 1.0).await;
     assert_eq!(one, 1.0);
 }
@@ -65,7 +64,7 @@ async fn memory_hog_is_oom_killed() {
     .memory("64Mi")
     .build()
     .unwrap();
-    match client.run(&hog, none()).await {
+    match client.run(&hog, dockhand::NO_INPUTS).await {
         Err(Error::OutOfMemory { limit_bytes }) => assert_eq!(limit_bytes, 64 << 20),
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
@@ -86,7 +85,7 @@ async fn fork_bomb_stays_within_the_pids_limit() {
     .build()
     .unwrap();
     let started = Instant::now();
-    let out = client.run(&bomb, none()).await.unwrap();
+    let out = client.run(&bomb, dockhand::NO_INPUTS).await.unwrap();
     let (forked, refused): (i64, i64) = out.outputs.tuple().unwrap();
     assert!(forked < 32, "forked {forked} processes under a limit of 32");
     assert!(refused > 0);
@@ -103,7 +102,7 @@ async fn timeout_kills_and_keeps_output_seen_so_far() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = client.run(&sleeper, none()).await.unwrap_err();
+    let err = client.run(&sleeper, dockhand::NO_INPUTS).await.unwrap_err();
     let elapsed = started.elapsed();
     match err {
         Error::Timeout {
@@ -130,7 +129,7 @@ async fn a_failed_attempt_is_retried_in_a_fresh_container() {
     .cache(CacheMode::Disable)
     .build()
     .unwrap();
-    let out = client.run(&flaky, none()).await.unwrap();
+    let out = client.run(&flaky, dockhand::NO_INPUTS).await.unwrap();
     assert_eq!(out.get::<i64>("attempt").unwrap(), 2);
     assert_eq!(out.attempts.len(), 2);
     assert!(out.attempts[0]
@@ -144,7 +143,7 @@ async fn a_failed_attempt_is_retried_in_a_fresh_container() {
         .retries(2)
         .build()
         .unwrap();
-    match client.run(&hopeless, none()).await {
+    match client.run(&hopeless, dockhand::NO_INPUTS).await {
         Err(Error::RetriesExhausted { attempts, last }) => {
             assert_eq!(attempts.len(), 3);
             assert!(matches!(*last, Error::NonZeroExit { .. }));
@@ -270,7 +269,7 @@ async fn no_network_by_default_and_network_when_asked() {
             .unwrap()
     };
     let isolated = client
-        .run(&probe("net-none", Network::None), none())
+        .run(&probe("net-none", Network::None), dockhand::NO_INPUTS)
         .await
         .unwrap();
     assert_eq!(
@@ -285,7 +284,7 @@ async fn no_network_by_default_and_network_when_asked() {
     );
 
     let bridged = client
-        .run(&probe("net-bridge", Network::Bridge), none())
+        .run(&probe("net-bridge", Network::Bridge), dockhand::NO_INPUTS)
         .await
         .unwrap();
     let interfaces = bridged.get::<serde_json::Value>("interfaces").unwrap();
@@ -316,7 +315,7 @@ async fn hardened_by_default_and_relaxable() {
             .unwrap()
     };
     let out = client
-        .run(&probe("hardened", Hardening::default()), none())
+        .run(&probe("hardened", Hardening::default()), dockhand::NO_INPUTS)
         .await
         .unwrap();
     assert_eq!(out.get::<i64>("uid").unwrap(), 65534);
@@ -329,7 +328,7 @@ async fn hardened_by_default_and_relaxable() {
     assert!(out.get::<bool>("out").unwrap());
 
     let out = client
-        .run(&probe("relaxed", Hardening::relaxed()), none())
+        .run(&probe("relaxed", Hardening::relaxed()), dockhand::NO_INPUTS)
         .await
         .unwrap();
     assert_eq!(out.get::<i64>("uid").unwrap(), 0);
@@ -418,8 +417,8 @@ async fn output_cache_hits_and_misses() {
     let failing = Sandbox::code("cached-fail", "raise SystemExit(3)")
         .build()
         .unwrap();
-    assert!(client.run(&failing, none()).await.is_err());
-    assert!(client.run(&failing, none()).await.is_err());
+    assert!(client.run(&failing, dockhand::NO_INPUTS).await.is_err());
+    assert!(client.run(&failing, dockhand::NO_INPUTS).await.is_err());
     let _ = std::process::Command::new("docker")
         .args(["rmi", "-f", &changed_image.image])
         .output();
@@ -432,7 +431,7 @@ async fn a_dropped_run_leaves_no_container() {
         .args(["30"])
         .build()
         .unwrap();
-    let run = client.run(&slow, none());
+    let run = client.run(&slow, dockhand::NO_INPUTS);
     // Let it get as far as a running container, then drop it.
     assert!(tokio::time::timeout(Duration::from_secs(3), run)
         .await
@@ -456,7 +455,7 @@ async fn a_panic_mid_run_leaves_no_container() {
         .unwrap();
     let task = tokio::spawn(async move {
         tokio::select! {
-            _ = client.run(&slow, none()) => {}
+            _ = client.run(&slow, dockhand::NO_INPUTS) => {}
             _ = tokio::time::sleep(Duration::from_secs(3)) => panic!("boom in the middle of a run"),
         }
     });

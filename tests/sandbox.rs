@@ -250,7 +250,7 @@ async fn python_exceptions_carry_type_message_and_traceback() {
         .output("y", Type::Float)
         .build()
         .unwrap();
-    match client.run(&sb, Vec::<(String, Value)>::new()).await {
+    match client.run(&sb, dockhand::NO_INPUTS).await {
         Err(Error::NonZeroExit {
             exit_code,
             python: Some(py),
@@ -273,7 +273,7 @@ async fn python_exceptions_carry_type_message_and_traceback() {
         .verbatim()
         .build()
         .unwrap();
-    match client.run(&sb, Vec::<(String, Value)>::new()).await {
+    match client.run(&sb, dockhand::NO_INPUTS).await {
         Err(Error::NonZeroExit {
             python: Some(py), ..
         }) => {
@@ -289,7 +289,7 @@ async fn python_exceptions_carry_type_message_and_traceback() {
         .args(["-c", "echo oops >&2; exit 7"])
         .build()
         .unwrap();
-    match client.run(&sb, Vec::<(String, Value)>::new()).await {
+    match client.run(&sb, dockhand::NO_INPUTS).await {
         Err(Error::NonZeroExit {
             exit_code: 7,
             python: None,
@@ -368,7 +368,7 @@ async fn bad_inputs_fail_before_any_container() {
         "{err}"
     );
     let err = client
-        .run(&sb, Vec::<(String, Value)>::new())
+        .run(&sb, dockhand::NO_INPUTS)
         .await
         .unwrap_err();
     assert!(
@@ -424,7 +424,7 @@ async fn output_is_capped_and_streamed_live() {
     let options =
         RunOptions::new().on_output(move |l| seen.lock().unwrap().push((l.stream, l.line)));
     let out = client
-        .run_with(&sb, Vec::<(String, Value)>::new(), options)
+        .run_with(&sb, dockhand::NO_INPUTS, options)
         .await
         .unwrap();
     assert!(out.stdout.truncated);
@@ -447,4 +447,28 @@ async fn output_is_capped_and_streamed_live() {
         "the callback sees whole lines, uncapped"
     );
     assert!(lines.contains(&(StreamKind::Stderr, "warn".to_string())));
+}
+
+#[tokio::test]
+async fn quick_runs_need_no_declarations_and_mixed_inputs_need_no_conversions() {
+    let client = common::client().await;
+    let out = client
+        .run_code("import random\nprint(6 * 7, random.random() < 1)")
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.text, "42 True\n");
+    assert!(!out.cached);
+    assert!(!client.run_code("print(1)").await.unwrap().cached, "one-offs always run");
+    let greet = Sandbox::code("greet", "line = f'{name} x{times} {loud}'")
+        .input("name", Type::Str)
+        .input("times", Type::Int)
+        .input("loud", Type::Bool)
+        .output("line", Type::Str)
+        .build()
+        .unwrap();
+    let out = client
+        .run(&greet, dockhand::inputs! { name: "web", times: 3, loud: true })
+        .await
+        .unwrap();
+    assert_eq!(out.get::<String>("line").unwrap(), "web x3 True");
 }

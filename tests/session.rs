@@ -75,14 +75,13 @@ async fn a_timeout_kills_the_command_and_the_session_survives() {
 #[tokio::test]
 async fn streaming_yields_chunks_in_order_then_the_exit() {
     let s = started(SessionConfig::new()).await;
-    let mut stream = Box::pin(
-        s.exec_stream(
+    let mut stream = s
+        .exec_stream(
             "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.1; done; exit 4",
             ExecOptions::new(),
         )
         .await
-        .unwrap(),
-    );
+        .unwrap();
     let mut out = String::new();
     let mut err = String::new();
     let mut first_chunk_at = None;

@@ -42,7 +42,7 @@ pub use progress::{Progress, Stage};
 pub use sandbox::{
     Attempt, CacheMode, CacheStats, CapturedText, Hardening, Network, OutputCache, OutputLine,
     Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder, Secret, StreamKind, Type,
-    Value,
+    Value, NO_INPUTS,
 };
 
 /// Label keys dockhand puts on every object it creates.

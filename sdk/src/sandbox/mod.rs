@@ -33,6 +33,7 @@ mod capture;
 mod inputs;
 mod outputs;
 pub mod preamble;
+mod quick;
 mod run;
 mod runtime;
 mod spec;
@@ -42,6 +43,7 @@ mod value;
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub use outputs::{FromOutputs, Outputs};
+pub use quick::NO_INPUTS;
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
 pub(crate) use runtime::confine;
 pub use runtime::{

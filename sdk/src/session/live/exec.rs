@@ -1,24 +1,26 @@
 //! Running commands in a session: requests, streaming, deadlines.
 
+use futures::stream::{BoxStream, StreamExt};
+
 use super::*;
 
 impl Session {
     /// Runs a command and streams its output; the last event is the exit.
     /// A timeout kills the command's process group and ends the stream with
-    /// [`Error::Timeout`]; the session survives.
+    /// [`Error::Timeout`]; the session survives. The stream is `Unpin`:
+    /// call `.next()` on it directly.
     pub async fn exec_stream(
         &self,
         command: &str,
         options: ExecOptions,
-    ) -> Result<impl Stream<Item = Result<ExecEvent>> + Send + 'static> {
+    ) -> Result<BoxStream<'static, Result<ExecEvent>>> {
         let busy = self.busy()?;
         let started = Instant::now();
         let timeout = options.timeout.or(self.inner.config.exec_timeout);
         let rx = self.send_exec(command, &options, timeout, true).await?;
         let deadline = timeout.map(|t| started + t + exec_grace(t));
-        Ok(futures::stream::unfold(
-            Some((rx, busy, started)),
-            move |state| async move {
+        Ok(
+            futures::stream::unfold(Some((rx, busy, started)), move |state| async move {
                 let (mut rx, busy, started) = state?;
                 let next = match deadline {
                     None => Ok(rx.recv().await),
@@ -50,8 +52,9 @@ impl Session {
                         Some((Err(session.unanswered("a command", limit)), None))
                     }
                 }
-            },
-        ))
+            })
+            .boxed(),
+        )
     }
 
     pub(super) async fn send_exec(
