@@ -61,12 +61,24 @@ async fn runs_with_network_access_are_not_replayed_unless_asked() {
             .unwrap()
     };
     for _ in 0..2 {
-        let out = client.run(&networked(false), dockhand::NO_INPUTS).await.unwrap();
+        let out = client
+            .run(&networked(false), dockhand::NO_INPUTS)
+            .await
+            .unwrap();
         assert!(!out.cached, "a networked run is never replayed by default");
     }
     assert_eq!(client.output_cache().stats().unwrap().entries, 0);
-    assert!(!client.run(&networked(true), dockhand::NO_INPUTS).await.unwrap().cached);
-    let hit = client.run(&networked(true), dockhand::NO_INPUTS).await.unwrap();
+    assert!(
+        !client
+            .run(&networked(true), dockhand::NO_INPUTS)
+            .await
+            .unwrap()
+            .cached
+    );
+    let hit = client
+        .run(&networked(true), dockhand::NO_INPUTS)
+        .await
+        .unwrap();
     assert!(hit.cached, "asked for: cached");
     assert_eq!(hit.get::<i64>("n").unwrap(), 7);
 }

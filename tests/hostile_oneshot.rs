@@ -71,13 +71,19 @@ async fn a_signal_death_is_reported_as_such() {
         ),
         ("import os\nos.abort()", 6),
     ] {
-        match client.run(&code("signals", source), dockhand::NO_INPUTS).await {
+        match client
+            .run(&code("signals", source), dockhand::NO_INPUTS)
+            .await
+        {
             Err(Error::Killed { signal: got, .. }) => assert_eq!(got, signal, "{source}"),
             other => panic!("{source}: expected Killed, got {other:?}"),
         }
     }
     let err = client
-        .run(&code("exits", "import sys\nsys.exit(3)"), dockhand::NO_INPUTS)
+        .run(
+            &code("exits", "import sys\nsys.exit(3)"),
+            dockhand::NO_INPUTS,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -277,7 +283,12 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n    except OSError:\n        pass\nprint('ok')\n",
     );
     assert_eq!(
-        client.run(&noisy, dockhand::NO_INPUTS).await.unwrap().stdout.text,
+        client
+            .run(&noisy, dockhand::NO_INPUTS)
+            .await
+            .unwrap()
+            .stdout
+            .text,
         "ok\n"
     );
     let long_arg = "a".repeat(100_000);
@@ -287,7 +298,12 @@ async fn bombs_proc_sys_and_orphans_stay_inside() {
         .build()
         .unwrap();
     assert_eq!(
-        client.run(&argv, dockhand::NO_INPUTS).await.unwrap().stdout.text,
+        client
+            .run(&argv, dockhand::NO_INPUTS)
+            .await
+            .unwrap()
+            .stdout
+            .text,
         "100000\n"
     );
     for name in ["fork-bomb", "proc-sys", "orphan", "noisy-fds", "argv"] {
@@ -459,7 +475,12 @@ async fn egress_and_disk_bombs_fail_inside() {
         "import socket\ntry:\n    socket.getaddrinfo('example.com', 80)\n    print('resolved')\nexcept OSError:\n    print('no network')\n",
     );
     assert_eq!(
-        client.run(&egress, dockhand::NO_INPUTS).await.unwrap().stdout.text,
+        client
+            .run(&egress, dockhand::NO_INPUTS)
+            .await
+            .unwrap()
+            .stdout
+            .text,
         "no network\n"
     );
     // Filling /tmp fails with ENOSPC inside; the host is unaffected.
@@ -468,7 +489,12 @@ async fn egress_and_disk_bombs_fail_inside() {
         "import errno\ntry:\n    with open('/tmp/fill', 'wb') as f:\n        while True:\n            f.write(b'x' * (1 << 20))\nexcept OSError as e:\n    print('full' if e.errno == errno.ENOSPC else e)\n",
     );
     assert_eq!(
-        client.run(&fill, dockhand::NO_INPUTS).await.unwrap().stdout.text,
+        client
+            .run(&fill, dockhand::NO_INPUTS)
+            .await
+            .unwrap()
+            .stdout
+            .text,
         "full\n"
     );
     common::assert_no_container("egress");

@@ -315,7 +315,10 @@ async fn hardened_by_default_and_relaxable() {
             .unwrap()
     };
     let out = client
-        .run(&probe("hardened", Hardening::default()), dockhand::NO_INPUTS)
+        .run(
+            &probe("hardened", Hardening::default()),
+            dockhand::NO_INPUTS,
+        )
         .await
         .unwrap();
     assert_eq!(out.get::<i64>("uid").unwrap(), 65534);

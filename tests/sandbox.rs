@@ -367,10 +367,7 @@ async fn bad_inputs_fail_before_any_container() {
         matches!(err, Error::InputType { ref name, .. } if name == "x"),
         "{err}"
     );
-    let err = client
-        .run(&sb, dockhand::NO_INPUTS)
-        .await
-        .unwrap_err();
+    let err = client.run(&sb, dockhand::NO_INPUTS).await.unwrap_err();
     assert!(
         matches!(err, Error::MissingInput { ref name } if name == "x"),
         "{err}"
@@ -458,7 +455,10 @@ async fn quick_runs_need_no_declarations_and_mixed_inputs_need_no_conversions() 
         .unwrap();
     assert_eq!(out.stdout.text, "42 True\n");
     assert!(!out.cached);
-    assert!(!client.run_code("print(1)").await.unwrap().cached, "one-offs always run");
+    assert!(
+        !client.run_code("print(1)").await.unwrap().cached,
+        "one-offs always run"
+    );
     let greet = Sandbox::code("greet", "line = f'{name} x{times} {loud}'")
         .input("name", Type::Str)
         .input("times", Type::Int)
@@ -467,7 +467,10 @@ async fn quick_runs_need_no_declarations_and_mixed_inputs_need_no_conversions() 
         .build()
         .unwrap();
     let out = client
-        .run(&greet, dockhand::inputs! { name: "web", times: 3, loud: true })
+        .run(
+            &greet,
+            dockhand::inputs! { name: "web", times: 3, loud: true },
+        )
         .await
         .unwrap();
     assert_eq!(out.get::<String>("line").unwrap(), "web x3 True");

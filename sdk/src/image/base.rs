@@ -1,9 +1,12 @@
 //! The Python base image: pulled where a registry answers, otherwise made from
 //! Debian packages with the recipe in `images/base/`.
 //!
-//! Either way it is tagged `dockhand/base:python<X.Y>-<recipe hash>`, so specs
-//! render the same Dockerfile (and tag) on every machine, and a base is made
-//! once per machine: concurrent processes wait on a lock file for the first.
+//! The tag says which: `dockhand/base:python<X.Y>-slim` for the pulled
+//! `python:<X.Y>-slim`, `dockhand/base:python<X.Y>-debian-<release>-<recipe
+//! hash>` for one made from Debian packages. So one tag always means one
+//! content, and so does every image built on it (its tag hashes the
+//! Dockerfile, whose `FROM` names the base). A base is made once per machine:
+//! concurrent processes wait on a lock file for the first.
 //!
 //! The Debian path offers the python of a Debian release: 3.11 (bookworm) and
 //! 3.13 (trixie). Any other version needs a registry (or a local
@@ -41,16 +44,31 @@ pub const NO_PULL_ENV: &str = "DOCKHAND_NO_PULL";
 /// How long a pull of `python:X.Y-slim` may take before falling back.
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The local tag of the base image for a Python version.
-pub fn base_tag(python_version: &str) -> String {
+/// Where a Python base image comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseSource {
+    /// `python:<X.Y>-slim`, pulled from a registry.
+    Slim,
+    /// Debian's python, bootstrapped from Debian packages with the recipe.
+    Debian,
+}
+
+/// The local tag of the base image for a Python version from `source`.
+pub fn base_tag(python_version: &str, source: BaseSource) -> String {
     static RECIPE_HASH: OnceLock<String> = OnceLock::new();
-    let hash = RECIPE_HASH.get_or_init(|| {
-        let mut h = Sha256::new();
-        h.update(BOOTSTRAP_RECIPE);
-        h.update(BASE_DOCKERFILE);
-        hex::encode(h.finalize())[..12].to_string()
-    });
-    format!("dockhand/base:python{python_version}-{hash}")
+    match source {
+        BaseSource::Slim => format!("dockhand/base:python{python_version}-slim"),
+        BaseSource::Debian => {
+            let hash = RECIPE_HASH.get_or_init(|| {
+                let mut h = Sha256::new();
+                h.update(BOOTSTRAP_RECIPE);
+                h.update(BASE_DOCKERFILE);
+                hex::encode(h.finalize())[..12].to_string()
+            });
+            let release = debian_suite(python_version).unwrap_or("none");
+            format!("dockhand/base:python{python_version}-debian-{release}-{hash}")
+        }
+    }
 }
 
 /// The Debian release whose python is `python_version`.
@@ -61,33 +79,46 @@ pub fn debian_suite(python_version: &str) -> Option<&'static str> {
         .map(|(_, suite)| *suite)
 }
 
-/// Makes sure the base image for `python_version` exists locally.
+/// The base of `python_version` present locally, if any: the pulled one
+/// first, then one made from Debian packages.
+async fn present_base(engine: &Engine, python_version: &str) -> Result<Option<String>> {
+    for source in [BaseSource::Slim, BaseSource::Debian] {
+        let tag = base_tag(python_version, source);
+        if engine.inspect_image(&tag).await?.is_some() {
+            return Ok(Some(tag));
+        }
+    }
+    Ok(None)
+}
+
+/// Makes sure a base image for `python_version` exists locally; returns its tag.
 pub(crate) async fn ensure_base(
     engine: &Engine,
     python_version: &str,
     reporter: &Reporter,
-) -> Result<()> {
-    let tag = base_tag(python_version);
-    if engine.inspect_image(&tag).await?.is_some() {
-        return Ok(());
+) -> Result<String> {
+    if let Some(tag) = present_base(engine, python_version).await? {
+        return Ok(tag);
     }
     // Other processes (test binaries, parallel jobs) may be making it too.
     // The lock lives in the machine's temp dir, not the (per-user, per-client)
     // cache dir: every process that talks to this daemon must see it.
-    let _lock = lock_file(&std::env::temp_dir().join("dockhand-locks"), &tag).await?;
-    if engine.inspect_image(&tag).await?.is_some() {
-        return Ok(());
+    let lock_name = format!("dockhand-base-python{python_version}");
+    let _lock = lock_file(&std::env::temp_dir().join("dockhand-locks"), &lock_name).await?;
+    if let Some(tag) = present_base(engine, python_version).await? {
+        return Ok(tag);
     }
     let started = Instant::now();
     let upstream = format!("python:{python_version}-slim");
     let pull_allowed = std::env::var(NO_PULL_ENV).map_or(true, |v| v != "1");
     if pull_allowed {
+        let tag = base_tag(python_version, BaseSource::Slim);
         reporter.report(&tag, Stage::Pull, format!("pulling {upstream}"));
         match engine.pull_image(&upstream, PULL_TIMEOUT).await {
             Ok(()) => {
                 engine.tag_image(&upstream, &tag).await?;
                 reporter.report(&tag, Stage::Ready, format!("base image from {upstream}"));
-                return Ok(());
+                return Ok(tag);
             }
             Err(e) => reporter.report(
                 &tag,
@@ -104,6 +135,7 @@ pub(crate) async fn ensure_base(
             .collect::<Vec<_>>()
             .join(", "),
     })?;
+    let tag = base_tag(python_version, BaseSource::Debian);
     bootstrap(engine, &tag, suite, reporter).await?;
     reporter.report(
         &tag,
@@ -113,7 +145,7 @@ pub(crate) async fn ensure_base(
             started.elapsed().as_secs_f64()
         ),
     );
-    Ok(())
+    Ok(tag)
 }
 
 /// Runs the recipe and imports its root filesystem as `tag`.
@@ -252,11 +284,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base_tag_names_the_version_and_recipe() {
-        let tag = base_tag("3.11");
-        assert!(tag.starts_with("dockhand/base:python3.11-"));
-        assert_eq!(tag, base_tag("3.11"));
-        assert_ne!(tag, base_tag("3.13"));
+    fn base_tag_names_the_version_and_what_it_is_made_of() {
+        let debian = base_tag("3.11", BaseSource::Debian);
+        assert!(debian.starts_with("dockhand/base:python3.11-debian-bookworm-"));
+        assert_eq!(debian, base_tag("3.11", BaseSource::Debian));
+        assert_ne!(debian, base_tag("3.13", BaseSource::Debian));
+        assert_eq!(
+            base_tag("3.11", BaseSource::Slim),
+            "dockhand/base:python3.11-slim"
+        );
     }
 
     #[test]

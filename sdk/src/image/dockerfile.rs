@@ -40,15 +40,22 @@ impl ImageSpec {
         render(self, &self.base_reference(), with_ca)
     }
 
-    /// The image this spec builds on: its `base_image`, or dockhand's Python base.
+    /// The image this spec builds on: its `base_image`, or dockhand's pulled
+    /// Python base. Where the base is made from Debian packages instead,
+    /// builds name that base (see [`base::BaseSource`]).
     pub fn base_reference(&self) -> String {
         self.base_image
             .clone()
-            .unwrap_or_else(|| base::base_tag(&self.python_version))
+            .unwrap_or_else(|| base::base_tag(&self.python_version, base::BaseSource::Slim))
     }
 
     /// Reads the CA files (the spec's and `DOCKHAND_CA_CERTS`'s) and renders the plan.
     pub fn plan(&self) -> Result<BuildPlan> {
+        self.plan_on(&self.base_reference())
+    }
+
+    /// [`ImageSpec::plan`] on the base image `base` (the one present here).
+    pub fn plan_on(&self, base: &str) -> Result<BuildPlan> {
         self.validate()?;
         let mut files = self.ca_files.clone();
         if self.ca_from_env {
@@ -75,12 +82,12 @@ impl ImageSpec {
                 bundle.push(b'\n');
             }
         }
-        Ok(self.plan_with_ca((!bundle.is_empty()).then_some(bundle)))
+        Ok(self.plan_with_ca(base, (!bundle.is_empty()).then_some(bundle)))
     }
 
-    /// The plan for this spec with the given CA bundle (pure).
-    pub fn plan_with_ca(&self, ca_bundle: Option<Vec<u8>>) -> BuildPlan {
-        let base = self.base_reference();
+    /// The plan for this spec on `base` with the given CA bundle (pure).
+    pub fn plan_with_ca(&self, base: &str, ca_bundle: Option<Vec<u8>>) -> BuildPlan {
+        let base = base.to_string();
         let dockerfile = render(self, &base, ca_bundle.is_some());
         let mut hasher = Sha256::new();
         hasher.update(dockerfile.as_bytes());
@@ -173,7 +180,7 @@ mod tests {
     use super::*;
 
     fn tag(spec: &ImageSpec) -> String {
-        spec.plan_with_ca(None).tag
+        spec.plan_with_ca(&spec.base_reference(), None).tag
     }
 
     #[test]
@@ -227,8 +234,14 @@ mod tests {
             assert!(seen.insert(tag(v)), "spec {v:?} collides");
         }
         // Certificates are content: a different bundle is a different image.
-        let with_ca = base.plan_with_ca(Some(b"-----BEGIN CERTIFICATE-----\nA\n".to_vec()));
-        let other_ca = base.plan_with_ca(Some(b"-----BEGIN CERTIFICATE-----\nB\n".to_vec()));
+        let with_ca = base.plan_with_ca(
+            &base.base_reference(),
+            Some(b"-----BEGIN CERTIFICATE-----\nA\n".to_vec()),
+        );
+        let other_ca = base.plan_with_ca(
+            &base.base_reference(),
+            Some(b"-----BEGIN CERTIFICATE-----\nB\n".to_vec()),
+        );
         assert_ne!(with_ca.tag, base_tag);
         assert_ne!(with_ca.tag, other_ca.tag);
         // Command order matters (later steps see earlier ones).
@@ -244,10 +257,13 @@ mod tests {
             .apt(["jq"])
             .pip(["pandas>=2"])
             .run("echo 'multi\nline'")
-            .plan_with_ca(Some(b"pem".to_vec()))
+            .plan_with_ca("dockhand/base:python3.11-slim", Some(b"pem".to_vec()))
             .dockerfile;
         assert!(text.starts_with("# Rendered by dockhand"));
-        assert!(text.contains(&format!("FROM {}\n", base::base_tag("3.11"))));
+        assert!(text.contains(&format!(
+            "FROM {}\n",
+            base::base_tag("3.11", base::BaseSource::Slim)
+        )));
         assert!(text.contains("apt-get install -y --no-install-recommends jq &&"));
         assert!(text.contains("RUN python3 -m pip install 'pandas>=2'\n"));
         assert!(text.contains(r#"RUN ["/bin/sh", "-c", "echo 'multi\nline'"]"#));

@@ -92,7 +92,13 @@ impl ImageResolver {
     }
 
     async fn build_spec(&self, spec: &ImageSpec) -> Result<(String, String, ImageSource)> {
-        let plan = spec.plan()?;
+        // The base first: its tag says what it is made of, and the image's
+        // tag follows from it.
+        let base = match &spec.base_image {
+            None => base::ensure_base(&self.engine, &spec.python_version, &self.reporter).await?,
+            Some(reference) => reference.clone(),
+        };
+        let plan = spec.plan_on(&base)?;
         if let Some(info) = self.engine.inspect_image(&plan.tag).await? {
             return Ok((plan.tag, info.id, ImageSource::Cached));
         }
@@ -105,11 +111,8 @@ impl ImageResolver {
         if let Some(info) = self.engine.inspect_image(&plan.tag).await? {
             return Ok((plan.tag, info.id, ImageSource::Cached));
         }
-        match &spec.base_image {
-            None => base::ensure_base(&self.engine, &spec.python_version, &self.reporter).await?,
-            Some(reference) => {
-                self.ensure_present(reference).await?;
-            }
+        if let Some(reference) = &spec.base_image {
+            self.ensure_present(reference).await?;
         }
         let extra = HashMap::from([(labels::SPEC_HASH.to_string(), plan.hash.clone())]);
         let dockerfile = format!("{}{}", plan.dockerfile, label_instruction("image", &extra));
