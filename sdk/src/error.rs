@@ -267,6 +267,32 @@ pub enum Error {
         name: String,
     },
 
+    /// [`Outputs::get`](crate::Outputs::get) was asked for a name the sandbox
+    /// does not declare (a typo, usually).
+    #[error("no output named `{name}`; the sandbox declares {}{}", list_names(declared), suggest(suggestion.as_deref()))]
+    UnknownOutput {
+        /// The name asked for.
+        name: String,
+        /// The declared output names.
+        declared: Vec<String>,
+        /// The declared name closest to it, if one is.
+        suggestion: Option<String>,
+    },
+
+    /// An output was asked for as a Rust type its value cannot become: a
+    /// mistake in the calling code, not in the container (never retried).
+    #[error("output `{name}` is {stored}; it cannot be read as {requested} (ask for {hint})")]
+    OutputType {
+        /// The output's name.
+        name: String,
+        /// What the output holds (its type).
+        stored: String,
+        /// The Rust type asked for.
+        requested: String,
+        /// A Rust type that reads it.
+        hint: String,
+    },
+
     /// An output could not be parsed as its declared type.
     #[error("output `{name}` should be {expected} but was {got:?}")]
     BadOutput {
@@ -427,4 +453,20 @@ impl Error {
                 | Error::Docker { .. }
         )
     }
+}
+
+fn list_names(names: &[String]) -> String {
+    if names.is_empty() {
+        return "no outputs".into();
+    }
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn suggest(name: Option<&str>) -> String {
+    name.map(|n| format!("; did you mean `{n}`?"))
+        .unwrap_or_default()
 }

@@ -54,3 +54,13 @@ mod tests {
         assert!(buf.len() <= 6, "{buf}");
     }
 }
+
+/// The candidate closest to `name`, if one is close enough to be a typo of it.
+pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(name, c), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}

@@ -114,6 +114,20 @@ impl Value {
         }
     }
 
+    /// The Rust type [`Outputs::get`](crate::Outputs::get) reads this value as.
+    pub fn rust_type(&self) -> &'static str {
+        match self {
+            Value::Int(_) => "i64",
+            Value::Float(_) => "f64",
+            Value::Str(_) => "String",
+            Value::Bool(_) => "bool",
+            Value::Datetime(_) => "NaiveDateTime or DateTime<Utc>",
+            Value::Timedelta(_) => "Duration",
+            Value::File(_) | Value::Dir(_) => "PathBuf",
+            Value::Json(_) => "serde_json::Value, or a serde type with `.json::<T>()`",
+        }
+    }
+
     /// A file input.
     pub fn file(path: impl Into<PathBuf>) -> Self {
         Value::File(path.into())
@@ -299,7 +313,8 @@ impl FromValue for Value {
 /// Reads a JSON value as any deserialisable type.
 pub(crate) fn json_as<T: DeserializeOwned>(value: &Value) -> std::result::Result<T, String> {
     match value {
-        Value::Json(j) => serde_json::from_value(j.clone()).map_err(|e| e.to_string()),
+        Value::Json(j) => serde_json::from_value(j.clone())
+            .map_err(|e| format!("JSON that does not fit that type ({e})")),
         other => Err(format!("a {} value", other.type_of())),
     }
 }

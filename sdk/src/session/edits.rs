@@ -810,29 +810,8 @@ fn min_indent<'a>(lines: impl Iterator<Item = &'a str>) -> Option<usize> {
 
 /// 1.0 for equal strings down to 0.0 for nothing in common, by edit distance.
 fn similarity(a: &str, b: &str) -> f64 {
-    let a: Vec<char> = a.chars().take(SIMILARITY_MAX_CHARS).collect();
-    let b: Vec<char> = b.chars().take(SIMILARITY_MAX_CHARS).collect();
-    let longest = a.len().max(b.len()).max(1);
-    1.0 - levenshtein(&a, &b) as f64 / longest as f64
-}
-
-fn levenshtein(a: &[char], b: &[char]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let (mut diagonal, mut left) = (i, i + 1);
-        for (cell, cb) in row.iter_mut().skip(1).zip(b) {
-            let above = *cell;
-            left = (diagonal + usize::from(ca != cb))
-                .min(above + 1)
-                .min(left + 1);
-            diagonal = above;
-            *cell = left;
-        }
-        if let Some(first) = row.first_mut() {
-            *first = i + 1;
-        }
-    }
-    row.last().copied().unwrap_or(0)
+    let cut = |s: &str| s.chars().take(SIMILARITY_MAX_CHARS).collect::<String>();
+    strsim::normalized_levenshtein(&cut(a), &cut(b))
 }
 
 fn shorten(text: &str) -> String {

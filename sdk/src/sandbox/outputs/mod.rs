@@ -31,25 +31,36 @@ impl Outputs {
     /// The output `name` as a Rust type (`i64`, `f64`, `String`, `bool`,
     /// `NaiveDateTime`, `DateTime<Utc>`, `Duration`, `PathBuf`, `serde_json::Value`, `Value`).
     pub fn get<T: FromValue>(&self, name: &str) -> Result<T> {
-        let value = self
-            .value(name)
-            .ok_or_else(|| Error::MissingOutput { name: name.into() })?;
-        T::from_value(value).map_err(|expected| Error::BadOutput {
+        let value = self.declared(name)?;
+        T::from_value(value).map_err(|_| Error::OutputType {
             name: name.into(),
-            expected: expected.into(),
-            got: format!("a {} value", value.type_of()),
+            stored: format!("a {} value", value.type_of()),
+            requested: std::any::type_name::<T>().into(),
+            hint: value.rust_type().into(),
         })
     }
 
     /// A JSON output deserialised into any type.
     pub fn json<T: DeserializeOwned>(&self, name: &str) -> Result<T> {
-        let value = self
-            .value(name)
-            .ok_or_else(|| Error::MissingOutput { name: name.into() })?;
-        json_as(value).map_err(|got| Error::BadOutput {
+        let value = self.declared(name)?;
+        json_as(value).map_err(|got| Error::OutputType {
             name: name.into(),
-            expected: std::any::type_name::<T>().into(),
-            got,
+            stored: got,
+            requested: std::any::type_name::<T>().into(),
+            hint: "a type whose serde shape matches the JSON".into(),
+        })
+    }
+
+    /// The value of declared output `name`, or [`Error::UnknownOutput`].
+    fn declared(&self, name: &str) -> Result<&Value> {
+        self.value(name).ok_or_else(|| {
+            let declared: Vec<String> = self.values.iter().map(|(n, _)| n.clone()).collect();
+            Error::UnknownOutput {
+                name: name.into(),
+                suggestion: crate::util::closest(name, declared.iter().map(String::as_str))
+                    .map(str::to_string),
+                declared,
+            }
         })
     }
 

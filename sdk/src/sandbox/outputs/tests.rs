@@ -216,3 +216,35 @@ fn tuples_in_declared_order() {
     assert!(out.tuple::<(i64,)>().is_err());
     assert!(out.get::<String>("a").is_err());
 }
+
+#[test]
+fn a_typo_and_a_wrong_rust_type_are_the_caller_s_errors() {
+    let outputs = Outputs::new(
+        vec![
+            ("result".into(), Value::Int(42)),
+            ("report".into(), Value::Str("ok".into())),
+        ],
+        None,
+    );
+    let err = outputs.get::<i64>("reslt").unwrap_err();
+    match &err {
+        Error::UnknownOutput {
+            name,
+            declared,
+            suggestion,
+        } => {
+            assert_eq!(name, "reslt");
+            assert_eq!(declared, &["result", "report"]);
+            assert_eq!(suggestion.as_deref(), Some("result"));
+        }
+        other => panic!("expected UnknownOutput, got {other:?}"),
+    }
+    assert!(err.to_string().contains("did you mean `result`?"), "{err}");
+    let err = outputs.get::<String>("result").unwrap_err();
+    assert!(
+        matches!(&err, Error::OutputType { name, hint, .. } if name == "result" && hint == "i64"),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable(), "the calling code is wrong, not the run");
+    assert!(err.to_string().contains("ask for i64"), "{err}");
+}
