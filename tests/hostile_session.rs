@@ -93,7 +93,7 @@ async fn a_fork_bomb_is_contained_to_its_command() {
     assert!(
         matches!(
             result,
-            Ok(_) | Err(Error::Timeout { .. }) | Err(Error::SessionFile { .. })
+            Ok(_) | Err(Error::CommandTimeout { .. }) | Err(Error::SessionFile { .. })
         ),
         "{result:?}"
     );

@@ -62,7 +62,7 @@ async fn a_timeout_kills_the_command_and_the_session_survives() {
         .unwrap_err();
     assert!(started_at.elapsed() < Duration::from_secs(5));
     match err {
-        Error::Timeout { stdout, .. } => assert_eq!(stdout, "before\n"),
+        Error::CommandTimeout { stdout, .. } => assert_eq!(stdout, "before\n"),
         other => panic!("expected Timeout, got {other:?}"),
     }
     let r = s.exec("ps -eo comm | grep -c sleep || true").await.unwrap();

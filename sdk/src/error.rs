@@ -324,6 +324,18 @@ pub enum Error {
         stderr: String,
     },
 
+    /// A session command ran past its time limit: its process group was
+    /// killed; the session lives on.
+    #[error("the command ran longer than {timeout:?}; it was killed with its process group, and the session is still usable")]
+    CommandTimeout {
+        /// The command's time limit.
+        timeout: Duration,
+        /// Standard output seen before the kill.
+        stdout: String,
+        /// Standard error seen before the kill.
+        stderr: String,
+    },
+
     /// The container was killed for using more memory than its limit.
     #[error("out of memory: killed after exceeding its memory limit of {limit_bytes} bytes")]
     OutOfMemory {
@@ -374,6 +386,14 @@ pub enum Error {
     /// The session's container or agent is gone; `start` it again.
     #[error("the session is not available: {reason}")]
     SessionUnavailable {
+        /// Why.
+        reason: String,
+    },
+
+    /// The code host's container or bridge died, or stopped answering; the
+    /// next `start` or `execute` brings up a new one.
+    #[error("the code host is not available: {reason}")]
+    CodeHostUnavailable {
         /// Why.
         reason: String,
     },

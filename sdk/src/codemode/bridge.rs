@@ -142,9 +142,8 @@ pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, 
     let limit = how.start_timeout;
     match tokio::time::timeout(limit, launch_unbounded(client, how)).await {
         Ok(result) => result,
-        Err(_) => Err(Error::Docker {
-            operation: "start code host",
-            message: format!("the code host did not become ready within {limit:?}"),
+        Err(_) => Err(Error::CodeHostUnavailable {
+            reason: format!("the code host did not become ready within {limit:?}"),
         }),
     }
 }
@@ -230,9 +229,8 @@ fn bridge_exited(stderr: &str) -> Error {
     } else {
         String::new()
     };
-    Error::Docker {
-        operation: "start code host",
-        message: format!("the bridge exited: {stderr}{hint}"),
+    Error::CodeHostUnavailable {
+        reason: format!("the bridge exited: {stderr}{hint}"),
     }
 }
 

@@ -343,7 +343,7 @@ impl CodeHost {
         loop {
             tokio::select! {
                 message = runner.next() => match message {
-                    None => return Err(Error::Docker { operation: "code host", message: "the bridge's output ended".into() }),
+                    None => return Err(Error::CodeHostUnavailable { reason: "the bridge's output ended".into() }),
                     Some(Err(e)) => return Err(e),
                     Some(Ok(FromRunner::Result(result))) => return Ok((result, calls)),
                     Some(Ok(FromRunner::ToolCall { call, name, args, kwargs })) => {
@@ -431,9 +431,8 @@ async fn cancel_stale(runner: &mut Runner, id: &str) -> Result<()> {
         loop {
             match runner.next().await {
                 None => {
-                    return Err(Error::Docker {
-                        operation: "code host",
-                        message: "the bridge's output ended".into(),
+                    return Err(Error::CodeHostUnavailable {
+                        reason: "the bridge's output ended".into(),
                     })
                 }
                 Some(Err(e)) => return Err(e),
@@ -453,9 +452,8 @@ async fn cancel_stale(runner: &mut Runner, id: &str) -> Result<()> {
     };
     match tokio::time::timeout(Duration::from_secs(5), drain).await {
         Ok(done) => done,
-        Err(_) => Err(Error::Docker {
-            operation: "code host",
-            message: "an abandoned execution did not end within 5s of being cancelled".into(),
+        Err(_) => Err(Error::CodeHostUnavailable {
+            reason: "an abandoned execution did not end within 5s of being cancelled".into(),
         }),
     }
 }
@@ -565,9 +563,8 @@ impl CodeSession {
         };
         match tokio::time::timeout(Duration::from_secs(10), close).await {
             Ok(done) => done,
-            Err(_) => Err(Error::Docker {
-                operation: "close code session",
-                message: "the code host did not answer within 10s".into(),
+            Err(_) => Err(Error::CodeHostUnavailable {
+                reason: "the code host did not answer within 10s".into(),
             }),
         }
     }

@@ -165,7 +165,7 @@ impl<S: SessionApi> SessionTools<S> {
         match outcome {
             Ok(v) => Ok(v),
             Err(e @ Error::SessionUnavailable { .. }) => Err(e),
-            Err(Error::Timeout {
+            Err(Error::CommandTimeout {
                 timeout,
                 stdout,
                 stderr,

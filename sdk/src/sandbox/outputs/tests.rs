@@ -245,6 +245,9 @@ fn a_typo_and_a_wrong_rust_type_are_the_caller_s_errors() {
         matches!(&err, Error::OutputType { name, hint, .. } if name == "result" && hint == "i64"),
         "{err:?}"
     );
-    assert!(!err.is_retryable(), "the calling code is wrong, not the run");
+    assert!(
+        !err.is_retryable(),
+        "the calling code is wrong, not the run"
+    );
     assert!(err.to_string().contains("ask for i64"), "{err}");
 }

@@ -7,7 +7,7 @@ use super::*;
 impl Session {
     /// Runs a command and streams its output; the last event is the exit.
     /// A timeout kills the command's process group and ends the stream with
-    /// [`Error::Timeout`]; the session survives. The stream is `Unpin`:
+    /// [`Error::CommandTimeout`]; the session survives. The stream is `Unpin`:
     /// call `.next()` on it directly.
     pub async fn exec_stream(
         &self,
@@ -114,7 +114,7 @@ impl Session {
                 let stderr =
                     String::from_utf8_lossy(&unb64(&stderr).unwrap_or_default()).into_owned();
                 if timed_out {
-                    return Err(Error::Timeout {
+                    return Err(Error::CommandTimeout {
                         timeout: timeout.unwrap_or_default(),
                         stdout,
                         stderr,
