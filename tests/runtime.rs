@@ -58,14 +58,23 @@ async fn memory_hog_is_oom_killed() {
     let client = common::client().await;
     let hog = Sandbox::code(
         "memory-hog",
-        "x = bytearray(400 * 1024 * 1024)\nprint(len(x))",
+        "import sys\nprint('loading', flush=True)\nprint('big step next', file=sys.stderr, flush=True)\nx = bytearray(400 * 1024 * 1024)\nprint(len(x))",
     )
     .verbatim()
     .memory("64Mi")
     .build()
     .unwrap();
     match client.run(&hog, dockhand::NO_INPUTS).await {
-        Err(Error::OutOfMemory { limit_bytes }) => assert_eq!(limit_bytes, 64 << 20),
+        Err(Error::OutOfMemory {
+            limit_bytes,
+            stdout_tail,
+            stderr_tail,
+        }) => {
+            assert_eq!(limit_bytes, 64 << 20);
+            // What it printed before it died is kept.
+            assert_eq!(stdout_tail, "loading\n");
+            assert_eq!(stderr_tail, "big step next\n");
+        }
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
     common::assert_no_container("memory-hog");

@@ -255,6 +255,7 @@ async fn python_exceptions_carry_type_message_and_traceback() {
             exit_code,
             python: Some(py),
             stderr_tail,
+            ..
         }) => {
             assert_eq!(exit_code, 1);
             assert_eq!(py.exception_type, "ZeroDivisionError");
@@ -281,12 +282,17 @@ async fn python_exceptions_carry_type_message_and_traceback() {
                 (py.exception_type.as_str(), py.message.as_str()),
                 ("ValueError", "bad value")
             );
+            assert!(
+                py.traceback.contains("File \"main.py\", line 1"),
+                "the script is named as in auto-IO mode: {}",
+                py.traceback
+            );
         }
         other => panic!("expected NonZeroExit, got {other:?}"),
     }
     // Commands: exit code and stderr.
     let sb = Sandbox::command("fail", "sh")
-        .args(["-c", "echo oops >&2; exit 7"])
+        .args(["-c", "echo partial; echo oops >&2; exit 7"])
         .build()
         .unwrap();
     match client.run(&sb, dockhand::NO_INPUTS).await {
@@ -294,7 +300,11 @@ async fn python_exceptions_carry_type_message_and_traceback() {
             exit_code: 7,
             python: None,
             stderr_tail,
-        }) => assert_eq!(stderr_tail, "oops\n"),
+            stdout_tail,
+        }) => {
+            assert_eq!(stderr_tail, "oops\n");
+            assert_eq!(stdout_tail, "partial\n", "stdout is kept too");
+        }
         other => panic!("expected NonZeroExit 7, got {other:?}"),
     }
     for name in ["boom", "boom-verbatim", "fail"] {

@@ -210,6 +210,8 @@ pub enum Error {
         exit_code: i64,
         /// The last part of standard error.
         stderr_tail: String,
+        /// The last part of standard output.
+        stdout_tail: String,
         /// For Python code: the exception that ended it.
         python: Option<PythonError>,
     },
@@ -223,6 +225,8 @@ pub enum Error {
         signal: i64,
         /// The last part of standard error.
         stderr_tail: String,
+        /// The last part of standard output.
+        stdout_tail: String,
     },
 
     /// The container was removed from outside while it ran (`docker rm -f`,
@@ -251,6 +255,8 @@ pub enum Error {
         limit_bytes: u64,
         /// The last part of standard error.
         stderr_tail: String,
+        /// The last part of standard output.
+        stdout_tail: String,
     },
 
     /// Auto-IO code never assigned a declared output variable.
@@ -337,10 +343,14 @@ pub enum Error {
     },
 
     /// The container was killed for using more memory than its limit.
-    #[error("out of memory: killed after exceeding its memory limit of {limit_bytes} bytes")]
+    #[error("out of memory: killed after exceeding its memory limit of {limit_bytes} bytes; raise it with `.memory(\"2Gi\")`{}", stderr_suffix(stderr_tail))]
     OutOfMemory {
         /// The memory limit in bytes.
         limit_bytes: i64,
+        /// The last part of standard output.
+        stdout_tail: String,
+        /// The last part of standard error.
+        stderr_tail: String,
     },
 
     /// All attempts of a retried run failed.

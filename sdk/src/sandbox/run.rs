@@ -20,8 +20,8 @@ use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, PythonError, Result};
 use crate::image::ResolvedImage;
 
-/// How much of stderr an [`Error::NonZeroExit`] carries.
-const STDERR_TAIL_BYTES: usize = 4096;
+/// How much of stdout and stderr a failed run's error carries.
+const TAIL_BYTES: usize = 4096;
 /// The signal a write past `RLIMIT_FSIZE` raises.
 const SIGXFSZ: i64 = 25;
 /// Where file secrets are mounted.
@@ -437,6 +437,8 @@ impl Client {
         if status.oom_killed {
             return Err(Error::OutOfMemory {
                 limit_bytes: rt.resources.memory_bytes,
+                stdout_tail: tail(&stdout.text, TAIL_BYTES),
+                stderr_tail: tail(&stderr.text, TAIL_BYTES),
             });
         }
         if let Some(report) = &collected.status {
@@ -456,7 +458,8 @@ impl Client {
         let python_raised = collected.status.as_ref().is_some_and(|s| s.error.is_some());
         let file_too_large = || Error::FileTooLarge {
             limit_bytes: rt.outputs_limit,
-            stderr_tail: tail(&stderr.text, STDERR_TAIL_BYTES),
+            stderr_tail: tail(&stderr.text, TAIL_BYTES),
+            stdout_tail: tail(&stdout.text, TAIL_BYTES),
         };
         if status.code == 128 + SIGXFSZ && !python_raised {
             return Err(file_too_large());
@@ -464,7 +467,8 @@ impl Client {
         if (129..=128 + 64).contains(&status.code) && !python_raised {
             return Err(Error::Killed {
                 signal: status.code - 128,
-                stderr_tail: tail(&stderr.text, STDERR_TAIL_BYTES),
+                stderr_tail: tail(&stderr.text, TAIL_BYTES),
+                stdout_tail: tail(&stdout.text, TAIL_BYTES),
             });
         }
         if status.code != 0 {
@@ -474,7 +478,14 @@ impl Client {
                     message: redact(&e.message, &prepared.secrets),
                     traceback: redact(&e.traceback, &prepared.secrets),
                 }),
-                (_, Program::Code { .. }) => traceback::parse(&stderr.text),
+                (_, Program::Code { .. }) => traceback::parse_script(
+                    &stderr.text,
+                    &format!(
+                        "{INPUTS_DIR}/{}/{}",
+                        super::preamble::CONTROL_DIR,
+                        super::preamble::MAIN_FILE
+                    ),
+                ),
                 _ => None,
             };
             if python.as_ref().is_some_and(|p| {
@@ -484,7 +495,8 @@ impl Client {
             }
             return Err(Error::NonZeroExit {
                 exit_code: status.code,
-                stderr_tail: tail(&stderr.text, STDERR_TAIL_BYTES),
+                stderr_tail: tail(&stderr.text, TAIL_BYTES),
+                stdout_tail: tail(&stdout.text, TAIL_BYTES),
                 python,
             });
         }

@@ -2,6 +2,17 @@
 
 use crate::error::PythonError;
 
+/// The last traceback of a script run as `script`, with the script named by
+/// its file name alone, as auto-IO tracebacks name it.
+pub fn parse_script(stderr: &str, script: &str) -> Option<PythonError> {
+    let mut error = parse(stderr)?;
+    let short = script.rsplit('/').next().unwrap_or(script);
+    error.traceback = error
+        .traceback
+        .replace(&format!("File \"{script}\""), &format!("File \"{short}\""));
+    Some(error)
+}
+
 /// The last traceback in `stderr`, if any: its exception type and message.
 pub fn parse(stderr: &str) -> Option<PythonError> {
     let start = stderr.rfind("Traceback (most recent call last):")?;
@@ -32,6 +43,21 @@ pub fn parse(stderr: &str) -> Option<PythonError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_s_frames_name_its_file_alone() {
+        let err = "Traceback (most recent call last):\n  File \"/var/inputs/.dockhand/main.py\", line 4, in <module>\n    f()\n  File \"/usr/lib/python3.11/json/__init__.py\", line 1, in f\nValueError: bad\n";
+        let e = parse_script(err, "/var/inputs/.dockhand/main.py").unwrap();
+        assert!(
+            e.traceback.contains("File \"main.py\", line 4"),
+            "{}",
+            e.traceback
+        );
+        assert!(
+            e.traceback.contains("/usr/lib/python3.11/json"),
+            "other files keep their paths"
+        );
+    }
 
     #[test]
     fn finds_type_message_and_traceback() {
