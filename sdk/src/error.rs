@@ -204,7 +204,7 @@ pub enum Error {
     },
 
     /// The code or command exited with a non-zero status.
-    #[error("{}", describe_exit(*exit_code, python.as_ref(), stderr_tail))]
+    #[error("{}", describe_exit(*exit_code, python.as_deref(), stderr_tail))]
     NonZeroExit {
         /// The exit status.
         exit_code: i64,
@@ -213,7 +213,7 @@ pub enum Error {
         /// The last part of standard output.
         stdout_tail: String,
         /// For Python code: the exception that ended it.
-        python: Option<PythonError>,
+        python: Option<Box<PythonError>>,
     },
 
     /// The program was killed by a signal (it did not exit by itself): sent

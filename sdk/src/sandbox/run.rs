@@ -497,7 +497,7 @@ impl Client {
                 exit_code: status.code,
                 stderr_tail: tail(&stderr.text, TAIL_BYTES),
                 stdout_tail: tail(&stdout.text, TAIL_BYTES),
-                python,
+                python: python.map(Box::new),
             });
         }
         let outputs = outputs::parse(collected, &sandbox.outputs)?;
