@@ -485,3 +485,28 @@ async fn quick_runs_need_no_declarations_and_mixed_inputs_need_no_conversions() 
         .unwrap();
     assert_eq!(out.get::<String>("line").unwrap(), "web x3 True");
 }
+
+#[tokio::test]
+async fn accepted_exit_codes_succeed_and_report_the_real_code() {
+    let client = common::client().await;
+    let tests_fail = |accept: bool| {
+        let mut b = Sandbox::command("tests-fail", "sh")
+            .args(["-c", "echo '1 failed' > /var/outputs/summary; exit 1"])
+            .output("summary", Type::Str)
+            .cache(dockhand::CacheMode::Disable);
+        if accept {
+            b = b.accept_exit_codes([1]);
+        }
+        b.build().unwrap()
+    };
+    let out = client
+        .run(&tests_fail(true), dockhand::NO_INPUTS)
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 1);
+    assert_eq!(out.get::<String>("summary").unwrap(), "1 failed\n");
+    assert!(matches!(
+        client.run(&tests_fail(false), dockhand::NO_INPUTS).await,
+        Err(Error::NonZeroExit { exit_code: 1, .. })
+    ));
+}

@@ -14,7 +14,7 @@ mod image;
 pub mod labels;
 mod watchdog;
 
-pub use container::{ContainerSpec, LogChunk, Mount};
+pub use container::{ContainerSpec, ExitStatus, LogChunk, Mount};
 pub use guard::ContainerGuard;
 pub use image::{label_instruction, BuildLine};
 

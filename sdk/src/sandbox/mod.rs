@@ -39,6 +39,7 @@ mod runtime;
 mod spec;
 mod traceback;
 mod value;
+mod verdict;
 
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};

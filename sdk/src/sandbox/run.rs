@@ -8,22 +8,19 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::cache;
-use super::capture::{tail, CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
+use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
+use super::inputs;
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::runtime::{confine, redact, CacheMode, Network, SecretMount};
-use super::spec::{Program, Sandbox};
+use super::spec::Sandbox;
 use super::value::Value;
-use super::{inputs, traceback};
+use super::verdict::{verdict, Ended};
 use crate::client::Client;
 use crate::engine::{ContainerSpec, LogChunk};
-use crate::error::{Error, PythonError, Result};
+use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
 
-/// How much of stdout and stderr a failed run's error carries.
-const TAIL_BYTES: usize = 4096;
-/// The signal a write past `RLIMIT_FSIZE` raises.
-const SIGXFSZ: i64 = 25;
 /// Where file secrets are mounted.
 pub const SECRETS_DIR: &str = "/run/secrets";
 
@@ -70,7 +67,8 @@ pub struct Attempt {
 pub struct RunOutput {
     /// Typed outputs.
     pub outputs: Outputs,
-    /// Exit code (0).
+    /// The program's exit code: 0, or one the sandbox accepts
+    /// ([`SandboxBuilder::accept_exit_codes`](crate::SandboxBuilder::accept_exit_codes)).
     pub exit_code: i64,
     /// Captured standard output (secret values redacted).
     pub stdout: CapturedText,
@@ -172,7 +170,7 @@ impl Client {
                 tracing::debug!(sandbox = %sandbox.name, key = %key, "output cache hit");
                 return Ok(RunOutput {
                     outputs: hit.outputs,
-                    exit_code: 0,
+                    exit_code: hit.exit_code,
                     stdout: hit.stdout,
                     stderr: hit.stderr,
                     duration: started.elapsed(),
@@ -222,9 +220,7 @@ impl Client {
                     out.duration = started.elapsed();
                     if let Some(key) = &key {
                         // A cache that cannot be written costs speed later, not this result.
-                        if let Err(e) =
-                            store.put(key, &out.outputs, &out.stdout, &out.stderr, &out.image)
-                        {
+                        if let Err(e) = store.put(key, &out) {
                             tracing::warn!(error = %e, "could not store outputs in the cache");
                         }
                     }
@@ -434,72 +430,15 @@ impl Client {
             }
         };
 
-        if status.oom_killed {
-            return Err(Error::OutOfMemory {
-                limit_bytes: rt.resources.memory_bytes,
-                stdout_tail: tail(&stdout.text, TAIL_BYTES),
-                stderr_tail: tail(&stderr.text, TAIL_BYTES),
-            });
-        }
-        if let Some(report) = &collected.status {
-            if let Some(name) = report.unassigned.as_ref().and_then(|u| u.first()) {
-                return Err(Error::OutputNotAssigned { name: name.clone() });
-            }
-            if let Some(bad) = &report.bad_output {
-                return Err(Error::BadOutput {
-                    name: bad.name.clone(),
-                    expected: bad.expected.clone(),
-                    got: redact(&bad.got, &prepared.secrets),
-                });
-            }
-        }
-        // The init reports a signal death as 128 + signal; a Python exception
-        // (reported in the status file) is an exit, whatever its code.
-        let python_raised = collected.status.as_ref().is_some_and(|s| s.error.is_some());
-        let file_too_large = || Error::FileTooLarge {
-            limit_bytes: rt.outputs_limit,
-            stderr_tail: tail(&stderr.text, TAIL_BYTES),
-            stdout_tail: tail(&stdout.text, TAIL_BYTES),
-        };
-        if status.code == 128 + SIGXFSZ && !python_raised {
-            return Err(file_too_large());
-        }
-        if (129..=128 + 64).contains(&status.code) && !python_raised {
-            return Err(Error::Killed {
-                signal: status.code - 128,
-                stderr_tail: tail(&stderr.text, TAIL_BYTES),
-                stdout_tail: tail(&stdout.text, TAIL_BYTES),
-            });
-        }
-        if status.code != 0 {
-            let python = match (&collected.status, &sandbox.program) {
-                (Some(s), _) if s.error.is_some() => s.error.as_ref().map(|e| PythonError {
-                    exception_type: e.kind.clone(),
-                    message: redact(&e.message, &prepared.secrets),
-                    traceback: redact(&e.traceback, &prepared.secrets),
-                }),
-                (_, Program::Code { .. }) => traceback::parse_script(
-                    &stderr.text,
-                    &format!(
-                        "{INPUTS_DIR}/{}/{}",
-                        super::preamble::CONTROL_DIR,
-                        super::preamble::MAIN_FILE
-                    ),
-                ),
-                _ => None,
-            };
-            if python.as_ref().is_some_and(|p| {
-                p.exception_type == "OSError" && p.message.starts_with("[Errno 27]")
-            }) {
-                return Err(file_too_large());
-            }
-            return Err(Error::NonZeroExit {
-                exit_code: status.code,
-                stderr_tail: tail(&stderr.text, TAIL_BYTES),
-                stdout_tail: tail(&stdout.text, TAIL_BYTES),
-                python: python.map(Box::new),
-            });
-        }
+        verdict(&Ended {
+            status: &status,
+            report: collected.status.as_ref(),
+            stdout: &stdout.text,
+            stderr: &stderr.text,
+            runtime: rt,
+            program: &sandbox.program,
+            secrets: &prepared.secrets,
+        })?;
         let outputs = outputs::parse(collected, &sandbox.outputs)?;
         Ok(RunOutput {
             outputs,

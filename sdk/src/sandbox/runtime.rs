@@ -351,6 +351,9 @@ pub struct Runtime {
     /// would be replayed from the cache).
     #[serde(default)]
     pub cache_with_network: bool,
+    /// Exit codes that count as success (`[0]` unless the sandbox says more).
+    #[serde(default = "default_accepted_exit_codes")]
+    pub accepted_exit_codes: Vec<i64>,
     /// Bytes `/var/outputs` may hold when it is collected.
     #[serde(default = "default_outputs_limit")]
     pub outputs_limit: u64,
@@ -358,6 +361,10 @@ pub struct Runtime {
 
 /// 1 GiB: what `/var/outputs` may hold unless a sandbox says otherwise.
 pub const DEFAULT_OUTPUTS_LIMIT: u64 = 1 << 30;
+
+fn default_accepted_exit_codes() -> Vec<i64> {
+    vec![0]
+}
 
 fn default_outputs_limit() -> u64 {
     DEFAULT_OUTPUTS_LIMIT
@@ -377,6 +384,7 @@ impl Default for Runtime {
             cache_with_secrets: false,
             cache_with_network: false,
             outputs_limit: DEFAULT_OUTPUTS_LIMIT,
+            accepted_exit_codes: default_accepted_exit_codes(),
         }
     }
 }

@@ -299,6 +299,18 @@ impl SandboxBuilder {
         self
     }
 
+    /// Exit codes that count as success besides 0 (a test runner that exits
+    /// 1 when tests fail, say); [`RunOutput::exit_code`](crate::RunOutput)
+    /// says which one it was.
+    pub fn accept_exit_codes(mut self, codes: impl IntoIterator<Item = i64>) -> Self {
+        for code in codes {
+            if !self.runtime.accepted_exit_codes.contains(&code) {
+                self.runtime.accepted_exit_codes.push(code);
+            }
+        }
+        self
+    }
+
     /// Allows caching runs with network access (off by default: what such a
     /// run fetched may have changed, and a hit would replay the old data).
     pub fn cache_with_network(mut self, allow: bool) -> Self {

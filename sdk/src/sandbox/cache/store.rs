@@ -23,12 +23,14 @@ struct Manifest {
     stdout: CapturedText,
     stderr: CapturedText,
     image: String,
+    exit_code: i64,
     /// Bytes the entry takes on disk.
     size: u64,
 }
 
 /// A hit: what the original run returned.
 pub struct Hit {
+    pub exit_code: i64,
     pub outputs: Outputs,
     pub stdout: CapturedText,
     pub stderr: CapturedText,
@@ -95,6 +97,7 @@ impl Store {
             })
             .collect();
         Ok(Some(Hit {
+            exit_code: manifest.exit_code,
             outputs: Outputs::new(values, dir),
             stdout: manifest.stdout,
             stderr: manifest.stderr,
@@ -105,14 +108,8 @@ impl Store {
     /// Stores a successful run (replacing an older entry for the same key),
     /// then evicts the least recently used entries past the limit. A run
     /// larger than the whole limit is not stored.
-    pub fn put(
-        &self,
-        key: &str,
-        outputs: &Outputs,
-        stdout: &CapturedText,
-        stderr: &CapturedText,
-        image: &str,
-    ) -> Result<()> {
+    pub fn put(&self, key: &str, run: &crate::sandbox::RunOutput) -> Result<()> {
+        let (outputs, stdout, stderr, image) = (&run.outputs, &run.stdout, &run.stderr, &run.image);
         let wrap = |e| Error::io("writing the output cache", e);
         let files = match outputs.dir() {
             Some(dir) => tree_size(dir),
@@ -127,6 +124,7 @@ impl Store {
             stdout: stdout.clone(),
             stderr: stderr.clone(),
             image: image.to_string(),
+            exit_code: run.exit_code,
             size: 0,
         };
         let encode = |m: &Manifest| {
@@ -281,12 +279,26 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::RunOutput;
 
     fn text(t: &str, truncated: bool, total_bytes: usize) -> CapturedText {
         CapturedText {
             text: t.into(),
             truncated,
             total_bytes,
+        }
+    }
+
+    fn run(outputs: Outputs, stdout: CapturedText, stderr: CapturedText) -> RunOutput {
+        RunOutput {
+            outputs,
+            exit_code: 0,
+            stdout,
+            stderr,
+            duration: std::time::Duration::ZERO,
+            image: "img".into(),
+            cached: false,
+            attempts: Vec::new(),
         }
     }
 
@@ -312,15 +324,14 @@ mod tests {
             ],
             Some(files),
         );
-        let out = text("out", true, 5_000_000);
-        store
-            .put("k", &outputs, &out, &text("", false, 0), "img")
-            .unwrap();
+        let mut original = run(outputs, text("out", true, 5_000_000), text("", false, 0));
+        store.put("k", &original).unwrap();
         let out2 = text("out2", true, 6_000_000);
-        store
-            .put("k", &outputs, &out2, &text("e", false, 1), "img")
-            .unwrap();
+        original.stdout = out2.clone();
+        original.exit_code = 3;
+        store.put("k", &original).unwrap();
         let hit = store.get("k").unwrap().unwrap();
+        assert_eq!(hit.exit_code, 3, "an accepted exit code comes back too");
         assert_eq!(
             hit.stdout, out2,
             "truncation and byte counts as the run had them"
@@ -340,18 +351,22 @@ mod tests {
     fn least_recently_used_entries_go_first() {
         let cache = tempfile::tempdir().unwrap();
         let blob = |n: usize| values(vec![("s", Value::Str("x".repeat(n)))]);
-        let none = text("", false, 0);
-        // Room for about three of these entries.
-        let store = Store::new(cache.path(), 3 * 1200);
+        let none = || text("", false, 0);
+        // Room for three of these entries, not four.
+        let probe = tempfile::tempdir().unwrap();
+        let one = Store::new(probe.path(), 1 << 30);
+        one.put("x", &run(blob(1000), none(), none())).unwrap();
+        let entry = one.stats().unwrap().bytes;
+        let store = Store::new(cache.path(), 3 * entry + entry / 2);
         for key in ["a", "b", "c"] {
-            store.put(key, &blob(1000), &none, &none, "img").unwrap();
+            store.put(key, &run(blob(1000), none(), none())).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert_eq!(store.stats().unwrap().entries, 3);
         // Using `a` makes `b` the oldest.
         assert!(store.get("a").unwrap().is_some());
         std::thread::sleep(std::time::Duration::from_millis(20));
-        store.put("d", &blob(1000), &none, &none, "img").unwrap();
+        store.put("d", &run(blob(1000), none(), none())).unwrap();
         assert!(store.get("b").unwrap().is_none(), "b was evicted");
         for key in ["a", "c", "d"] {
             assert!(store.get(key).unwrap().is_some(), "{key} kept");
@@ -360,7 +375,7 @@ mod tests {
         assert!(stats.bytes <= stats.limit_bytes, "{stats:?}");
         // A run bigger than the whole cache is not stored.
         store
-            .put("huge", &blob(10_000), &none, &none, "img")
+            .put("huge", &run(blob(10_000), none(), none()))
             .unwrap();
         assert!(store.get("huge").unwrap().is_none());
         let removed = store.evict(0).unwrap();
