@@ -86,6 +86,40 @@ async fn unknown_pip_package_is_named() {
 }
 
 #[tokio::test]
+async fn an_unreachable_index_is_named_not_blamed_on_the_package() {
+    let client = common::client().await;
+    // Nothing listens on the discard port: pip cannot reach this index.
+    let spec = ImageSpec::default().run(
+        "python3 -m pip install --retries 1 --timeout 2 --index-url http://127.0.0.1:9/simple requests",
+    );
+    match client.resolve_image(&spec).await {
+        Err(Error::PackageIndex {
+            problem, evidence, ..
+        }) => {
+            assert_eq!(problem, dockhand::IndexProblem::Unreachable);
+            assert!(evidence.contains("Connection refused"), "{evidence}");
+        }
+        other => panic!("expected PackageIndex, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn without_the_host_ca_an_intercepted_index_is_named() {
+    let client = common::client().await;
+    // Without trusting the host's CA bundle: where outbound TLS is
+    // intercepted (as on CI), the build must say so; where it is not, the
+    // package installs. Never "the package does not exist".
+    let spec = ImageSpec::default().pip(["pyyaml"]);
+    match client.resolve_image(&spec).await {
+        Ok(_) => {}
+        Err(Error::PackageIndex { problem, .. }) => {
+            assert_eq!(problem, dockhand::IndexProblem::UntrustedCertificate)
+        }
+        Err(other) => panic!("expected success or PackageIndex, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn a_failing_command_carries_the_log_tail() {
     let client = common::client().await;
     let spec = ImageSpec::default().run("echo about-to-fail && exit 3");

@@ -301,6 +301,7 @@ async fn python_exceptions_carry_type_message_and_traceback() {
             python: None,
             stderr_tail,
             stdout_tail,
+            hint: None,
         }) => {
             assert_eq!(stderr_tail, "oops\n");
             assert_eq!(stdout_tail, "partial\n", "stdout is kept too");
@@ -509,4 +510,22 @@ async fn accepted_exit_codes_succeed_and_report_the_real_code() {
         client.run(&tests_fail(false), dockhand::NO_INPUTS).await,
         Err(Error::NonZeroExit { exit_code: 1, .. })
     ));
+}
+
+#[tokio::test]
+async fn a_run_that_wants_the_network_is_told_how_to_get_it() {
+    let client = common::client().await;
+    let fetch = Sandbox::code(
+        "offline-fetch",
+        "import urllib.request\nurllib.request.urlopen('http://example.com')\n",
+    )
+    .cache(dockhand::CacheMode::Disable)
+    .build()
+    .unwrap();
+    match client.run(&fetch, dockhand::NO_INPUTS).await {
+        Err(e @ Error::NonZeroExit { hint: Some(_), .. }) => {
+            assert!(e.to_string().contains(".network(Network::Bridge)"), "{e}")
+        }
+        other => panic!("expected NonZeroExit with a network hint, got {other:?}"),
+    }
 }

@@ -297,8 +297,32 @@ async fn lazy_env_and_setup_steps_run_once_at_start() {
             .name("broken-setup")
             .setup_command("exit 9"),
     );
-    assert!(broken.start().await.is_err());
+    match broken.start().await {
+        Err(Error::SetupFailed {
+            step,
+            exit_code,
+            hint,
+            ..
+        }) => {
+            assert_eq!((step.as_str(), exit_code), ("exit 9", 9));
+            assert_eq!(hint, None);
+        }
+        other => panic!("expected SetupFailed, got {other:?}"),
+    }
     assert_eq!(broken.state(), State::Error);
+    // A step that needs the network, in a session without it: the hint says
+    // which setting allows it.
+    let offline = client.session(SessionConfig::new().setup_command(
+        "python3 -c \"import urllib.request; urllib.request.urlopen('http://example.com')\"",
+    ));
+    match offline.start().await {
+        Err(Error::SetupFailed {
+            hint: Some(hint), ..
+        }) => {
+            assert!(hint.contains("SessionConfig::network(true)"), "{hint}")
+        }
+        other => panic!("expected SetupFailed with a network hint, got {other:?}"),
+    }
     assert_eq!(
         common::containers_with_label("dev.dockhand.session-name=broken-setup"),
         0
@@ -468,4 +492,42 @@ async fn lifecycle_describe_and_close_leave_nothing() {
         left, 0,
         "the dropped session's container outlived it by 5 s"
     );
+}
+
+/// The README's session snippet, as written there (the client aside).
+#[tokio::test]
+async fn the_readme_session_snippet_works_as_written() {
+    use dockhand::ImageSpec;
+    let client = common::client().await;
+    let s = client.session(
+        SessionConfig::new()
+            .image(ImageSpec::default().pip(["rich"]).trust_host_certificates()) // built once
+            .workspace("/workspace")
+            .mount("/tmp", "/data", true) // a host directory, read-only
+            .env_lazy("TOKEN", || "fetched at start".into())
+            .setup_command("python3 -c 'import rich'") // once, after start
+            .persist(true), // snapshot on close
+    );
+    s.start().await.unwrap();
+    s.write_file("calc.py", b"def add(a, b):\n    return a - b\n")
+        .await
+        .unwrap();
+    s.edit_file("calc.py", &[Edit::replace("return a - b", "return a + b")])
+        .await
+        .unwrap();
+    let r = s
+        .exec("python3 -c 'import calc; print(calc.add(2, 3))'")
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "5\n");
+    let tools = SessionTools::new(s.clone());
+    assert_eq!(tools.definitions().len(), 5);
+    let out = tools.call("shell", json!({"command": "ls"})).await.unwrap();
+    assert!(out.to_string().contains("calc.py"), "{out}");
+    let snapshot = s
+        .close()
+        .await
+        .unwrap()
+        .expect("persist snapshots on close");
+    client.remove_snapshot(&snapshot).await.unwrap();
 }

@@ -28,6 +28,17 @@ impl fmt::Display for PackageManager {
     }
 }
 
+/// Why a package index could not be used while building an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IndexProblem {
+    /// Its TLS certificate was not trusted: usually a proxy that intercepts
+    /// TLS with a certificate of its own.
+    UntrustedCertificate,
+    /// It could not be reached: no network, no DNS, or a proxy in the way.
+    Unreachable,
+}
+
 /// Why a file operation in a session failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -125,6 +136,20 @@ pub enum Error {
         package: String,
     },
 
+    /// A package index could not be used while building an image, so
+    /// packages could not be installed (whatever their names).
+    #[error("{}\n--- last lines of the build log ---\n{log_tail}", describe_index(*problem, tag, evidence))]
+    PackageIndex {
+        /// What went wrong.
+        problem: IndexProblem,
+        /// The tag being built.
+        tag: String,
+        /// The log line that shows it.
+        evidence: String,
+        /// The last lines of the build log.
+        log_tail: String,
+    },
+
     /// An image build failed for another reason.
     #[error(
         "building image {tag} failed: {message}\n--- last lines of the build log ---\n{log_tail}"
@@ -204,7 +229,7 @@ pub enum Error {
     },
 
     /// The code or command exited with a non-zero status.
-    #[error("{}", describe_exit(*exit_code, python.as_deref(), stderr_tail))]
+    #[error("{}{}", describe_exit(*exit_code, python.as_deref(), stderr_tail), hint_suffix(hint.as_deref()))]
     NonZeroExit {
         /// The exit status.
         exit_code: i64,
@@ -214,6 +239,22 @@ pub enum Error {
         stdout_tail: String,
         /// For Python code: the exception that ended it.
         python: Option<Box<PythonError>>,
+        /// What probably went wrong, when dockhand can tell (the program
+        /// tried the network in a sandbox that has none, say).
+        hint: Option<String>,
+    },
+
+    /// A session's setup step failed; the session was not started.
+    #[error("session setup step `{step}` failed (exit code {exit_code}): {stderr_tail}{}", hint_suffix(hint.as_deref()))]
+    SetupFailed {
+        /// The setup command.
+        step: String,
+        /// Its exit code.
+        exit_code: i64,
+        /// The last part of its standard error.
+        stderr_tail: String,
+        /// What probably went wrong, when dockhand can tell.
+        hint: Option<String>,
     },
 
     /// The program was killed by a signal (it did not exit by itself): sent
@@ -499,4 +540,43 @@ fn list_names(names: &[String]) -> String {
 fn suggest(name: Option<&str>) -> String {
     name.map(|n| format!("; did you mean `{n}`?"))
         .unwrap_or_default()
+}
+
+fn describe_index(problem: IndexProblem, tag: &str, evidence: &str) -> String {
+    match problem {
+        IndexProblem::UntrustedCertificate => format!(
+            "building image {tag}: the package index's TLS certificate was not trusted \
+             (`{evidence}`); behind a proxy that intercepts TLS, trust the host's CA bundle \
+             with `ImageSpec::trust_host_certificates()`, or name the proxy's CA file in \
+             DOCKHAND_CA_CERTS"
+        ),
+        IndexProblem::Unreachable => format!(
+            "building image {tag}: the package index could not be reached (`{evidence}`); \
+             image builds need network access from the Docker daemon: check its DNS and \
+             proxy settings (HTTP_PROXY/HTTPS_PROXY for the daemon)"
+        ),
+    }
+}
+
+fn hint_suffix(hint: Option<&str>) -> String {
+    hint.map(|h| format!("\nhint: {h}")).unwrap_or_default()
+}
+
+/// Output that shows a program tried to reach the network and could not.
+const OFFLINE_SIGNS: &[&str] = &[
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "Could not resolve host",
+    "getaddrinfo failed",
+    "No address associated with hostname",
+    "Failed to establish a new connection",
+];
+
+/// The hint for a failure in a container without network that looks like
+/// the program wanted one: names the setting that allows it.
+pub(crate) fn offline_hint(output: &str, setting: &str) -> Option<String> {
+    OFFLINE_SIGNS.iter().any(|s| output.contains(s)).then(|| {
+        format!("it looks like the program tried to reach the network, and this container has none (the default); allow it with {setting}")
+    })
 }

@@ -34,7 +34,7 @@ pub mod testing;
 mod util;
 
 pub use client::{Client, ClientBuilder, ReapReport};
-pub use error::{Error, FileErrorKind, PackageManager, PythonError, Result};
+pub use error::{Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result};
 pub use image::{ImageSource, ImageSpec, ResolvedImage};
 pub use lifecycle::State;
 pub use paths::CACHE_DIR_ENV;

@@ -1,6 +1,6 @@
 //! Reading build logs: turning a failed build into the error that explains it.
 
-use crate::error::{Error, PackageManager};
+use crate::error::{Error, IndexProblem, PackageManager};
 
 /// How many log lines an [`Error::ImageBuild`] carries.
 pub const LOG_TAIL_LINES: usize = 30;
@@ -54,8 +54,62 @@ pub fn invalid_package(log: &[String]) -> Option<(PackageManager, String)> {
     None
 }
 
+/// Log lines that show a package index's certificate was refused.
+const TLS_SIGNS: &[&str] = &[
+    "CERTIFICATE_VERIFY_FAILED",
+    "certificate verify failed",
+    "Certificate verification failed",
+    "server certificate verification failed",
+    "SSLCertVerificationError",
+    "self signed certificate in certificate chain",
+    "self-signed certificate in certificate chain",
+    "unable to get local issuer certificate",
+];
+
+/// Log lines that show a package index could not be reached.
+const NETWORK_SIGNS: &[&str] = &[
+    "Temporary failure in name resolution",
+    "Temporary failure resolving",
+    "Name or service not known",
+    "Could not resolve host",
+    "Could not resolve '",
+    "Network is unreachable",
+    "No route to host",
+    "Connection refused",
+    "Connection timed out",
+    "ProxyError",
+    "Failed to establish a new connection",
+    "Could not connect to",
+    "Unable to connect to",
+];
+
+/// The index problem the log shows, with the line that shows it. Checked
+/// before package names: after a failed download, pip says "No matching
+/// distribution" and apt "Unable to locate package" whatever the name.
+pub fn index_problem(log: &[String]) -> Option<(IndexProblem, String)> {
+    for (problem, signs) in [
+        (IndexProblem::UntrustedCertificate, TLS_SIGNS),
+        (IndexProblem::Unreachable, NETWORK_SIGNS),
+    ] {
+        if let Some(line) = log.iter().find(|l| signs.iter().any(|s| l.contains(s))) {
+            let line = line.trim();
+            let shown: String = line.chars().take(300).collect();
+            return Some((problem, shown));
+        }
+    }
+    None
+}
+
 /// The error for a build that failed with `message` after logging `log`.
 pub fn classify_failure(tag: &str, message: &str, log: &[String]) -> Error {
+    if let Some((problem, evidence)) = index_problem(log) {
+        return Error::PackageIndex {
+            problem,
+            tag: tag.to_string(),
+            evidence,
+            log_tail: tail(log, LOG_TAIL_LINES),
+        };
+    }
     if let Some((manager, package)) = invalid_package(log) {
         return Error::InvalidPackage { manager, package };
     }
@@ -117,6 +171,41 @@ mod tests {
             invalid_package(&log),
             Some((PackageManager::Pip, "nopkg-xyz==1.0".into()))
         );
+    }
+
+    #[test]
+    fn an_untrusted_certificate_is_not_a_bad_package_name() {
+        let log = lines(
+            "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in certificate chain (_ssl.c:1006)'))': /simple/pyyaml/\n\
+             ERROR: Could not find a version that satisfies the requirement pyyaml (from versions: none)\n\
+             ERROR: No matching distribution found for pyyaml",
+        );
+        match classify_failure("t", "non-zero code: 1", &log) {
+            Error::PackageIndex {
+                problem, evidence, ..
+            } => {
+                assert_eq!(problem, IndexProblem::UntrustedCertificate);
+                assert!(evidence.contains("CERTIFICATE_VERIFY_FAILED"), "{evidence}");
+            }
+            other => panic!("expected PackageIndex, got {other:?}"),
+        }
+        let shown = classify_failure("t", "x", &log).to_string();
+        assert!(shown.contains("trust_host_certificates()"), "{shown}");
+    }
+
+    #[test]
+    fn an_unreachable_index_is_not_a_bad_package_name() {
+        for log in [
+            "WARNING: Retrying ... NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')\nERROR: No matching distribution found for requests",
+            "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving 'deb.debian.org'\nE: Unable to locate package jq",
+        ] {
+            match classify_failure("t", "x", &lines(log)) {
+                Error::PackageIndex { problem, .. } => {
+                    assert_eq!(problem, IndexProblem::Unreachable, "{log}")
+                }
+                other => panic!("expected PackageIndex, got {other:?}"),
+            }
+        }
     }
 
     #[test]

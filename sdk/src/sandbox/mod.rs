@@ -42,6 +42,7 @@ mod value;
 mod verdict;
 
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
+pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub use outputs::{FromOutputs, Outputs};
 pub use quick::NO_INPUTS;

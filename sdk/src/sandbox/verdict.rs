@@ -5,7 +5,7 @@
 use super::capture::tail;
 use super::outputs::RunnerStatus;
 use super::preamble::INPUTS_DIR;
-use super::runtime::{redact, Runtime};
+use super::runtime::{redact, Network, Runtime};
 use super::spec::Program;
 use super::traceback;
 use crate::engine::ExitStatus;
@@ -90,10 +90,17 @@ pub(super) fn verdict(e: &Ended<'_>) -> Result<()> {
     {
         return Err(file_too_large());
     }
+    let hint = match e.runtime.network {
+        Network::None => {
+            crate::error::offline_hint(e.stderr, "`.network(Network::Bridge)` on the sandbox")
+        }
+        _ => None,
+    };
     Err(Error::NonZeroExit {
         exit_code: e.status.code,
         stderr_tail: tail(e.stderr, TAIL_BYTES),
         stdout_tail: tail(e.stdout, TAIL_BYTES),
         python: python.map(Box::new),
+        hint,
     })
 }

@@ -25,7 +25,7 @@ use crate::codemode::protocol::LineBuffer;
 use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
 use crate::error::{Error, FileErrorKind, Result};
 use crate::lifecycle::{State, Tracked};
-use crate::sandbox::confine;
+use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
 
 /// The agent program, uploaded into each session's container.
@@ -232,14 +232,18 @@ impl Session {
             let outcome = match step {
                 SetupStep::Command(command) => match self.exec(&command).await {
                     Ok(r) if r.success() => Ok(()),
-                    Ok(r) => Err(Error::spec(
-                        "session setup",
-                        format!(
-                            "`{command}` exited with {}: {}",
-                            r.exit_code,
-                            r.stderr.trim()
-                        ),
-                    )),
+                    Ok(r) => Err(Error::SetupFailed {
+                        hint: match self.inner.config.network {
+                            Network::None => crate::error::offline_hint(
+                                &format!("{}{}", r.stdout, r.stderr),
+                                "`SessionConfig::network(true)`",
+                            ),
+                            _ => None,
+                        },
+                        step: command,
+                        exit_code: r.exit_code,
+                        stderr_tail: crate::sandbox::capture_tail(r.stderr.trim(), 4096),
+                    }),
                     Err(e) => Err(e),
                 },
                 SetupStep::Hook(hook) => hook(self.clone()).await,
