@@ -19,7 +19,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod archive;
+pub(crate) mod archive;
 mod client;
 pub mod codemode;
 pub(crate) mod engine;

@@ -41,11 +41,11 @@ pub struct CodeHostConfig {
     pub print_limit: usize,
     /// Bytes of JSON the final value may take.
     pub value_limit: usize,
-    /// REPL sessions ([`CodeHost::session`]) open at once.
+    /// REPL sessions ([`CodeHost::session`](super::CodeHost::session)) open at once.
     pub max_sessions: u32,
     /// Type-check each execution against the tools' stubs before it runs
     /// (Monty's checker); a type error comes back as
-    /// [`CodeError::Validation`] with rule `type`. Tools are declared `async`
+    /// [`CodeError::Validation`](super::CodeError::Validation) with rule `type`. Tools are declared `async`
     /// for the checker, so checked code calls them with `await`.
     pub type_check: bool,
     /// How long starting may take.
@@ -110,7 +110,7 @@ pub struct Execution {
     pub duration: Duration,
 }
 
-/// What [`CodeHost::describe`] reports.
+/// What [`CodeHost::describe`](super::CodeHost::describe) reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HostDescription {
     /// The container id, while there is one.

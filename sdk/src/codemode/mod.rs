@@ -47,14 +47,16 @@ mod config;
 mod errors;
 mod handles;
 mod host;
-pub mod protocol;
+pub(crate) mod protocol;
 mod schema;
 mod tools;
 mod toolset;
 
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
-pub use bridge::{BRIDGE, MONTY_PACKAGE, PROGRAMS, RULES};
+pub use bridge::MONTY_PACKAGE;
+#[cfg(test)]
+use bridge::RULES;
 pub use config::{CodeHostConfig, Execution, HostDescription};
 pub use errors::{CodeError, CodeFailure};
 pub use host::{CodeHost, CodeSession};

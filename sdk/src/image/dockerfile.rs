@@ -42,7 +42,7 @@ impl ImageSpec {
 
     /// The image this spec builds on: its `base_image`, or dockhand's pulled
     /// Python base. Where the base is made from Debian packages instead,
-    /// builds name that base (see [`base::BaseSource`]).
+    /// builds name that base (`dockhand/base:python<X.Y>-debian-...`).
     pub fn base_reference(&self) -> String {
         self.base_image
             .clone()

@@ -3,7 +3,7 @@
 //! A spec renders a Dockerfile deterministically; its content hash is the tag
 //! (`dockhand/image:<hash>`), so a spec is built once per machine and found
 //! again by any process. The Python base under it is pulled where a registry
-//! answers and made from Debian packages where none does (see [`base`]).
+//! answers and made from Debian packages where none does; its tag says which.
 //!
 //! ```no_run
 //! # async fn demo() -> dockhand::Result<()> {
@@ -14,9 +14,9 @@
 //! # Ok(()) }
 //! ```
 
-pub mod base;
+pub(crate) mod base;
 mod build;
-pub mod build_log;
+pub(crate) mod build_log;
 mod dockerfile;
 mod resolver;
 mod spec;

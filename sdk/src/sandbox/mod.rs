@@ -32,7 +32,7 @@ mod cache;
 mod capture;
 mod inputs;
 mod outputs;
-pub mod preamble;
+pub(crate) mod preamble;
 mod quick;
 mod run;
 mod runtime;

@@ -27,12 +27,12 @@ mod config;
 pub mod edits;
 mod live;
 pub(crate) mod paths;
-pub mod protocol;
+pub(crate) mod protocol;
 mod tools;
 
 pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
-pub use live::{ExecEvent, Session, SessionDescription, AGENT};
+pub use live::{ExecEvent, Session, SessionDescription};
 pub use protocol::DirEntry;
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};
