@@ -174,3 +174,27 @@ async fn unreachable_daemon_fails_fast_and_says_where_it_looked() {
     assert!(matches!(tcp, Error::DaemonUnreachable { .. }), "{tcp:?}");
     assert!(tcp.to_string().contains("127.0.0.1:1"));
 }
+
+#[tokio::test]
+async fn an_image_removed_behind_the_clients_back_is_made_again() {
+    let client = common::client().await;
+    let spec = ImageSpec::default().run(format!("echo remade-{}", std::process::id()));
+    let sb = dockhand::Sandbox::code("remade", "print('ran')")
+        .image(spec)
+        .cache(dockhand::CacheMode::Disable)
+        .build()
+        .unwrap();
+    let first = client.run(&sb, dockhand::NO_INPUTS).await.unwrap();
+    let removed = std::process::Command::new("docker")
+        .args(["rmi", "-f", &first.image])
+        .output()
+        .unwrap();
+    assert!(removed.status.success());
+    // The daemon answers the create with 404; the client builds it again, once.
+    let again = client.run(&sb, dockhand::NO_INPUTS).await.unwrap();
+    assert_eq!(again.stdout.text, "ran\n");
+    assert_eq!(again.attempts.len(), 2, "{:?}", again.attempts);
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", &again.image])
+        .output();
+}

@@ -125,6 +125,9 @@ pub enum Error {
         operation: &'static str,
         /// The daemon's message.
         message: String,
+        /// The daemon's HTTP status, when it answered with one (404: no such
+        /// object, 409: conflict, ...).
+        status: Option<u16>,
     },
 
     /// A package named in an [`ImageSpec`](crate::ImageSpec) does not exist.

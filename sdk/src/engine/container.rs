@@ -262,6 +262,7 @@ impl Engine {
                 return Err(crate::Error::Docker {
                     operation: "wait container",
                     message: "the daemon closed the wait without a status".into(),
+                    status: None,
                 })
             }
         };

@@ -108,6 +108,7 @@ impl Engine {
             Err(_) => Err(Error::Docker {
                 operation: "pull image",
                 message: format!("no answer from the registry within {timeout:?}"),
+                status: None,
             }),
         }
     }

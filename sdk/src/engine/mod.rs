@@ -116,11 +116,18 @@ fn unreachable_hint(endpoint: &str) -> String {
 
 /// Maps a bollard error to [`Error::Docker`] for `operation`.
 pub(crate) fn docker_err(operation: &'static str, e: bollard::errors::Error) -> Error {
-    let message = match e {
-        bollard::errors::Error::DockerResponseServerError { message, .. } => message,
-        other => other.to_string(),
+    let (message, status) = match e {
+        bollard::errors::Error::DockerResponseServerError {
+            message,
+            status_code,
+        } => (message, Some(status_code)),
+        other => (other.to_string(), None),
     };
-    Error::Docker { operation, message }
+    Error::Docker {
+        operation,
+        message,
+        status,
+    }
 }
 
 /// Whether a bollard error is a 404 from the daemon.

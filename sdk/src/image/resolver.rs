@@ -161,6 +161,10 @@ impl ImageResolver {
                 message: format!(
                     "image {reference} is not present locally and could not be pulled: {e}"
                 ),
+                status: match e {
+                    Error::Docker { status, .. } => status,
+                    _ => None,
+                },
             })?;
         let info = self
             .engine
@@ -169,6 +173,7 @@ impl ImageResolver {
             .ok_or_else(|| Error::Docker {
                 operation: "pull image",
                 message: format!("{reference} was pulled but is not listed"),
+                status: None,
             })?;
         Ok((info.id, ImageSource::Pulled))
     }

@@ -207,7 +207,12 @@ impl Client {
         };
         let mut attempts = Vec::new();
         let mut reresolved = false;
-        for number in 1..=rt.retries + 1 {
+        // A remade image costs an attempt but not a retry.
+        let mut tries_left = rt.retries + 1;
+        let mut number = 0;
+        loop {
+            number += 1;
+            tries_left -= 1;
             let attempt_started = Instant::now();
             match self.attempt(sandbox, &prepared, number, &options).await {
                 Ok(mut out) => {
@@ -227,11 +232,14 @@ impl Client {
                     return Ok(out);
                 }
                 // The image was removed since this process resolved it: make it again, once.
+                // (A create answers 404 only when its image is missing.)
                 Err(Error::Docker {
                     operation: "create container",
                     message,
-                }) if message.contains("No such image") && !reresolved => {
+                    status: Some(404),
+                }) if !reresolved => {
                     reresolved = true;
+                    tries_left += 1;
                     self.images().forget(&sandbox.image);
                     prepared.image = self.images().resolve(&sandbox.image).await?;
                     attempts.push(Attempt {
@@ -241,14 +249,14 @@ impl Client {
                     });
                 }
                 Err(e) => {
-                    let last_try = number > rt.retries || !e.is_retryable();
+                    let last_try = tries_left == 0 || !e.is_retryable();
                     attempts.push(Attempt {
                         number,
                         duration: attempt_started.elapsed(),
                         error: Some(e.to_string()),
                     });
                     if last_try {
-                        if attempts.len() == 1 {
+                        if rt.retries == 0 {
                             return Err(e);
                         }
                         return Err(Error::RetriesExhausted {
@@ -260,10 +268,6 @@ impl Client {
                 }
             }
         }
-        Err(Error::Docker {
-            operation: "run",
-            message: "no attempt was made".into(),
-        })
     }
 
     /// One attempt in one fresh container.
@@ -469,6 +473,7 @@ async fn collect_streamed(
         .map_err(|e| Error::Docker {
             operation: "collect outputs",
             message: e.to_string(),
+            status: None,
         })?
 }
 
