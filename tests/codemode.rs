@@ -364,6 +364,36 @@ async fn sandboxes_as_tools_pass_file_handles() {
             .await,
     );
     assert!(matches!(err, CodeError::Validation { .. }));
+    // Results go with the execution that made them: a handle kept from an
+    // earlier execution is refused at once, and nothing piles up.
+    let kept = host
+        .execute("make_report(n=3)['report']", json!({}), &tools)
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(host.describe().held_results, 0);
+    let err = code_error(
+        host.execute("read_report(kept)", json!({ "kept": kept }), &tools)
+            .await,
+    );
+    assert!(
+        matches!(err, CodeError::Tool { ref message, .. } if message.contains("no longer held")),
+        "{err:?}"
+    );
+    // A REPL session keeps its results until it closes.
+    let session = host.session();
+    session
+        .execute("h = make_report(n=5)['report']", json!({}), &tools)
+        .await
+        .unwrap();
+    let again = session
+        .execute("read_report(h)", json!({}), &tools)
+        .await
+        .unwrap();
+    assert_eq!(again.value, json!("N=5"));
+    assert_eq!(host.describe().held_results, 1);
+    session.close().await.unwrap();
+    assert_eq!(host.describe().held_results, 0);
     host.close().await.unwrap();
     common::assert_no_container("make_report");
     common::assert_no_container("read_report");

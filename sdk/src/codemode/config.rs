@@ -129,6 +129,9 @@ pub struct HostDescription {
     pub exec_memory_bytes: i64,
     /// Executions completed (successful or not).
     pub executions: u64,
+    /// Sandbox-tool results whose File and Dir outputs the host still holds:
+    /// only those of running executions and open REPL sessions.
+    pub held_results: usize,
     /// Why the host is in `error`, if it is.
     pub last_error: Option<String>,
 }

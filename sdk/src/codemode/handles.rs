@@ -13,29 +13,56 @@ use crate::sandbox::{Outputs, Sandbox, Type, Value as SbValue};
 use crate::util::lock;
 
 /// File and Dir values returned by sandbox tools, kept on the host while the
-/// code passes opaque handles around.
+/// code passes opaque handles around. Each belongs to a scope (the execution,
+/// or the REPL session, that made it) and goes when its scope ends, so a
+/// long-lived host holds only what running code can still refer to.
 #[derive(Default)]
 pub(crate) struct Handles {
     next: AtomicU64,
-    values: Mutex<HashMap<String, SbValue>>,
-    pub(crate) owners: Mutex<Vec<Outputs>>,
+    values: Mutex<HashMap<String, (String, SbValue)>>,
+    owners: Mutex<Vec<(String, Outputs)>>,
 }
 
 impl Handles {
-    pub(crate) fn register(&self, name: &str, value: SbValue) -> Value {
+    /// Drops what `scope` made: its handles and the files behind them.
+    pub(crate) fn release(&self, scope: &str) {
+        lock(&self.values).retain(|_, (owner, _)| owner != scope);
+        lock(&self.owners).retain(|(owner, _)| owner != scope);
+    }
+
+    /// Drops everything.
+    pub(crate) fn clear(&self) {
+        lock(&self.values).clear();
+        lock(&self.owners).clear();
+    }
+
+    /// How many sandbox results are held.
+    pub(crate) fn held(&self) -> usize {
+        lock(&self.owners).len()
+    }
+
+    fn register(&self, scope: &str, name: &str, value: SbValue) -> Value {
         let id = format!("h{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let kind = if matches!(value, SbValue::Dir(_)) {
             "Dir"
         } else {
             "File"
         };
-        lock(&self.values).insert(id.clone(), value);
+        lock(&self.values).insert(id.clone(), (scope.to_string(), value));
         serde_json::json!({"$handle": id, "kind": kind, "name": name})
     }
 
-    pub(crate) fn resolve(&self, handle: &Value) -> Option<SbValue> {
-        let id = handle.get("$handle")?.as_str()?;
-        lock(&self.values).get(id).cloned()
+    /// The value behind a handle; an error naming it when it is not held.
+    fn resolve(&self, handle: &Value) -> std::result::Result<SbValue, String> {
+        let Some(id) = handle.get("$handle").and_then(Value::as_str) else {
+            return Err("is not a File or Dir handle".into());
+        };
+        lock(&self.values)
+            .get(id)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| {
+                format!("is handle `{id}`, which is no longer held (File and Dir results live as long as the execution, or session, that made them)")
+            })
     }
 }
 
@@ -44,6 +71,7 @@ impl Handles {
 pub(crate) async fn run_sandbox_tool(
     client: &Client,
     handles: &Handles,
+    scope: &str,
     sandbox: &Sandbox,
     args: Map<String, Value>,
 ) -> std::result::Result<Value, String> {
@@ -63,7 +91,10 @@ pub(crate) async fn run_sandbox_tool(
                 .filter(|s| *s >= 0.0)
                 .map(|s| SbValue::Timedelta(Duration::from_secs_f64(s))),
             Type::Json => Some(SbValue::Json(v.clone())),
-            Type::File | Type::Dir => handles.resolve(&v).filter(|h| h.type_of() == p.ty),
+            Type::File | Type::Dir => match handles.resolve(&v) {
+                Ok(held) => Some(held).filter(|h| h.type_of() == p.ty),
+                Err(why) => return Err(format!("argument `{}` {why}", p.name)),
+            },
         };
         let value =
             value.ok_or_else(|| format!("argument `{}` is not a valid {}", p.name, p.ty))?;
@@ -83,12 +114,14 @@ pub(crate) async fn run_sandbox_tool(
             SbValue::Datetime(d) => Value::from(d.format("%Y-%m-%dT%H:%M:%S%.f").to_string()),
             SbValue::Timedelta(d) => Value::from(d.as_secs_f64()),
             SbValue::Json(j) => j.clone(),
-            SbValue::File(_) | SbValue::Dir(_) => handles.register(name, value.clone()),
+            SbValue::File(_) | SbValue::Dir(_) => handles.register(scope, name, value.clone()),
         };
         result.insert(name.to_string(), json);
     }
     // Keep File/Dir outputs on disk while handles to them may be used.
-    lock(&handles.owners).push(out.outputs);
+    if out.outputs.dir().is_some() {
+        lock(&handles.owners).push((scope.to_string(), out.outputs));
+    }
     Ok(match result.len() {
         1 => result
             .into_iter()

@@ -141,6 +141,7 @@ impl CodeHost {
             exec_timeout: c.exec_timeout,
             exec_memory_bytes: c.exec_memory_bytes,
             executions: status.executions,
+            held_results: self.inner.handles.held(),
             last_error: status.life.last_error.clone(),
         }
     }
@@ -206,7 +207,7 @@ impl CodeHost {
         let mut slot = self.inner.runner.lock().await;
         self.set_state(State::Closed)?;
         lock(&self.inner.status).life.container_id = None;
-        lock(&self.inner.handles.owners).clear();
+        self.inner.handles.clear();
         match slot.take() {
             Some(runner) => runner.container.remove().await,
             None => Ok(()),
@@ -265,6 +266,8 @@ impl CodeHost {
         };
         let c = &self.inner.config;
         if let Some(stale) = runner.in_flight.clone() {
+            // An abandoned execution's results can no longer be referred to.
+            self.inner.handles.release(&stale);
             if let Err(e) = cancel_stale(runner, &stale).await {
                 idle.armed = false;
                 return Err(self.lose_runner(&mut slot, format!("{e}"), CodeError::Crashed {
@@ -283,10 +286,16 @@ impl CodeHost {
             session: session.map(String::from),
             type_stubs: c.type_check.then(|| tools.stubs()),
         };
-        runner.in_flight = Some(id);
+        runner.in_flight = Some(id.clone());
+        let scope = session.map_or_else(|| id.clone(), |s| format!("session:{s}"));
         let outcome =
-            tokio::time::timeout(c.deadline(), self.converse(runner, &request, tools)).await;
+            tokio::time::timeout(c.deadline(), self.converse(runner, &request, tools, &scope))
+                .await;
         idle.armed = false;
+        if session.is_none() {
+            // Nothing can refer to this execution's results any more.
+            self.inner.handles.release(&id);
+        }
         match outcome {
             Ok(Ok((result, calls))) => {
                 runner.in_flight = None;
@@ -336,6 +345,7 @@ impl CodeHost {
         runner: &mut Runner,
         request: &ToRunner,
         tools: &Toolset,
+        scope: &str,
     ) -> Result<(ExecResult, Vec<ToolCallRecord>)> {
         runner.send(request).await?;
         let mut pending = FuturesUnordered::new();
@@ -347,7 +357,7 @@ impl CodeHost {
                     Some(Err(e)) => return Err(e),
                     Some(Ok(FromRunner::Result(result))) => return Ok((result, calls)),
                     Some(Ok(FromRunner::ToolCall { call, name, args, kwargs })) => {
-                        pending.push(self.call_tool(tools, call, name, args, kwargs));
+                        pending.push(self.call_tool(tools, scope, call, name, args, kwargs));
                     }
                     Some(Ok(_)) => {}
                 },
@@ -366,6 +376,7 @@ impl CodeHost {
     fn call_tool(
         &self,
         tools: &Toolset,
+        scope: &str,
         call: u64,
         name: String,
         args: Vec<Value>,
@@ -376,6 +387,7 @@ impl CodeHost {
         let started = Instant::now();
         let tool = tools.get(&name).cloned();
         let inner = self.inner.clone();
+        let scope = scope.to_string();
         async move {
             let (shown_args, reply) = match tool {
                 None => (
@@ -389,7 +401,8 @@ impl CodeHost {
                         let reply = match &tool.kind {
                             ToolKind::Handler(h) => h(bound).await,
                             ToolKind::Sandbox(sb) => {
-                                run_sandbox_tool(&inner.client, &inner.handles, sb, bound).await
+                                run_sandbox_tool(&inner.client, &inner.handles, &scope, sb, bound)
+                                    .await
                             }
                         };
                         (shown, reply)
@@ -538,8 +551,13 @@ impl CodeSession {
         self.host.run(code, inputs, tools, Some(&self.id)).await
     }
 
-    /// Ends the session; its namespace is gone.
+    /// Ends the session; its namespace, and the File and Dir results its
+    /// code held, are gone.
     pub async fn close(self) -> Result<()> {
+        self.host
+            .inner
+            .handles
+            .release(&format!("session:{}", self.id));
         let mut slot = self.host.inner.runner.lock().await;
         let Some(runner) = slot.as_mut() else {
             return Ok(());
