@@ -54,10 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
-    let host = client.code_host(CodeHostConfig {
-        cpus,
-        ..Default::default()
-    });
+    let host = client.code_host(CodeHostConfig::new().cpus(cpus));
     host.start().await?;
     let mut starts = Vec::new();
     for _ in 0..5 {

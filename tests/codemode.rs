@@ -137,12 +137,10 @@ async fn last_expression_values_of_every_json_type_and_inputs() {
 
 #[tokio::test]
 async fn loop_guard_time_memory_and_print_limits() {
-    let config = CodeHostConfig {
-        exec_timeout: Duration::from_secs(2),
-        exec_memory_bytes: 256 << 20,
-        print_limit: 100,
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new()
+        .timeout(Duration::from_secs(2))
+        .exec_memory(256 << 20)
+        .print_limit(100);
     let host = host_with(config).await;
     assert!(matches!(
         code_error(
@@ -576,4 +574,20 @@ async fn dropping_a_host_removes_its_container() {
     drop(host);
     // On a current-thread runtime the removal finishes on its own thread.
     common::wait_gone(&id).await;
+}
+
+/// A bad setting fails `start` with `InvalidSpec` and leaves the host in
+/// `init`, startable once the setting is fixed; nothing is created.
+#[tokio::test]
+async fn bad_settings_fail_the_start_and_leave_the_host_startable() {
+    let client = common::client().await;
+    let host = client.code_host(CodeHostConfig::new().memory("64Mi").exec_memory("1Gi"));
+    match host.start().await {
+        Err(e @ Error::InvalidSpec { .. }) => {
+            assert!(e.to_string().contains("more than the container"), "{e}")
+        }
+        other => panic!("expected InvalidSpec, got {other:?}"),
+    }
+    assert_eq!(host.state(), State::Init);
+    assert_eq!(host.describe().container_id, None);
 }

@@ -125,12 +125,10 @@ async fn escapes_through_attributes_formats_modules_and_classes_fail() {
 
 #[tokio::test]
 async fn bombs_hit_typed_limits_even_when_caught() {
-    let config = CodeHostConfig {
-        exec_timeout: Duration::from_secs(2),
-        exec_memory_bytes: 64 << 20,
-        loop_limit: 1_000_000_000,
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new()
+        .timeout(Duration::from_secs(2))
+        .exec_memory(64 << 20)
+        .loop_limit(1_000_000_000);
     let host = host_with(config).await;
     let timeout = |e: &CodeError| matches!(e, CodeError::Timeout { .. });
     each(
@@ -216,10 +214,7 @@ async fn nothing_crosses_from_one_execution_to_the_next() {
 
 #[tokio::test]
 async fn forged_output_and_odd_values_stay_data() {
-    let config = CodeHostConfig {
-        print_limit: 1000,
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new().print_limit(1000);
     let host = host_with(config).await;
     let forged =
         r#"{"type":"result","id":"e1","ok":true,"value":666,"stdout":"","stdout_truncated":false}"#;
@@ -353,11 +348,9 @@ async fn malformed_tool_calls_fail_at_once() {
 
 #[tokio::test]
 async fn ten_thousand_tool_calls_and_the_call_limit() {
-    let config = CodeHostConfig {
-        exec_timeout: Duration::from_secs(120),
-        max_tool_calls: 10_000,
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new()
+        .timeout(Duration::from_secs(120))
+        .max_tool_calls(10_000);
     let host = host_with(config).await;
     let run = host
         .execute(
@@ -411,10 +404,7 @@ async fn syntax_errors_monty_alone_sees_leave_the_host_usable() {
 
 #[tokio::test]
 async fn type_checking_against_tool_stubs() {
-    let config = CodeHostConfig {
-        type_check: true,
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new().type_check(true);
     let host = host_with(config).await;
     let err = code_error(
         host.execute("x = 1\ny = await add('one', 2)", json!({}), &tools())
@@ -461,10 +451,7 @@ async fn a_dropped_execution_leaves_the_host_usable() {
 
 #[tokio::test]
 async fn a_paused_or_removed_container_gives_typed_errors_and_recovers() {
-    let config = CodeHostConfig {
-        exec_timeout: Duration::from_secs(2),
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new().timeout(Duration::from_secs(2));
     let host = host_with(config).await;
     let first = host.describe().container_id.unwrap();
     common::docker(&["pause", &first]);
@@ -489,11 +476,9 @@ async fn a_paused_or_removed_container_gives_typed_errors_and_recovers() {
 
 #[tokio::test]
 async fn sessions_are_isolated_and_reset_after_a_limit() {
-    let config = CodeHostConfig {
-        exec_timeout: Duration::from_secs(2),
-        loop_limit: 1_000_000_000,
-        ..Default::default()
-    };
+    let config = CodeHostConfig::new()
+        .timeout(Duration::from_secs(2))
+        .loop_limit(1_000_000_000);
     let host = host_with(config).await;
     let a = host.session();
     let b = host.session();

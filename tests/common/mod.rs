@@ -90,8 +90,9 @@ pub fn code_error(
     }
 }
 
-/// Runs the docker CLI with `args` and asserts it succeeded (pause, rm -f, ...).
-pub fn docker(args: &[&str]) {
+/// Runs the docker CLI with `args`, asserts it succeeded (pause, rm -f,
+/// inspect, ...) and returns its stdout.
+pub fn docker(args: &[&str]) -> String {
     let out = std::process::Command::new("docker")
         .args(args)
         .output()
@@ -101,6 +102,7 @@ pub fn docker(args: &[&str]) {
         "docker {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Whether a container with this id exists (running or not).

@@ -178,10 +178,7 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
         ..Default::default()
     };
     // Always fully hardened and offline: the code is a model's.
-    let hardening = Hardening {
-        tmp_size: "64m".into(),
-        ..Hardening::default()
-    };
+    let hardening = Hardening::default().tmp_size("64Mi");
     confine(&mut spec, &how.resources, &hardening, &Network::None);
     let container = engine.create_container(&spec).await?;
     if upload {

@@ -7,49 +7,47 @@ use serde_json::Value;
 
 use super::protocol::BridgeConfig;
 use super::toolset::ToolCallRecord;
+use crate::error::{Error, Result};
 use crate::image::ImageSpec;
 use crate::lifecycle::State;
+use crate::sandbox::Resources;
+use crate::settings::{settle_resources, Memory};
 
-/// Settings of a code host: the container's limits and each execution's.
+/// Settings of a code host: the container's limits and each execution's,
+/// set with the same builder methods as a sandbox's or a session's.
 ///
 /// Every execution limit is enforced by Monty inside the container (time,
 /// memory, recursion, tool calls) or by the bridge (wall-clock time with tool
 /// calls, loops, printed output, the final value); the host adds its own
-/// deadline in case the container stops answering.
+/// deadline in case the container stops answering. Settings are checked when
+/// the host starts.
+///
+/// ```
+/// use std::time::Duration;
+/// use dockhand::codemode::CodeHostConfig;
+/// let config = CodeHostConfig::new()
+///     .memory("2Gi")
+///     .cpus(2.0)
+///     .timeout(Duration::from_secs(10))
+///     .exec_memory("128Mi")
+///     .max_tool_calls(100);
+/// assert_eq!(config.exec_timeout(), Duration::from_secs(10));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct CodeHostConfig {
-    /// The image. Monty (`pydantic-monty`, pinned) is added to it when it is
-    /// built; a prebuilt image must have it installed.
-    pub image: ImageSpec,
-    /// CPUs of the container.
-    pub cpus: f64,
-    /// Memory of the whole container, in bytes.
-    pub memory_bytes: i64,
-    /// Processes of the whole container.
-    pub pids: i64,
-    /// Wall-clock limit of one execution (tool calls included).
-    pub exec_timeout: Duration,
-    /// Monty's heap limit for one execution, in bytes.
-    pub exec_memory_bytes: i64,
-    /// How deep calls may nest (Monty's recursion limit).
-    pub recursion_limit: u32,
-    /// Iterations any single loop may run.
-    pub loop_limit: u64,
-    /// Tool calls one execution may make.
-    pub max_tool_calls: u64,
-    /// Characters of `print()` output kept per execution.
-    pub print_limit: usize,
-    /// Bytes of JSON the final value may take.
-    pub value_limit: usize,
-    /// REPL sessions ([`CodeHost::session`](super::CodeHost::session)) open at once.
-    pub max_sessions: u32,
-    /// Type-check each execution against the tools' stubs before it runs
-    /// (Monty's checker); a type error comes back as
-    /// [`CodeError::Validation`](super::CodeError::Validation) with rule `type`. Tools are declared `async`
-    /// for the checker, so checked code calls them with `await`.
-    pub type_check: bool,
-    /// How long starting may take.
-    pub start_timeout: Duration,
+    pub(crate) image: ImageSpec,
+    pub(crate) resources: Resources,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) exec_timeout: Duration,
+    pub(crate) exec_memory: Memory,
+    pub(crate) recursion_limit: u32,
+    pub(crate) loop_limit: u64,
+    pub(crate) max_tool_calls: u64,
+    pub(crate) print_limit: usize,
+    pub(crate) value_limit: usize,
+    pub(crate) max_sessions: u32,
+    pub(crate) type_check: bool,
+    pub(crate) start_timeout: Duration,
 }
 
 impl Default for CodeHostConfig {
@@ -57,11 +55,10 @@ impl Default for CodeHostConfig {
         CodeHostConfig {
             // pip reaches PyPI through whatever TLS interception the host trusts.
             image: ImageSpec::default().trust_host_certificates(),
-            cpus: 1.0,
-            memory_bytes: 1 << 30,
-            pids: 256,
+            resources: Resources::default(),
+            memory: None,
             exec_timeout: Duration::from_secs(30),
-            exec_memory_bytes: 256 << 20,
+            exec_memory: Memory::Bytes(256 << 20),
             recursion_limit: 200,
             loop_limit: 10_000,
             max_tool_calls: 10_000,
@@ -75,10 +72,127 @@ impl Default for CodeHostConfig {
 }
 
 impl CodeHostConfig {
-    pub(crate) fn bridge(&self) -> BridgeConfig {
+    /// Defaults: the Python base image with Monty added, 1 CPU, 1 GiB for the
+    /// container, 30 s and 256 MiB per execution.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The image. Monty (`pydantic-monty`, pinned) is added to it when it is
+    /// built; a prebuilt image must have it installed.
+    pub fn image(mut self, image: ImageSpec) -> Self {
+        self.image = image;
+        self
+    }
+
+    crate::settings::resource_methods!(resources: resources, memory: memory);
+
+    /// Wall-clock limit of one execution, tool calls included (default 30 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.exec_timeout = timeout;
+        self
+    }
+
+    /// Monty's heap limit for one execution (default 256 MiB), as text with a
+    /// unit or bytes.
+    pub fn exec_memory(mut self, size: impl Into<Memory>) -> Self {
+        self.exec_memory = size.into();
+        self
+    }
+
+    /// How deep calls may nest (Monty's recursion limit; default 200).
+    pub fn recursion_limit(mut self, depth: u32) -> Self {
+        self.recursion_limit = depth;
+        self
+    }
+
+    /// Iterations any single loop may run (default 10,000).
+    pub fn loop_limit(mut self, iterations: u64) -> Self {
+        self.loop_limit = iterations;
+        self
+    }
+
+    /// Tool calls one execution may make (default 10,000).
+    pub fn max_tool_calls(mut self, calls: u64) -> Self {
+        self.max_tool_calls = calls;
+        self
+    }
+
+    /// Characters of `print()` output kept per execution (default 16 KiB).
+    pub fn print_limit(mut self, chars: usize) -> Self {
+        self.print_limit = chars;
+        self
+    }
+
+    /// Bytes of JSON the final value may take (default 1 MiB).
+    pub fn value_limit(mut self, bytes: usize) -> Self {
+        self.value_limit = bytes;
+        self
+    }
+
+    /// REPL sessions ([`CodeHost::session`](super::CodeHost::session)) open at once (default 8).
+    pub fn max_sessions(mut self, sessions: u32) -> Self {
+        self.max_sessions = sessions;
+        self
+    }
+
+    /// Type-checks each execution against the tools' stubs before it runs
+    /// (Monty's checker); a type error comes back as
+    /// [`CodeError::Validation`](super::CodeError::Validation) with rule
+    /// `type`. Tools are declared `async` for the checker, so checked code
+    /// calls them with `await`.
+    pub fn type_check(mut self, on: bool) -> Self {
+        self.type_check = on;
+        self
+    }
+
+    /// How long starting may take, an image build included (default 300 s).
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Wall-clock limit of one execution.
+    pub fn exec_timeout(&self) -> Duration {
+        self.exec_timeout
+    }
+
+    /// Checks the settings; returns the container's limits and the
+    /// execution heap limit in bytes.
+    pub(crate) fn checked(&self) -> Result<(Resources, i64)> {
+        let bad = |msg: String| Error::spec("code host", msg);
+        let mut resources = self.resources;
+        settle_resources(&mut resources, &mut self.memory.clone()).map_err(bad)?;
+        let exec_memory = self
+            .exec_memory
+            .bytes()
+            .map_err(|e| bad(format!("execution memory: {e}")))?;
+        if exec_memory > resources.memory_bytes {
+            return Err(bad(format!(
+                "execution memory ({exec_memory} bytes) is more than the container's ({} bytes)",
+                resources.memory_bytes
+            )));
+        }
+        if self.exec_timeout.is_zero() || self.start_timeout.is_zero() {
+            return Err(bad("timeouts must be longer than zero".into()));
+        }
+        let counts = [
+            ("recursion limit", self.recursion_limit as u64),
+            ("loop limit", self.loop_limit),
+            ("print limit", self.print_limit as u64),
+            ("value limit", self.value_limit as u64),
+            ("max sessions", self.max_sessions as u64),
+        ];
+        if let Some((what, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return Err(bad(format!("the {what} must be at least 1")));
+        }
+        Ok((resources, exec_memory))
+    }
+
+    pub(crate) fn bridge(&self, exec_memory_bytes: i64) -> BridgeConfig {
         BridgeConfig {
             timeout_s: self.exec_timeout.as_secs_f64(),
-            memory_bytes: self.exec_memory_bytes,
+            memory_bytes: exec_memory_bytes,
             recursion_limit: self.recursion_limit,
             loop_limit: self.loop_limit,
             print_limit: self.print_limit,
@@ -134,4 +248,36 @@ pub struct HostDescription {
     pub held_results: usize,
     /// Why the host is in `error`, if it is.
     pub last_error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_checked_and_memory_resolved() {
+        let (resources, exec) = CodeHostConfig::new()
+            .memory("2Gi")
+            .exec_memory("64Mi")
+            .checked()
+            .unwrap();
+        assert_eq!((resources.memory_bytes, exec), (2 << 30, 64 << 20));
+        let cases = [
+            (CodeHostConfig::new().memory("lots"), "lots"),
+            (
+                CodeHostConfig::new().exec_memory("2Gi"),
+                "more than the container",
+            ),
+            (
+                CodeHostConfig::new().timeout(Duration::ZERO),
+                "longer than zero",
+            ),
+            (CodeHostConfig::new().print_limit(0), "print limit"),
+            (CodeHostConfig::new().cpus(f64::NAN), "cpus"),
+        ];
+        for (config, says) in cases {
+            let err = config.checked().unwrap_err().to_string();
+            assert!(err.contains(says), "{err} should say {says}");
+        }
+    }
 }

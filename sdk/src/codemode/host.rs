@@ -19,7 +19,6 @@ use super::toolset::{ToolCallRecord, Toolset};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lifecycle::{State, Tracked};
-use crate::sandbox::Resources;
 use crate::util::{is_identifier, lock};
 
 struct Status {
@@ -132,14 +131,17 @@ impl CodeHost {
     pub fn describe(&self) -> HostDescription {
         let status = lock(&self.inner.status);
         let c = &self.inner.config;
+        let (resources, exec_memory) = c
+            .checked()
+            .unwrap_or((c.resources, c.exec_memory.bytes().unwrap_or_default()));
         HostDescription {
             container_id: status.life.container_id.clone(),
             state: status.life.state,
             image: status.life.image.clone(),
-            cpus: c.cpus,
-            memory_bytes: c.memory_bytes,
+            cpus: resources.cpus,
+            memory_bytes: resources.memory_bytes,
             exec_timeout: c.exec_timeout,
-            exec_memory_bytes: c.exec_memory_bytes,
+            exec_memory_bytes: exec_memory,
             executions: status.executions,
             held_results: self.inner.handles.held(),
             last_error: status.life.last_error.clone(),
@@ -154,6 +156,8 @@ impl CodeHost {
 
     async fn start_locked(&self, slot: &mut Option<Runner>) -> Result<()> {
         lock(&self.inner.status).life.check_startable()?;
+        // Bad settings fail the start and leave the host as it was.
+        let (resources, exec_memory) = self.inner.config.checked()?;
         self.set_state(State::Running)?;
         // A start dropped half-way leaves `error`, from which start works again.
         let mut pending = FailUnlessDone {
@@ -163,12 +167,8 @@ impl CodeHost {
         let c = &self.inner.config;
         let how = Launch {
             image: &c.image,
-            resources: Resources {
-                cpus: c.cpus,
-                memory_bytes: c.memory_bytes,
-                pids: c.pids,
-            },
-            bridge: c.bridge(),
+            resources,
+            bridge: c.bridge(exec_memory),
             start_timeout: c.start_timeout,
         };
         let launched = launch(&self.inner.client, how).await;

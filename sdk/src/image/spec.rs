@@ -22,8 +22,8 @@ const HOST_CA_BUNDLES: &[&str] = &[
 ///
 /// Specs are plain data: equal specs render the same Dockerfile and get the
 /// same content-addressed tag on every machine, so an image is built once and
-/// reused. Fields are set with chained `with`-style methods and validated when
-/// the image is resolved (or when a sandbox using it is built).
+/// reused. It is set with chained builder methods and validated when the
+/// image is resolved (or when a sandbox using it is built).
 ///
 /// ```
 /// use dockhand::ImageSpec;
@@ -37,22 +37,14 @@ const HOST_CA_BUNDLES: &[&str] = &[
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ImageSpec {
-    /// Python version (`major.minor`).
-    pub python_version: String,
-    /// Packages for `pip install`, as pip spells them (`numpy`, `pandas>=2`).
-    pub pip_packages: Vec<String>,
-    /// Debian packages for `apt-get install`.
-    pub apt_packages: Vec<String>,
-    /// Extra shell commands, each its own `RUN` step, after the packages.
-    pub commands: Vec<String>,
-    /// Build `FROM` this image instead of the default Python base.
-    pub base_image: Option<String>,
-    /// Use this image as is: nothing is built.
-    pub prebuilt: Option<String>,
-    /// PEM files whose certificates builds and containers trust (read at build time).
-    pub ca_files: Vec<PathBuf>,
-    /// Whether to also trust the DOCKHAND_CA_CERTS variable's files (default: yes).
-    pub ca_from_env: bool,
+    pub(crate) python_version: String,
+    pub(crate) pip_packages: Vec<String>,
+    pub(crate) apt_packages: Vec<String>,
+    pub(crate) commands: Vec<String>,
+    pub(crate) base_image: Option<String>,
+    pub(crate) prebuilt: Option<String>,
+    pub(crate) ca_files: Vec<PathBuf>,
+    pub(crate) ca_from_env: bool,
 }
 
 impl Default for ImageSpec {
@@ -147,6 +139,31 @@ impl ImageSpec {
     pub fn without_env_ca(mut self) -> Self {
         self.ca_from_env = false;
         self
+    }
+
+    /// The Python version (`major.minor`).
+    pub fn python_version(&self) -> &str {
+        &self.python_version
+    }
+
+    /// The pip packages, as pip spells them.
+    pub fn pip_packages(&self) -> &[String] {
+        &self.pip_packages
+    }
+
+    /// The Debian packages.
+    pub fn apt_packages(&self) -> &[String] {
+        &self.apt_packages
+    }
+
+    /// The extra build commands, in order.
+    pub fn commands(&self) -> &[String] {
+        &self.commands
+    }
+
+    /// The prebuilt image used as is, if this spec names one.
+    pub fn prebuilt_reference(&self) -> Option<&str> {
+        self.prebuilt.as_deref()
     }
 
     /// Whether this spec names a prebuilt image (nothing to build).

@@ -36,21 +36,26 @@ pub(crate) mod preamble;
 mod quick;
 mod run;
 mod runtime;
+mod secret;
 mod spec;
 mod traceback;
 mod value;
 mod verdict;
 
+pub use crate::settings::{parse_memory, Memory};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
+pub(crate) use inputs::secrets_archive;
 pub use outputs::{FromOutputs, Outputs};
 pub use quick::NO_INPUTS;
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
 pub(crate) use runtime::confine;
 pub use runtime::{
-    parse_memory, CacheMode, Hardening, Network, Resources, Runtime, Secret, SecretMount,
-    DEFAULT_CPUS, DEFAULT_MEMORY, DEFAULT_PIDS, UNPRIVILEGED_USER,
+    CacheMode, Hardening, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY, DEFAULT_PIDS,
+    UNPRIVILEGED_USER,
 };
+pub(crate) use secret::redact;
+pub use secret::{Secret, SecretMount};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

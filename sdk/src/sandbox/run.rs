@@ -12,7 +12,8 @@ use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, Stre
 use super::inputs;
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::runtime::{confine, redact, CacheMode, Network, SecretMount};
+use super::runtime::{confine, CacheMode, Network};
+use super::secret::{redact, SecretMount};
 use super::spec::Sandbox;
 use super::value::Value;
 use super::verdict::{verdict, Ended};

@@ -4,10 +4,12 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use super::runtime::{parse_memory, CacheMode, Hardening, Network, Runtime, Secret};
+use super::runtime::{CacheMode, Hardening, Network, Runtime};
+use super::secret::Secret;
 use super::value::Type;
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
+use crate::settings::{check_env_and_secrets, Memory};
 use crate::util::is_identifier;
 
 /// Default cap on captured stdout and stderr, each.
@@ -152,7 +154,7 @@ pub struct SandboxBuilder {
     image: ImageSpec,
     output_limit: usize,
     runtime: Runtime,
-    memory: Option<String>,
+    memory: Option<Memory>,
 }
 
 impl SandboxBuilder {
@@ -228,31 +230,7 @@ impl SandboxBuilder {
         self
     }
 
-    /// CPU limit, fractional (default 1.0).
-    pub fn cpus(mut self, cpus: f64) -> Self {
-        self.runtime.resources.cpus = cpus;
-        self
-    }
-
-    /// Memory limit: `"512Mi"`, `"1Gi"`, `"500M"` or bytes as text (default 1 GiB).
-    /// Going over it ends the run with [`Error::OutOfMemory`].
-    pub fn memory(mut self, size: impl Into<String>) -> Self {
-        self.memory = Some(size.into());
-        self
-    }
-
-    /// Memory limit in bytes.
-    pub fn memory_bytes(mut self, bytes: i64) -> Self {
-        self.memory = None;
-        self.runtime.resources.memory_bytes = bytes;
-        self
-    }
-
-    /// Maximum number of processes and threads (default 256).
-    pub fn pids(mut self, pids: i64) -> Self {
-        self.runtime.resources.pids = pids;
-        self
-    }
+    crate::settings::resource_methods!(resources: runtime.resources, memory: memory);
 
     /// Wall-clock limit per attempt, from start to exit; on expiry the container
     /// is killed and the run fails with [`Error::Timeout`].
@@ -281,9 +259,10 @@ impl SandboxBuilder {
         self
     }
 
-    /// Network access (none by default).
-    pub fn network(mut self, network: Network) -> Self {
-        self.runtime.network = network;
+    /// Network access: `false`/[`Network::None`] (the default), `true`/
+    /// [`Network::Bridge`], or a [`Network::Named`] network.
+    pub fn network(mut self, network: impl Into<Network>) -> Self {
+        self.runtime.network = network.into();
         self
     }
 
@@ -327,10 +306,8 @@ impl SandboxBuilder {
 
     /// Validates and returns the sandbox.
     pub fn build(mut self) -> Result<Sandbox> {
-        if let Some(size) = self.memory.take() {
-            self.runtime.resources.memory_bytes = parse_memory(&size)?;
-        }
-        check_runtime(&self.runtime)
+        crate::settings::settle_resources(&mut self.runtime.resources, &mut self.memory)
+            .and_then(|()| check_runtime(&self.runtime))
             .map_err(|msg| Error::spec("sandbox", format!("`{}`: {msg}", self.name)))?;
         let bad = |msg: String| Err(Error::spec("sandbox", format!("`{}`: {msg}", self.name)));
         let name_ok = !self.name.is_empty()
@@ -403,48 +380,10 @@ impl SandboxBuilder {
 }
 
 fn check_runtime(rt: &Runtime) -> std::result::Result<(), String> {
-    let r = &rt.resources;
-    if !(r.cpus.is_finite() && r.cpus >= 0.01) {
-        return Err(format!("cpus must be at least 0.01, got {}", r.cpus));
-    }
-    if r.memory_bytes < 6 * 1024 * 1024 {
-        return Err("memory must be at least 6Mi (Docker's minimum)".into());
-    }
-    if r.pids < 8 {
-        return Err(format!(
-            "pids must be at least 8 (an interpreter needs a few), got {}",
-            r.pids
-        ));
-    }
     if rt.timeout.is_some_and(|t| t.is_zero()) {
         return Err("the timeout must be longer than zero".into());
     }
-    let mut names = std::collections::HashSet::new();
-    for (name, _) in &rt.env {
-        if !is_identifier(name) {
-            return Err(format!(
-                "env var name `{name}` is not a valid variable name"
-            ));
-        }
-        if !names.insert(name.as_str()) {
-            return Err(format!("env var `{name}` is set twice"));
-        }
-    }
-    for s in &rt.secrets {
-        if !is_identifier(&s.name) {
-            return Err(format!(
-                "secret name `{}` must be a variable name (letters, digits, `_`)",
-                s.name
-            ));
-        }
-        if !names.insert(s.name.as_str()) {
-            return Err(format!(
-                "`{}` is both a secret and an env var, or a secret twice",
-                s.name
-            ));
-        }
-    }
-    Ok(())
+    check_env_and_secrets(rt.env.iter().map(|(name, _)| name.as_str()), &rt.secrets)
 }
 
 const PYTHON_KEYWORDS: &[&str] = &[

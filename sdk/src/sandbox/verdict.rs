@@ -5,7 +5,8 @@
 use super::capture::tail;
 use super::outputs::RunnerStatus;
 use super::preamble::INPUTS_DIR;
-use super::runtime::{redact, Network, Runtime};
+use super::runtime::{Network, Runtime};
+use super::secret::redact;
 use super::spec::Program;
 use super::traceback;
 use crate::engine::ExitStatus;

@@ -10,7 +10,8 @@ use super::live::Session;
 use crate::engine::Mount;
 use crate::error::Result;
 use crate::image::ImageSpec;
-use crate::sandbox::{Hardening, Network, Resources};
+use crate::sandbox::{Hardening, Network, Resources, Secret};
+use crate::settings::Memory;
 
 /// A value resolved when the session is created (a token fetched just in
 /// time, say), not when it is configured.
@@ -48,7 +49,9 @@ pub struct Snapshot {
 ///     .workspace("/workspace")
 ///     .env("MODE", "test")
 ///     .env_lazy("TOKEN", || "fetched-at-start".to_string())
-///     .memory_bytes(512 << 20)
+///     .memory("512Mi")
+///     .network(false)
+///     .timeout(std::time::Duration::from_secs(60))
 ///     .setup_command("mkdir -p src tests");
 /// assert_eq!(config.workspace_dir(), "/workspace");
 /// ```
@@ -59,6 +62,8 @@ pub struct SessionConfig {
     pub(crate) mounts: Vec<Mount>,
     pub(crate) env: Vec<(String, EnvValue)>,
     pub(crate) resources: Resources,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) secrets: Vec<Secret>,
     pub(crate) network: Network,
     pub(crate) hardening: Hardening,
     pub(crate) setup: Vec<SetupStep>,
@@ -79,6 +84,8 @@ impl fmt::Debug for SessionConfig {
             .field("mounts", &self.mounts)
             .field("env (values hidden)", &env)
             .field("resources", &self.resources)
+            .field("memory", &self.memory)
+            .field("secrets", &self.secrets)
             .field("network", &self.network)
             .field("hardening", &self.hardening)
             .field("setup_steps", &self.setup.len())
@@ -95,13 +102,12 @@ impl Default for SessionConfig {
             mounts: Vec::new(),
             env: Vec::new(),
             resources: Resources::default(),
+            memory: None,
+            secrets: Vec::new(),
             network: Network::None,
             // Agents install and change things; a snapshot must capture the
             // root filesystem, so it stays writable. Everything else is hardened.
-            hardening: Hardening {
-                read_only_root: false,
-                ..Hardening::default()
-            },
+            hardening: Hardening::default().writable_root(),
             setup: Vec::new(),
             persist: false,
             exec_timeout: Some(Duration::from_secs(120)),
@@ -175,33 +181,20 @@ impl SessionConfig {
         self
     }
 
-    /// CPU limit.
-    pub fn cpus(mut self, cpus: f64) -> Self {
-        self.resources.cpus = cpus;
+    crate::settings::resource_methods!(resources: resources, memory: memory);
+
+    /// Adds a secret: an env var, or the file `/run/secrets/<name>` with
+    /// [`Secret::as_file`]. Its value is read when the session starts and is
+    /// redacted from command output and errors.
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secrets.push(secret);
         self
     }
 
-    /// Memory limit in bytes.
-    pub fn memory_bytes(mut self, bytes: i64) -> Self {
-        self.resources.memory_bytes = bytes;
-        self
-    }
-
-    /// Process limit.
-    pub fn pids(mut self, pids: i64) -> Self {
-        self.resources.pids = pids;
-        self
-    }
-
-    /// Network access on (default bridge) or off.
-    pub fn network(mut self, on: bool) -> Self {
-        self.network = if on { Network::Bridge } else { Network::None };
-        self
-    }
-
-    /// Network access in detail (a named network, say).
-    pub fn network_mode(mut self, network: Network) -> Self {
-        self.network = network;
+    /// Network access: `false`/[`Network::None`] (the default), `true`/
+    /// [`Network::Bridge`], or a [`Network::Named`] network.
+    pub fn network(mut self, network: impl Into<Network>) -> Self {
+        self.network = network.into();
         self
     }
 
@@ -232,9 +225,17 @@ impl SessionConfig {
         self
     }
 
-    /// Default per-command timeout (`None`: no limit).
-    pub fn exec_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.exec_timeout = timeout;
+    /// Wall-clock limit of each command unless its
+    /// [`ExecOptions`](super::ExecOptions) say otherwise (default 120 s); on
+    /// expiry the command's processes are killed and the session lives on.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.exec_timeout = Some(timeout);
+        self
+    }
+
+    /// No default limit on commands.
+    pub fn no_timeout(mut self) -> Self {
+        self.exec_timeout = None;
         self
     }
 
@@ -263,6 +264,24 @@ impl SessionConfig {
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
+    }
+
+    /// Checks what can be wrong before anything is created; returns the
+    /// limits with the memory size resolved.
+    pub(crate) fn checked_resources(&self) -> Result<Resources> {
+        let bad = |msg: String| crate::Error::spec("session", msg);
+        let mut resources = self.resources;
+        crate::settings::settle_resources(&mut resources, &mut self.memory.clone()).map_err(bad)?;
+        crate::settings::check_env_and_secrets(
+            self.env.iter().map(|(name, _)| name.as_str()),
+            &self.secrets,
+        )
+        .map_err(bad)?;
+        if self.exec_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(bad("the timeout must be longer than zero".into()));
+        }
+        self.hardening.check()?;
+        Ok(resources)
     }
 
     /// Paths the session's files may be under: the workspace, mounts and `/tmp`.

@@ -54,7 +54,7 @@ pub fn key(sandbox: &Sandbox, image_id: &str, inputs: &[(Param, Value)]) -> Resu
             .unwrap_or_default()
             .as_bytes(),
     );
-    let secret_names: Vec<(&str, crate::sandbox::runtime::SecretMount)> = sandbox
+    let secret_names: Vec<(&str, crate::sandbox::SecretMount)> = sandbox
         .runtime
         .secrets
         .iter()
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn secret_values_never_enter_the_key() {
-        use crate::sandbox::runtime::Secret;
+        use crate::sandbox::Secret;
         let with = |v: &str| {
             Sandbox::code("c", "y = x")
                 .input("x", Type::Int)

@@ -3,6 +3,7 @@
 use futures::stream::{BoxStream, StreamExt};
 
 use super::*;
+use crate::sandbox::redact;
 
 impl Session {
     /// Runs a command and streams its output; the last event is the exit.
@@ -29,7 +30,7 @@ impl Session {
                 let session = busy.0.clone();
                 match next {
                     Ok(Some(Reply::Chunk { stream, data, .. })) => {
-                        let bytes = Bytes::from(unb64(&data).unwrap_or_default());
+                        let bytes = session.redact_bytes(unb64(&data).unwrap_or_default());
                         let event = if stream == "stderr" {
                             ExecEvent::Stderr(bytes)
                         } else {
@@ -92,6 +93,16 @@ impl Session {
         .await
     }
 
+    /// A streamed chunk with secret values redacted (a value split across
+    /// two chunks is not seen; the final result is redacted whole).
+    fn redact_bytes(&self, bytes: Vec<u8>) -> Bytes {
+        let secrets = lock(&self.inner.secrets);
+        match std::str::from_utf8(&bytes) {
+            Ok(text) if !secrets.is_empty() => Bytes::from(redact(text, &secrets).into_bytes()),
+            _ => Bytes::from(bytes),
+        }
+    }
+
     pub(super) fn finish_exec(
         &self,
         reply: Reply,
@@ -109,10 +120,12 @@ impl Session {
                 ..
             } => {
                 lock(&self.inner.status).commands += 1;
-                let stdout =
-                    String::from_utf8_lossy(&unb64(&stdout).unwrap_or_default()).into_owned();
-                let stderr =
-                    String::from_utf8_lossy(&unb64(&stderr).unwrap_or_default()).into_owned();
+                let text = |b64: &str| {
+                    let lossy =
+                        String::from_utf8_lossy(&unb64(b64).unwrap_or_default()).into_owned();
+                    redact(&lossy, &lock(&self.inner.secrets))
+                };
+                let (stdout, stderr) = (text(&stdout), text(&stderr));
                 if timed_out {
                     return Err(Error::CommandTimeout {
                         timeout: timeout.unwrap_or_default(),

@@ -1,10 +1,12 @@
 //! Starting a session's container and reading its agent's replies.
 
 use super::*;
+use crate::sandbox::{secrets_archive, SecretMount, SECRETS_DIR};
 
 impl Session {
     pub(super) async fn launch(&self) -> Result<Arc<Conn>> {
         let c = &self.inner.config;
+        let resources = c.checked_resources()?;
         for m in &c.mounts {
             if !m.container_path.starts_with('/') || !m.host_path.starts_with('/') {
                 return Err(Error::spec(
@@ -43,6 +45,17 @@ impl Session {
             };
             env.push(format!("{name}={value}"));
         }
+        let mut secrets = Vec::with_capacity(c.secrets.len());
+        let mut file_secrets = Vec::new();
+        for secret in &c.secrets {
+            let value = secret.resolve()?;
+            match secret.mount() {
+                SecretMount::Env => env.push(format!("{}={value}", secret.name())),
+                SecretMount::File => file_secrets.push((secret.name().to_string(), value.clone())),
+            }
+            secrets.push((secret.name().to_string(), value));
+        }
+        *lock(&self.inner.secrets) = secrets;
         let mut labels = HashMap::new();
         if let Some(name) = &c.name {
             labels.insert("dev.dockhand.session-name".to_string(), name.clone());
@@ -55,7 +68,11 @@ impl Session {
             working_dir: Some(c.workspace.clone()),
             kind: "session",
             extra_labels: labels,
-            scratch_volumes: vec![AGENT_DIR.into()],
+            scratch_volumes: if file_secrets.is_empty() {
+                vec![AGENT_DIR.into()]
+            } else {
+                vec![AGENT_DIR.into(), SECRETS_DIR.into()]
+            },
             mounts: c.mounts.clone(),
             open_stdin: true,
             no_log: true,
@@ -64,7 +81,7 @@ impl Session {
             ..Default::default()
         };
         let h = &c.hardening;
-        confine(&mut spec, &c.resources, h, &c.network);
+        confine(&mut spec, &resources, h, &c.network);
         if !h.read_only_root {
             // A writable root keeps /tmp in the filesystem, so snapshots hold it.
             spec.tmpfs.clear();
@@ -81,6 +98,12 @@ impl Session {
                     "/",
                     Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
                 )
+                .await?;
+        }
+        if !file_secrets.is_empty() {
+            let tar = secrets_archive(&file_secrets, h.owner_ids())?;
+            engine
+                .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
                 .await?;
         }
         let attached = engine.attach(&id).await?;

@@ -98,6 +98,8 @@ struct Inner {
     config: SessionConfig,
     status: Mutex<Status>,
     conn: Mutex<Option<Arc<Conn>>>,
+    /// Secret names and values of the running container, for redaction.
+    secrets: Mutex<Vec<(String, String)>>,
     start_lock: tokio::sync::Mutex<()>,
 }
 
@@ -145,6 +147,7 @@ impl Client {
                     snapshots: Vec::new(),
                 }),
                 conn: Mutex::new(None),
+                secrets: Mutex::default(),
                 start_lock: tokio::sync::Mutex::new(()),
             }),
         }
@@ -185,13 +188,14 @@ impl Session {
     pub fn describe(&self) -> SessionDescription {
         let s = lock(&self.inner.status);
         let c = &self.inner.config;
+        let resources = c.checked_resources().unwrap_or(c.resources);
         SessionDescription {
             container_id: s.life.container_id.clone(),
             state: s.life.state,
             image: s.life.image.clone(),
             workspace: c.workspace.clone(),
-            memory_bytes: c.resources.memory_bytes,
-            cpus: c.resources.cpus,
+            memory_bytes: resources.memory_bytes,
+            cpus: resources.cpus,
             commands: s.commands,
             snapshots: s.snapshots.clone(),
             last_error: s.life.last_error.clone(),
