@@ -99,6 +99,7 @@ impl ClientBuilder {
 
 /// What [`Client::reap`] removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReapReport {
     /// Ids of the containers removed.
     pub containers: Vec<String>,

@@ -18,6 +18,7 @@ pub enum Stage {
 
 /// One progress report.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Progress {
     /// The image concerned.
     pub image: String,

@@ -22,6 +22,7 @@ pub trait CodeGenerator {
 
 /// One round of the loop.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AgentTurn {
     /// The code the generator wrote.
     pub code: String,
@@ -31,6 +32,7 @@ pub struct AgentTurn {
 
 /// What the loop ended with.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AgentOutcome {
     /// The successful execution.
     pub execution: Execution,

@@ -211,6 +211,7 @@ impl CodeHostConfig {
 
 /// A successful execution.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Execution {
     /// The value of the code's last expression (`null` when it ends in a statement).
     pub value: Value,
@@ -226,6 +227,7 @@ pub struct Execution {
 
 /// What [`CodeHost::describe`](super::CodeHost::describe) reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct HostDescription {
     /// The container id, while there is one.
     pub container_id: Option<String>,

@@ -11,6 +11,7 @@ use crate::sandbox::Sandbox;
 
 /// A record of one tool call made by the code.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ToolCallRecord {
     /// The tool.
     pub name: String,

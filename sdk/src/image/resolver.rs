@@ -27,6 +27,7 @@ pub enum ImageSource {
 
 /// A local image ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ResolvedImage {
     /// The reference to create containers from (the content-addressed tag for specs).
     pub reference: String,

@@ -13,6 +13,7 @@ pub enum StreamKind {
 
 /// One line of live output (without its newline).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutputLine {
     /// Where it came from.
     pub stream: StreamKind,

@@ -54,6 +54,7 @@ impl RunOptions {
 
 /// One attempt of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Attempt {
     /// 1-based attempt number.
     pub number: u32,
@@ -65,6 +66,7 @@ pub struct Attempt {
 
 /// The result of a successful run.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct RunOutput {
     /// Typed outputs.
     pub outputs: Outputs,

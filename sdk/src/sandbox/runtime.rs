@@ -274,6 +274,7 @@ pub enum CacheMode {
 
 /// All runtime controls of a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Runtime {
     /// Limits.
     pub resources: Resources,

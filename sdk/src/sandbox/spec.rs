@@ -17,6 +17,7 @@ pub const DEFAULT_OUTPUT_LIMIT: usize = 1024 * 1024;
 
 /// A declared input or output.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Param {
     /// Its name: a Python identifier, also the file name under `/var/inputs` or `/var/outputs`.
     pub name: String,

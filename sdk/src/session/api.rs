@@ -56,6 +56,7 @@ impl ExecOptions {
 
 /// What a command did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExecResult {
     /// Exit code.
     pub exit_code: i64,
@@ -72,6 +73,17 @@ pub struct ExecResult {
 }
 
 impl ExecResult {
+    /// A result with this exit code and output (for fakes such as
+    /// [`FakeSession`](crate::testing::FakeSession)).
+    pub fn new(exit_code: i64, stdout: impl Into<String>, stderr: impl Into<String>) -> Self {
+        ExecResult {
+            exit_code,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            ..Default::default()
+        }
+    }
+
     /// Whether the command exited with 0.
     pub fn success(&self) -> bool {
         self.exit_code == 0

@@ -69,6 +69,7 @@ pub enum Request {
 
 /// One directory entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DirEntry {
     /// File name.
     pub name: String,

@@ -23,6 +23,7 @@ pub const DEFAULT_CACHE_LIMIT: u64 = 1 << 30;
 
 /// What the output cache holds (or, from [`OutputCache::clear`], what was removed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CacheStats {
     /// Stored runs.
     pub entries: usize,

@@ -171,6 +171,7 @@ impl Edit {
 
 /// The outcome of a successful [`apply_edits`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EditResult {
     /// The new file content.
     pub content: String,
@@ -182,6 +183,7 @@ pub struct EditResult {
 
 /// One changed region of the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Change {
     /// 1-based line in the original file where the change starts.
     pub line: usize,

@@ -46,6 +46,7 @@ pub enum ExecEvent {
 
 /// What [`Session::describe`] reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct SessionDescription {
     /// Container id, while there is one.
     pub container_id: Option<String>,
