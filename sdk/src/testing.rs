@@ -314,6 +314,40 @@ mod tests {
         let _ = Edit::default();
     }
 
+    /// Both edit shapes reach `apply_edits` through the tool, and the reply
+    /// is `applied` with per-change line counts.
+    #[tokio::test]
+    async fn edit_file_takes_both_shapes_and_reports_line_counts() {
+        let fake = FakeSession::new().with_file("m.py", "import os\n\ndef main():\n    pass\n");
+        let tools = SessionTools::new(fake.clone());
+        let edits = json!([
+            {"old": "import os", "insert": "after", "content": "import sys"},
+            {"from": "def main():", "to": "    pass", "content": "def main():\n    print(1)\n    return 0"},
+            {"insert": "main()", "at": "end"},
+        ]);
+        let r = tools
+            .call("edit_file", json!({"path": "m.py", "edits": edits}))
+            .await
+            .unwrap();
+        assert_eq!(
+            r,
+            json!({"applied": 3, "changes": [
+                {"line": 2, "removed": 0, "added": 1},
+                {"line": 3, "removed": 2, "added": 3},
+                {"line": 5, "removed": 0, "added": 1},
+            ]})
+        );
+        assert_eq!(
+            fake.file("m.py").unwrap(),
+            b"import os\nimport sys\n\ndef main():\n    print(1)\n    return 0\nmain()"
+        );
+        let schema = &tools.definitions()[3].parameters["properties"]["edits"]["items"];
+        assert_eq!(
+            schema["properties"]["from"]["type"],
+            json!(["string", "integer"])
+        );
+    }
+
     #[tokio::test]
     async fn read_only_tools_refuse_writes() {
         let tools = SessionTools::read_only(FakeSession::new().with_file("a", "1"));

@@ -47,13 +47,33 @@ fn definition(name: &str) -> Option<ToolDefinition> {
         ),
         "edit_file" => (
             "edit_file",
-            "Edits a file; all edits apply or none. Each edit is one of: {old, new, all?} replace; \
-             {old, delete: true} delete; {insert, before|after: anchor} or {insert, at: start|end}; \
-             {from, to, content} replace lines from..to (1-based, inclusive). Anchors tolerate \
-             trailing whitespace and different indentation.",
+            "Edits a file; all edits apply or none. Each edit is one of: {old, new, all?} replace \
+             (empty new removes the text, and its line if that empties it); {old, delete: true, all?} \
+             delete; {old, insert: \"before\"|\"after\", content} or {insert: \"start\"|\"end\", content} \
+             insert; {from, to, content} replace the block from the text `from` through the first \
+             `to` after it (or lines, when they are numbers; empty content deletes). Anchors \
+             tolerate trailing whitespace and different indentation; `all` takes exact matches \
+             only and is a no-op when none match. Also accepted: {insert: text, before|after: \
+             anchor} and {insert: text, at: \"start\"|\"end\"}.",
             json!({"type": "object", "properties": {
-                "path": {"type": "string"},
-                "edits": {"type": "array", "items": {"type": "object"}}
+                "path": {"type": "string", "description": "relative to the workspace"},
+                "edits": {"type": "array", "minItems": 1, "items": {
+                    "type": "object",
+                    "properties": {
+                        "old": {"type": "string", "description": "text to replace, delete or insert next to"},
+                        "new": {"type": "string", "description": "replacement for old"},
+                        "all": {"type": "boolean", "description": "every exact match of old"},
+                        "delete": {"type": "boolean", "description": "delete old"},
+                        "insert": {"type": "string", "description": "\"before\", \"after\", \"start\" or \"end\" (with content), or the text to insert (with before/after/at)"},
+                        "content": {"type": "string", "description": "text to insert, or the block's replacement"},
+                        "from": {"type": ["string", "integer"], "description": "where the block starts: text, or a 1-based line"},
+                        "to": {"type": ["string", "integer"], "description": "where it ends, inclusive: text, or a 1-based line"},
+                        "before": {"type": "string"},
+                        "after": {"type": "string"},
+                        "at": {"type": "string", "enum": ["start", "end"]}
+                    },
+                    "additionalProperties": false
+                }}
             }, "required": ["path", "edits"], "additionalProperties": false}),
         ),
         "list_dir" => (
@@ -154,7 +174,8 @@ impl<S: SessionApi> SessionTools<S> {
             "edit_file" => match serde_json::from_value::<Vec<Edit>>(args["edits"].clone()) {
                 Err(e) => return Ok(json!({"error": format!("edits are not valid: {e}")})),
                 Ok(edits) => self.session.edit_file(&text("path"), &edits).await.map(|r| {
-                    json!({"applied": r.applied, "changes": r.changes.iter().map(|c| json!({"line": c.line, "removed": c.removed, "added": c.added})).collect::<Vec<_>>()})
+                    // Line counts, not text: the model wrote the text and can re-read the file.
+                    json!({"applied": r.applied, "changes": r.changes.iter().map(|c| json!({"line": c.line, "removed": c.removed_lines, "added": c.added_lines})).collect::<Vec<_>>()})
                 }),
             },
             _ => {

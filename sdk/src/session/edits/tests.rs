@@ -28,25 +28,20 @@ fn reason(source: &str, edit: Edit) -> String {
 fn replace_single_match() {
     let (source, fixed) = ("def f(a, b):\n    a - b\n", "def f(a, b):\n    a + b\n");
     check(source, &[Edit::replace("a - b", "a + b")], fixed);
-    check("a\nb\nc\n", &[Edit::replace("b", "")], "a\n\nc\n");
+    // Replacing a whole line with nothing removes the line.
+    check("a\nb\nc\n", &[Edit::replace("b", "")], "a\nc\n");
 }
 
 #[test]
-fn replace_all_counts_once_and_records_each_change() {
-    let edits = [Edit::replace("a", "c").all(), Edit::insert_at(End, "d")];
+fn replace_all_counts_each_match_and_records_each_change() {
+    let edits = [Edit::replace("a", "c").all(), Edit::insert_at(End, "d\n")];
     let result = apply_edits("a\nb\na\n", &edits).unwrap();
     assert_eq!(
         (result.content.as_str(), result.applied),
-        ("c\nb\nc\nd\n", 2)
+        ("c\nb\nc\nd\n", 3)
     );
-    let change = |line, removed: &str, added: &str| {
-        let (removed, added) = (removed.to_owned(), added.to_owned());
-        Change {
-            line,
-            removed,
-            added,
-        }
-    };
+    let change =
+        |line, removed: &str, added: &str| Change::new(line, removed.to_owned(), added.to_owned());
     let expected = [
         change(1, "a", "c"),
         change(3, "a", "c"),
@@ -136,7 +131,10 @@ fn insert_after_every_match() {
 #[test]
 fn insert_at_start_and_end() {
     check("a\n", &[Edit::insert_at(Start, "x")], "x\na\n");
-    check("a\n", &[Edit::insert_at(End, "x")], "a\nx\n");
+    check("a\n", &[Edit::insert_at(Start, "x\n")], "x\na\n");
+    // The file's last break separates; none is added after the text.
+    check("a\n", &[Edit::insert_at(End, "x")], "a\nx");
+    check("a\n", &[Edit::insert_at(End, "x\n")], "a\nx\n");
     check("a", &[Edit::insert_at(End, "x")], "a\nx");
     check("", &[Edit::insert_at(Start, "x")], "x");
     check("", &[Edit::insert_at(End, "x\n")], "x\n");
@@ -174,7 +172,7 @@ fn range_bounds_are_checked() {
                     `to` is past the end of the file; the file has 4 lines";
     assert_eq!(past_end, expected);
     assert!(reason("", Edit::range(1, 1, "x")).ends_with("the file has 0 lines"));
-    let to = Some(1);
+    let to = Some(RangeBound::Line(1));
     assert_eq!(
         reason(
             "a\n",
@@ -185,7 +183,7 @@ fn range_bounds_are_checked() {
         ),
         RANGE_FIELDS
     );
-    let (from, content) = (to, None);
+    let (from, content) = (Some(RangeBound::Line(1)), None);
     assert_eq!(
         reason(
             "a\n",
@@ -263,7 +261,14 @@ fn shifted_matches_can_be_ambiguous() {
     let expected = "edit 0: `a` (2 lines) matches 2 places (lines 1, 3); \
                     add more context or set all";
     assert_eq!(e.to_string(), expected);
-    check(source, &[Edit::replace("a\nb", "c").all()], "  c\n    c\n");
+    // `all` takes exact matches only: a rename never touches look-alikes.
+    let result = apply_edits(source, &[Edit::replace("a\nb", "c").all()]).unwrap();
+    assert_eq!((result.content.as_str(), result.applied), (source, 0));
+    check(
+        source,
+        &[Edit::replace("  a\n  b", "c").all()],
+        "c\n    a\n    b\n",
+    );
 }
 
 #[test]
@@ -334,21 +339,17 @@ fn a_bad_edit_applies_nothing() {
 }
 
 #[test]
-fn crlf_files_keep_crlf() {
+fn crlf_is_read_and_written_as_lf() {
     let source = "a\r\nb\r\nc\r\n";
-    let expected = "x\r\ny\r\nz\r\nc\r\n";
-    check(source, &[Edit::replace("a\nb", "x\ny\nz")], expected);
-    check(source, &[Edit::delete("b")], "a\r\nc\r\n");
-    check(
-        source,
-        &[Edit::insert_after("a", "n")],
-        "a\r\nn\r\nb\r\nc\r\n",
-    );
-    check(source, &[Edit::range(2, 2, "p\nq")], "a\r\np\r\nq\r\nc\r\n");
-    check("a\r\nb", &[Edit::insert_at(End, "x")], "a\r\nb\r\nx");
+    check(source, &[Edit::replace("a\nb", "x\ny\nz")], "x\ny\nz\nc\n");
+    check(source, &[Edit::replace("a\r\nb", "x\r\ny")], "x\ny\nc\n");
+    check(source, &[Edit::delete("b")], "a\nc\n");
+    check(source, &[Edit::insert_after("a", "n")], "a\nn\nb\nc\n");
+    check(source, &[Edit::range(2, 2, "p\r\nq")], "a\np\nq\nc\n");
+    check("a\r\nb", &[Edit::insert_at(End, "x")], "a\nb\nx");
     check("a\r\nb", &[Edit::delete("b")], "a");
     let edit = Edit::replace("  a\n  b", "  c\n  d");
-    check("  a  \r\n  b\r\n", &[edit], "  c\r\n  d\r\n");
+    check("  a  \r\n  b\r\n", &[edit], "  c\n  d\n");
 }
 
 #[test]
@@ -432,14 +433,29 @@ fn invalid_edits_are_explained() {
     assert_eq!(reason("a\n", Edit::delete("")), EMPTY_ANCHOR);
     assert_eq!(reason("a\n", Edit::insert_before("", "x")), EMPTY_ANCHOR);
     assert_eq!(reason("a\n", Edit::insert_after("a", "")), EMPTY_INSERT);
-    assert_eq!(reason("a\n", Edit::insert("x")), INSERT_PLACE);
+    assert_eq!(
+        reason(
+            "a\n",
+            Edit {
+                insert: Some("x".into()),
+                ..Edit::default()
+            }
+        ),
+        INSERT_PLACE
+    );
     let at = Some(End);
     let two_places = Edit {
         at,
         ..Edit::insert_after("a", "x")
     };
     assert_eq!(reason("a\n", two_places), INSERT_PLACE);
-    let e = fail("a\n", &[Edit::insert("x")]);
+    let e = fail(
+        "a\n",
+        &[Edit {
+            insert: Some("x".into()),
+            ..Edit::default()
+        }],
+    );
     assert_eq!(e.to_string(), format!("edit 0: {INSERT_PLACE}"));
 }
 
@@ -472,14 +488,14 @@ fn arbitrary_input_never_panics() {
                 5 => Edit::insert_at(End, b),
                 6 => Edit::range(next(5), next(5), b),
                 _ => Edit {
-                    from: Some(next(3)),
+                    from: Some(RangeBound::Line(next(3))),
                     ..Edit::delete(a)
                 },
             };
             edits.push(if next(3) == 0 { edit.all() } else { edit });
         }
         if let Ok(result) = apply_edits(&source, &edits) {
-            assert_eq!(result.applied, edits.len());
+            assert_eq!(result.applied, result.changes.len());
         }
     }
 }
