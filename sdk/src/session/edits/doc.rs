@@ -112,10 +112,15 @@ impl<'s> Doc<'s> {
         let anchor = anchor.to_owned();
         if found.is_empty() {
             let closest = self.closest_line(&anchor);
+            let context = closest
+                .as_ref()
+                .map(|(line, _)| self.context(*line))
+                .unwrap_or_default();
             return Err(EditError::NotFound {
                 edit: index,
                 anchor,
                 closest,
+                context,
             });
         }
         if found.len() > 1 {
@@ -181,6 +186,18 @@ impl<'s> Doc<'s> {
             });
         }
         found
+    }
+
+    /// Lines `line - 2 ..= line + 2`, numbered, `line` marked with `>`.
+    pub(super) fn context(&self, line: usize) -> Vec<String> {
+        let first = line.saturating_sub(CONTEXT_LINES).max(1);
+        (first..=line + CONTEXT_LINES)
+            .filter_map(|n| {
+                let text = self.line_text(self.line(n)?);
+                let marker = if n == line { ">" } else { " " };
+                Some(format!("{marker} {n:>4} | {}", shorten(text)))
+            })
+            .collect()
     }
 
     /// The non-blank line most similar to the anchor's first non-blank line.

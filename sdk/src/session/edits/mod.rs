@@ -51,6 +51,8 @@
 const SIMILARITY_MAX_CHARS: usize = 160;
 /// Characters of quoted text shown in an error message before it is cut short.
 const PREVIEW_MAX_CHARS: usize = 80;
+/// Lines shown on each side of the closest line when an anchor is not found.
+const CONTEXT_LINES: usize = 2;
 /// Match lines listed in an ambiguity message before the list is cut short.
 const MAX_LISTED_LINES: usize = 10;
 

@@ -57,7 +57,12 @@ fn count_lines(text: &str) -> usize {
 #[non_exhaustive]
 pub enum EditError {
     /// An anchor matched nowhere, not even with whitespace tolerance.
-    #[error("edit {edit}: {} not found{}", preview(.anchor), closest_hint(.closest))]
+    #[error(
+        "edit {edit}: {} not found{}; re-read the file to get its current content{}",
+        preview(.anchor),
+        closest_hint(.closest),
+        context_block(.context)
+    )]
     NotFound {
         /// Index of the edit in the list.
         edit: usize,
@@ -65,6 +70,8 @@ pub enum EditError {
         anchor: String,
         /// The most similar non-blank line (1-based number and text), if any.
         closest: Option<(usize, String)>,
+        /// The lines around the closest one, numbered, the closest marked `>`.
+        context: Vec<String>,
     },
     /// A text range's `to` was not found after its `from`.
     #[error(

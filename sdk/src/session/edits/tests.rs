@@ -303,10 +303,16 @@ fn not_found_names_the_closest_line() {
         EditError::NotFound {
             edit: 0,
             anchor,
-            closest
+            closest,
+            context: vec![
+                "     1 | fn main() {".into(),
+                ">    2 |     fo();".into(),
+                "     3 | }".into(),
+            ],
         }
     );
-    let expected = "edit 0: `foo()` not found; closest line 2: `    fo();`";
+    let expected = "edit 0: `foo()` not found; closest line 2: `    fo();`; \
+                    re-read the file to get its current content\n     1 | fn main() {\n>    2 |     fo();\n     3 | }";
     assert_eq!(e.to_string(), expected);
 }
 
@@ -319,7 +325,8 @@ fn not_found_in_an_empty_file_has_no_closest_line() {
         EditError::NotFound {
             edit: 0,
             anchor,
-            closest: None
+            closest: None,
+            context: Vec::new(),
         }
     );
     assert!(e.to_string().contains("not found"));
@@ -362,7 +369,7 @@ fn unicode_is_sliced_on_char_boundaries() {
     ];
     check(source, &edits, "café au lait ☕\n中文テキスト\nparty\n");
     let e = fail(source, &[Edit::replace("日本誤テキスト", "x")]);
-    assert!(e.to_string().ends_with("closest line 2: `日本語テキスト`"));
+    assert!(e.to_string().contains("closest line 2: `日本語テキスト`"));
     check("ééé", &[Edit::replace("éé", "e").all()], "eé");
     let long = fail("x", &[Edit::delete("é".repeat(100))]).to_string();
     assert!(long.contains(&format!("`{}…` not found", "é".repeat(80))));

@@ -137,6 +137,10 @@ pub(super) fn closest_hint(closest: &Option<(usize, String)>) -> String {
     }
 }
 
+pub(super) fn context_block(context: &[String]) -> String {
+    context.iter().map(|line| format!("\n{line}")).collect()
+}
+
 pub(super) fn list_lines(lines: &[usize]) -> String {
     let listed = lines.iter().take(MAX_LISTED_LINES).map(usize::to_string);
     let more = (lines.len() > MAX_LISTED_LINES).then(|| "…".to_owned());
