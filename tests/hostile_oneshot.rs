@@ -139,9 +139,17 @@ async fn removal_from_outside_is_container_gone_and_leaves_no_volume() {
     });
     // Wait for the container, then remove it the way an operator would.
     let mut id = None;
+    // By its label: containers of earlier runs may still be on their way out.
     for _ in 0..100 {
-        if let Some(found) = client.live_containers().await.unwrap().into_iter().next() {
-            id = Some(found);
+        let found = common::docker(&[
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            "label=dev.dockhand.sandbox=removed-outside",
+        ]);
+        if let Some(found) = found.lines().next() {
+            id = Some(found.to_string());
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -25,6 +25,7 @@ pub struct Client {
 struct Inner {
     engine: Engine,
     images: ImageResolver,
+    reporter: Reporter,
     cache_dir: PathBuf,
     cache_limit: u64,
 }
@@ -88,6 +89,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 engine,
                 images,
+                reporter,
                 cache_dir,
                 cache_limit: self
                     .cache_limit
@@ -173,6 +175,10 @@ impl Client {
 
     pub(crate) fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    pub(crate) fn reporter(&self) -> &Reporter {
+        &self.inner.reporter
     }
 
     pub(crate) fn images(&self) -> &ImageResolver {

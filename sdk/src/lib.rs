@@ -27,6 +27,7 @@ pub mod error;
 pub mod image;
 pub mod lifecycle;
 mod paths;
+pub mod pool;
 pub mod progress;
 pub mod sandbox;
 pub mod session;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 /// What stage a slow operation is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Stage {
     /// Pulling an image from a registry.
     Pull,
@@ -14,6 +15,9 @@ pub enum Stage {
     Build,
     /// The image is ready.
     Ready,
+    /// A warm pool could not make a container (it retries with backoff;
+    /// runs start cold meanwhile). `image` names the pool.
+    PoolRefill,
 }
 
 /// One progress report.
@@ -57,6 +61,7 @@ impl Reporter {
         };
         match stage {
             Stage::Ready => tracing::info!(image, "{}", progress.message),
+            Stage::PoolRefill => tracing::warn!(pool = image, "{}", progress.message),
             _ => tracing::debug!(image, stage = ?stage, "{}", progress.message),
         }
         if let Some(handler) = &self.handler {

@@ -106,8 +106,13 @@ pub fn command_line(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Vec<String>
 
 /// The archive extracted into `/var/inputs`: each input as `<name>` (text,
 /// file or tree) and dockhand's control files under `.dockhand/`.
-pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Result<Vec<u8>> {
-    let mut files = Vec::new();
+pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)], cmd: &[String]) -> Result<Vec<u8>> {
+    // What a warm container's waiter runs once handed the job (see `pool`);
+    // a cold container is created with the command instead.
+    let mut files = vec![archive::TarFile::new(
+        format!("{CONTROL_DIR}/{HANDOVER_FILE}"),
+        handover_script(cmd),
+    )];
     if let Program::Code { source, auto_io } = &sandbox.program {
         files.push(archive::TarFile::new(
             format!("{CONTROL_DIR}/{MAIN_FILE}"),
@@ -155,6 +160,22 @@ pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Result<Vec<u8>> 
             .map_err(|e| Error::io("building the inputs archive", e))?;
     }
     Ok(tar)
+}
+
+/// The file a warm container's waiter sources once handed the job.
+pub const HANDOVER_FILE: &str = "cmd.sh";
+
+/// `exec`s the command as a cold container would run it: as the process the
+/// init reaps, with stdin empty (the waiter's stdin is the handover pipe).
+fn handover_script(cmd: &[String]) -> String {
+    let quoted: Vec<String> = cmd.iter().map(|arg| sh_quote(arg)).collect();
+    format!("exec {} </dev/null\n", quoted.join(" "))
+}
+
+/// Quotes one argument for `sh`: inside single quotes nothing is special
+/// but the quote itself, which is closed, escaped and reopened.
+fn sh_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
 }
 
 /// An archive that makes the root of the directory it is extracted into
@@ -258,7 +279,7 @@ mod tests {
             vec![("n".into(), 5.into()), ("d".into(), Value::dir(dir.path()))],
         )
         .unwrap();
-        let tar = archive(&s, &inputs).unwrap();
+        let tar = archive(&s, &inputs, &command_line(&s, &inputs)).unwrap();
         let mut a = tar::Archive::new(tar.as_slice());
         let mut found = std::collections::BTreeMap::new();
         for e in a.entries().unwrap() {
@@ -295,6 +316,33 @@ mod tests {
         assert_eq!(
             command_line(&s, &inputs),
             ["grep", "-c", "a b", "/var/inputs/data"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod handover_tests {
+    use super::*;
+
+    #[test]
+    fn the_handover_script_quotes_every_argument() {
+        let cmd = ["sh", "-c", "echo 'a' \"$HOME\"; rm -rf /", "x\ny"].map(String::from);
+        let script = handover_script(&cmd);
+        assert_eq!(
+            script,
+            "exec 'sh' '-c' 'echo '\\''a'\\'' \"$HOME\"; rm -rf /' 'x\ny' </dev/null\n"
+        );
+        // sh reads it back as the same four arguments.
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("set -- ; {}", script.replace("exec ", "printf '[%s]' ")),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "[sh][-c][echo 'a' \"$HOME\"; rm -rf /][x\ny]"
         );
     }
 }

@@ -46,9 +46,11 @@ pub use crate::settings::{parse_memory, Memory};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
-pub(crate) use inputs::secrets_archive;
+pub(crate) use inputs::{secrets_archive, writable_root};
 pub use outputs::{FromOutputs, Outputs};
+pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;
+pub(crate) use run::container_spec;
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
 pub(crate) use runtime::confine;
 pub use runtime::{

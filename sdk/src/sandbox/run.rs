@@ -18,9 +18,11 @@ use super::spec::Sandbox;
 use super::value::Value;
 use super::verdict::{verdict, Ended};
 use crate::client::Client;
+use crate::engine::ContainerGuard;
 use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
+use crate::pool::WarmPool;
 
 /// Where file secrets are mounted.
 pub const SECRETS_DIR: &str = "/run/secrets";
@@ -142,11 +144,22 @@ impl Client {
         K: Into<String>,
         V: Into<Value>,
     {
-        let started = Instant::now();
         let given: Vec<(String, Value)> = inputs
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
+        self.run_inner(sandbox, given, options, None).await
+    }
+
+    /// A run, through `pool`'s warm containers when it has one ready.
+    pub(crate) async fn run_inner(
+        &self,
+        sandbox: &Sandbox,
+        given: Vec<(String, Value)>,
+        options: RunOptions,
+        pool: Option<&WarmPool<ContainerGuard>>,
+    ) -> Result<RunOutput> {
+        let started = Instant::now();
         // Everything about the inputs is checked before any container exists.
         let inputs = inputs::validate(sandbox, given)?;
         let rt = &sandbox.runtime;
@@ -198,8 +211,15 @@ impl Client {
             let owner = rt.hardening.owner_ids();
             Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
         };
-        let inputs_tar = Bytes::from(inputs::archive(sandbox, &inputs)?);
         let cmd = inputs::command_line(sandbox, &inputs);
+        // File and Dir inputs are read from disk: off the async threads.
+        let inputs_tar = {
+            let (sandbox, cmd) = (sandbox.clone(), cmd.clone());
+            tokio::task::spawn_blocking(move || inputs::archive(&sandbox, &inputs, &cmd))
+                .await
+                .map_err(|e| Error::io("building the inputs archive", std::io::Error::other(e)))??
+        };
+        let inputs_tar = Bytes::from(inputs_tar);
         let mut prepared = Prepared {
             needs_outputs_dir: sandbox.image.is_prebuilt(),
             image,
@@ -217,7 +237,10 @@ impl Client {
             number += 1;
             tries_left -= 1;
             let attempt_started = Instant::now();
-            match self.attempt(sandbox, &prepared, number, &options).await {
+            match self
+                .attempt(sandbox, &prepared, number, &options, pool)
+                .await
+            {
                 Ok(mut out) => {
                     attempts.push(Attempt {
                         number,
@@ -273,77 +296,82 @@ impl Client {
         }
     }
 
-    /// One attempt in one fresh container.
+    /// One attempt in one fresh container: a warm one from `pool` if one is
+    /// ready, else one made now.
     async fn attempt(
         &self,
         sandbox: &Sandbox,
         prepared: &Prepared,
         number: u32,
         options: &RunOptions,
+        pool: Option<&WarmPool<ContainerGuard>>,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         let engine = self.engine();
         let rt = &sandbox.runtime;
-        let mut env = vec![
-            "HOME=/tmp".to_string(),
-            "PYTHONUNBUFFERED=1".to_string(),
-            format!("DOCKHAND_ATTEMPT={number}"),
-        ];
-        env.extend(rt.env.iter().map(|(k, v)| format!("{k}={v}")));
-        for (s, (name, value)) in rt.secrets.iter().zip(&prepared.secrets) {
-            if s.mount == SecretMount::Env {
-                env.push(format!("{name}={value}"));
-            }
-        }
-        let mut scratch_volumes = vec![INPUTS_DIR.to_string(), OUTPUTS_DIR.to_string()];
-        if prepared.secrets_tar.is_some() {
-            scratch_volumes.push(SECRETS_DIR.to_string());
-        }
-        let mut spec = ContainerSpec {
-            image: prepared.image.reference.clone(),
-            cmd: prepared.cmd.clone(),
-            entrypoint: Some(Vec::new()),
-            env,
-            working_dir: Some("/tmp".into()),
-            kind: "sandbox",
-            extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
-            scratch_volumes,
-            init: true,
-            // Output is read raw through attach; a log would only cost disk.
-            no_log: true,
-            ..Default::default()
-        };
-        confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
-        // No single file can outgrow what would be refused at collection
-        // anyway, so a runaway writer stops inside instead of filling the disk.
-        spec.max_file_bytes = Some(i64::try_from(rt.outputs_limit).unwrap_or(i64::MAX));
         // The time limit counts from here: a call with `.timeout(t)` answers
         // within `t` however long the daemon takes to create and start.
         let deadline = rt
             .timeout
             .map(|limit| (tokio::time::Instant::now() + limit, limit));
-        let container = within(deadline, engine.create_container(&spec)).await?;
+        let warm = match pool.and_then(WarmPool::take) {
+            Some(container) => {
+                match within(deadline, hand_over(engine, &container, prepared, number)).await {
+                    Ok(attached) => Some((container, attached)),
+                    Err(e @ Error::Timeout { .. }) => {
+                        container.remove_in_background();
+                        return Err(e);
+                    }
+                    // Nothing ran yet: a warm container that died idle costs a cold start, not the run.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a warm container could not take the job; starting cold");
+                        container.remove_in_background();
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let (container, mut output, _stdin) = match warm {
+            Some((container, (output, stdin))) => (container, output, Some(stdin)),
+            None => {
+                let spec = cold_spec(sandbox, prepared, number);
+                let container = within(deadline, engine.create_container(&spec)).await?;
+                let id = container.id().to_string();
+                let launch = async {
+                    engine
+                        .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
+                        .await?;
+                    if prepared.needs_outputs_dir {
+                        engine
+                            .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                            .await?;
+                    }
+                    if let Some(tar) = &prepared.secrets_tar {
+                        engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
+                    }
+                    let output = engine.attach_output(&id).await?;
+                    engine.start_container(&id).await?;
+                    Ok(output)
+                };
+                match within(deadline, launch).await {
+                    Ok(output) => (container, output, None),
+                    Err(e) => {
+                        if matches!(e, Error::Timeout { .. }) {
+                            container.remove_in_background();
+                        } else if let Err(removal) = container.remove().await {
+                            tracing::warn!(error = %removal, "removing a container that did not start");
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        };
         // Every way out below ends here, so the container is removed on the
         // async path (a blocking drop could stall the connections the daemon
         // still needs to finish with it); the guard's drop is for cancellation.
         let ran = async {
             let id = container.id().to_string();
-            let upload = async {
-                engine
-                    .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
-                    .await?;
-                if prepared.needs_outputs_dir {
-                    engine
-                        .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
-                        .await?;
-                }
-                if let Some(tar) = &prepared.secrets_tar {
-                    engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
-                }
-                engine.attach_output(&id).await
-            };
-            let mut output = within(deadline, upload).await?;
-
             // Live lines pass through redaction before the caller sees them.
             let secrets = prepared.secrets.clone();
             let handler: Option<OutputHandler> = options.on_output.clone().map(|h| {
@@ -358,7 +386,6 @@ impl Client {
             let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
             let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
             let run = async {
-                engine.start_container(&id).await?;
                 let mut wait = std::pin::pin!(engine.wait_container(&id));
                 let mut take = |chunk: Result<LogChunk>| -> Result<()> {
                     match chunk? {
@@ -421,7 +448,9 @@ impl Client {
         .await;
         let (status, stdout, stderr, collected) = match ran {
             Ok(ran) => {
-                container.remove().await?;
+                // The outputs are out: answer now and remove on a thread of
+                // its own (still certain: the guard removes it or says why).
+                container.remove_in_background();
                 ran
             }
             Err(e @ Error::Timeout { .. }) => {
@@ -458,6 +487,80 @@ impl Client {
             attempts: Vec::new(),
         })
     }
+}
+
+/// The container of a cold attempt: the command itself, the attempt number
+/// and secrets in its environment.
+fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> ContainerSpec {
+    let rt = &sandbox.runtime;
+    let mut spec = container_spec(sandbox, &prepared.image.reference, prepared.cmd.clone());
+    spec.env.push(format!("DOCKHAND_ATTEMPT={number}"));
+    for (s, (name, value)) in rt.secrets.iter().zip(&prepared.secrets) {
+        if s.mount == SecretMount::Env {
+            spec.env.push(format!("{name}={value}"));
+        }
+    }
+    if prepared.secrets_tar.is_some() {
+        spec.scratch_volumes.push(SECRETS_DIR.to_string());
+    }
+    spec
+}
+
+/// What every container of `sandbox` is made with, cold or warm.
+pub(crate) fn container_spec(sandbox: &Sandbox, image: &str, cmd: Vec<String>) -> ContainerSpec {
+    let rt = &sandbox.runtime;
+    let mut env = vec!["HOME=/tmp".to_string(), "PYTHONUNBUFFERED=1".to_string()];
+    env.extend(rt.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut spec = ContainerSpec {
+        image: image.to_string(),
+        cmd,
+        entrypoint: Some(Vec::new()),
+        env,
+        working_dir: Some("/tmp".into()),
+        kind: "sandbox",
+        extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
+        scratch_volumes: vec![INPUTS_DIR.to_string(), OUTPUTS_DIR.to_string()],
+        init: true,
+        // Output is read raw through attach; a log would only cost disk.
+        no_log: true,
+        ..Default::default()
+    };
+    confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
+    // No single file can outgrow what would be refused at collection
+    // anyway, so a runaway writer stops inside instead of filling the disk.
+    spec.max_file_bytes = Some(i64::try_from(rt.outputs_limit).unwrap_or(i64::MAX));
+    spec
+}
+
+type OutputStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<LogChunk>> + Send>>;
+type Stdin = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
+/// Gives a warm container its job: the inputs (with the command to run),
+/// then the attempt number on its stdin, which starts it. The stdin is kept
+/// open until the run ends (the program itself reads an empty one).
+async fn hand_over(
+    engine: &crate::engine::Engine,
+    container: &ContainerGuard,
+    prepared: &Prepared,
+    number: u32,
+) -> Result<(OutputStream, Stdin)> {
+    use tokio::io::AsyncWriteExt;
+    let id = container.id();
+    engine
+        .upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone())
+        .await?;
+    let attached = engine.attach(id).await?;
+    let mut stdin = attached.input;
+    let go = async {
+        stdin.write_all(format!("{number}\n").as_bytes()).await?;
+        stdin.flush().await
+    };
+    go.await.map_err(|e| Error::Docker {
+        operation: "hand a job to a warm container",
+        message: e.to_string(),
+        status: None,
+    })?;
+    Ok((attached.output, stdin))
 }
 
 /// Reads the outputs archive as it arrives, on a blocking thread: File and

@@ -1,0 +1,202 @@
+//! Pools of started sessions and started code hosts: `start()` becomes a handover.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use super::warm::{Discard, Fill, PoolStats, WarmPool};
+use super::PoolConfig;
+use crate::client::Client;
+use crate::codemode::{CodeHost, CodeHostConfig};
+use crate::error::Result;
+use crate::session::{Session, SessionConfig};
+
+/// Sessions started ahead of need, all with one configuration.
+///
+/// ```no_run
+/// # async fn demo() -> dockhand::Result<()> {
+/// use dockhand::pool::PoolConfig;
+/// use dockhand::session::{SessionApi, SessionConfig};
+/// let client = dockhand::Client::connect().await?;
+/// let pool = client.session_pool(SessionConfig::new(), PoolConfig::new(2)).await?;
+/// let session = pool.session().await?; // already started
+/// session.exec("echo hi").await?;
+/// session.close().await?;
+/// # Ok(()) }
+/// ```
+pub struct SessionPool {
+    client: Client,
+    config: SessionConfig,
+    warm: WarmPool<Session>,
+}
+
+impl std::fmt::Debug for SessionPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionPool")
+            .field("stats", &self.warm.stats())
+            .finish()
+    }
+}
+
+/// Code hosts started ahead of need, all with one configuration.
+pub struct CodeHostPool {
+    client: Client,
+    config: CodeHostConfig,
+    warm: WarmPool<CodeHost>,
+}
+
+impl std::fmt::Debug for CodeHostPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeHostPool")
+            .field("stats", &self.warm.stats())
+            .finish()
+    }
+}
+
+/// Dropping a session or host removes its container (see their docs);
+/// stopping first makes it happen now.
+fn discard<T: Send + 'static>(
+    stop: fn(T) -> futures::future::BoxFuture<'static, ()>,
+) -> Discard<T> {
+    Arc::new(stop)
+}
+
+impl Client {
+    /// A pool of started sessions with `config`; it fills in the background.
+    /// The image is resolved (built if need be) first.
+    pub async fn session_pool(
+        &self,
+        config: SessionConfig,
+        pool: PoolConfig,
+    ) -> Result<SessionPool> {
+        self.images().resolve(&config.image).await?;
+        let fill: Fill<Session> = {
+            let (client, config) = (self.clone(), config.clone());
+            Arc::new(move || {
+                let session = client.session(config.clone());
+                async move {
+                    session.start().await?;
+                    Ok(session)
+                }
+                .boxed()
+            })
+        };
+        // Stop, not close: a pooled session nobody used has nothing to snapshot.
+        let stop = discard(|s: Session| {
+            async move {
+                if let Err(e) = s.stop().await {
+                    tracing::warn!(error = %e, "stopping a pooled session");
+                }
+            }
+            .boxed()
+        });
+        let warm = WarmPool::new(
+            "session-pool".into(),
+            pool.size,
+            fill,
+            stop,
+            self.reporter().clone(),
+        );
+        Ok(SessionPool {
+            client: self.clone(),
+            config,
+            warm,
+        })
+    }
+
+    /// A pool of started code hosts with `config`; it fills in the background.
+    pub async fn code_host_pool(
+        &self,
+        config: CodeHostConfig,
+        pool: PoolConfig,
+    ) -> Result<CodeHostPool> {
+        let fill: Fill<CodeHost> = {
+            let (client, config) = (self.clone(), config.clone());
+            Arc::new(move || {
+                let host = client.code_host(config.clone());
+                async move {
+                    host.start().await?;
+                    Ok(host)
+                }
+                .boxed()
+            })
+        };
+        let stop = discard(|h: CodeHost| {
+            async move {
+                if let Err(e) = h.close().await {
+                    tracing::warn!(error = %e, "stopping a pooled code host");
+                }
+            }
+            .boxed()
+        });
+        let warm = WarmPool::new(
+            "code-host-pool".into(),
+            pool.size,
+            fill,
+            stop,
+            self.reporter().clone(),
+        );
+        Ok(CodeHostPool {
+            client: self.clone(),
+            config,
+            warm,
+        })
+    }
+}
+
+impl SessionPool {
+    /// A started session: a warm one if one is ready, else one started now.
+    /// It is the caller's from here (close it when done); the pool makes a
+    /// new one in its place.
+    pub async fn session(&self) -> Result<Session> {
+        if let Some(session) = self.warm.take() {
+            return Ok(session);
+        }
+        let session = self.client.session(self.config.clone());
+        session.start().await?;
+        Ok(session)
+    }
+
+    /// Ready, starting, handed over, misses, fill failures.
+    pub fn stats(&self) -> PoolStats {
+        self.warm.stats()
+    }
+
+    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        self.warm.wait_ready(usize::MAX, timeout).await
+    }
+
+    /// Stops refilling and removes every session the pool holds.
+    pub async fn shutdown(&self) {
+        self.warm.shutdown().await;
+    }
+}
+
+impl CodeHostPool {
+    /// A started code host: a warm one if one is ready, else one started now.
+    pub async fn host(&self) -> Result<CodeHost> {
+        if let Some(host) = self.warm.take() {
+            return Ok(host);
+        }
+        let host = self.client.code_host(self.config.clone());
+        host.start().await?;
+        Ok(host)
+    }
+
+    /// Ready, starting, handed over, misses, fill failures.
+    pub fn stats(&self) -> PoolStats {
+        self.warm.stats()
+    }
+
+    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        self.warm.wait_ready(usize::MAX, timeout).await
+    }
+
+    /// Stops refilling and removes every code host the pool holds.
+    pub async fn shutdown(&self) {
+        self.warm.shutdown().await;
+    }
+}

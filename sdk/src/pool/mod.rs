@@ -1,0 +1,64 @@
+//! Warm pools: containers, sessions and code hosts started before they are
+//! needed, so that a run or a `start()` is a handover.
+//!
+//! Every run still gets a fresh container that nothing ran in before: a pool
+//! only ever makes new ones and hands each out once. A pool is bounded (it
+//! never holds or makes more than its size), labelled like everything else
+//! the SDK creates (so owner death and [`Client::reap`](crate::Client::reap)
+//! cover it), and removes what it holds on [`shutdown`](SandboxPool::shutdown)
+//! or drop. When it has nothing ready (it is still filling, or refills fail
+//! because the image is gone or the daemon is down) a run starts cold, as it
+//! would without a pool; failures are reported through the client's
+//! progress handler and `tracing`, and retried with backoff.
+//!
+//! ```no_run
+//! # async fn demo() -> dockhand::Result<()> {
+//! use dockhand::pool::PoolConfig;
+//! use dockhand::{Client, Sandbox, Type};
+//! let client = Client::connect().await?;
+//! let double = Sandbox::code("double", "result = x * 2")
+//!     .input("x", Type::Int)
+//!     .output("result", Type::Int)
+//!     .build()?;
+//! let pool = client.pool(&double, PoolConfig::new(4)).await?;
+//! let out = pool.run([("x", 21)]).await?;
+//! assert_eq!(out.get::<i64>("result")?, 42);
+//! pool.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # What a pool fixes in advance
+//!
+//! Docker fixes a container's image, command, environment, limits, network,
+//! mounts and user when it is created. A [`SandboxPool`] belongs to one
+//! sandbox, so all of those come from it. The per-run parts (code, inputs,
+//! the command line with its `{{input}}` arguments, the attempt number) are
+//! handed over when the run starts. A sandbox with secrets is not pooled:
+//! secret values are read when each run starts, and an env secret would have
+//! to be baked in at creation, so its runs start cold. Sessions and code
+//! hosts from a pool are started with the pool's configuration, setup steps
+//! and lazy env values included, when the pool fills.
+
+mod kinds;
+mod sandbox;
+mod warm;
+
+pub use kinds::{CodeHostPool, SessionPool};
+pub use sandbox::SandboxPool;
+pub use warm::PoolStats;
+pub(crate) use warm::WarmPool;
+
+/// How big a pool is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolConfig {
+    /// Items kept ready (started and waiting); also the most made at once.
+    pub size: usize,
+}
+
+impl PoolConfig {
+    /// A pool of `size` items.
+    pub fn new(size: usize) -> Self {
+        PoolConfig { size }
+    }
+}

@@ -1,0 +1,257 @@
+//! Warm pools against the real daemon: pooled runs match cold ones, no
+//! container serves twice, sizes hold, and nothing is left behind.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use dockhand::pool::PoolConfig;
+use dockhand::session::{SessionApi, SessionConfig};
+use dockhand::{CacheMode, Client, ImageSpec, Sandbox, Type, Value};
+
+const FILL: Duration = Duration::from_secs(60);
+
+fn pool_containers(name: &str) -> usize {
+    common::containers_with_label(&format!("dev.dockhand.pool={name}"))
+}
+
+/// Waits up to 10 s for no container to carry `label` (removal after a run
+/// or a close finishes in the background).
+async fn none_left(label: &str) {
+    for _ in 0..50 {
+        if common::containers_with_label(label) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("containers labelled `{label}` were left behind");
+}
+
+async fn gone(name: &str) {
+    none_left(&format!("dev.dockhand.pool={name}")).await;
+}
+
+/// One sandbox per mode; each prints, writes outputs and reports what it saw.
+fn sandboxes() -> Vec<Sandbox> {
+    let auto = Sandbox::code(
+        "pool-auto",
+        "import os, sys\nprint('hi', x)\ny = x * 2\nattempt = int(os.environ['DOCKHAND_ATTEMPT'])\nstdin = sys.stdin.read()\nhost = os.environ['HOSTNAME']",
+    )
+    .input("x", Type::Int)
+    .output("y", Type::Int)
+    .output("attempt", Type::Int)
+    .output("stdin", Type::Str)
+    .output("host", Type::Str)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let verbatim = Sandbox::code(
+        "pool-verbatim",
+        "import os\nx = int(open('/var/inputs/x').read())\nopen('/var/outputs/y', 'w').write(str(x * 2))\nopen('/var/outputs/host', 'w').write(os.environ['HOSTNAME'])\nprint('verbatim', x)",
+    )
+    .verbatim()
+    .input("x", Type::Int)
+    .output("y", Type::Int)
+    .output("host", Type::Str)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let command = Sandbox::command("pool-command", "sh")
+        .args([
+            "-c",
+            "echo \"$1 it's\"; echo $((2 * $1)) > /var/outputs/y; echo -n $HOSTNAME > /var/outputs/host; exit 3",
+            "sh",
+            "{{x}}",
+        ])
+        .input("x", Type::Int)
+        .output("y", Type::Int)
+        .output("host", Type::Str)
+        .accept_exit_codes([3])
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    vec![auto, verbatim, command]
+}
+
+#[tokio::test]
+async fn pooled_runs_match_cold_runs_in_every_mode() {
+    let client = common::client().await;
+    for sandbox in sandboxes() {
+        let cold = client.run(&sandbox, [("x", 21)]).await.unwrap();
+        let pool = client.pool(&sandbox, PoolConfig::new(2)).await.unwrap();
+        assert!(pool.wait_ready(FILL).await, "{:?}", pool.stats());
+        let warm = pool.run([("x", 21)]).await.unwrap();
+        assert_eq!(pool.stats().handed_over, 1, "{:?}", pool.stats());
+        assert_eq!(warm.get::<i64>("y").unwrap(), 42, "{}", sandbox.name());
+        assert_eq!(
+            (
+                warm.exit_code,
+                warm.stdout.text.as_str(),
+                warm.stderr.text.as_str()
+            ),
+            (
+                cold.exit_code,
+                cold.stdout.text.as_str(),
+                cold.stderr.text.as_str()
+            ),
+            "{}",
+            sandbox.name()
+        );
+        if sandbox.name() == "pool-auto" {
+            for out in [&cold, &warm] {
+                assert_eq!(out.get::<i64>("attempt").unwrap(), 1);
+                assert_eq!(out.get::<String>("stdin").unwrap(), "", "stdin is empty");
+            }
+        }
+        assert_ne!(
+            warm.get::<String>("host").unwrap(),
+            cold.get::<String>("host").unwrap()
+        );
+        pool.shutdown().await;
+        gone(sandbox.name()).await;
+    }
+}
+
+#[tokio::test]
+async fn no_container_serves_twice_and_the_size_holds() {
+    let client = common::client().await;
+    let sandbox = Sandbox::code(
+        "pool-once",
+        "import os\nhost = os.environ['HOSTNAME']\nprint(x)",
+    )
+    .input("x", Type::Int)
+    .output("host", Type::Str)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let pool = client.pool(&sandbox, PoolConfig::new(3)).await.unwrap();
+    assert!(pool.wait_ready(FILL).await);
+    assert_eq!(pool_containers("pool-once"), 3);
+    let mut hosts = HashSet::new();
+    let runs = (0..12).map(|i| pool.run([("x", Value::from(i))]));
+    let watch = async {
+        // While runs go, the pool never holds or makes more than its size.
+        for _ in 0..40 {
+            let s = pool.stats();
+            assert!(s.ready + s.starting <= 3, "{s:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (outs, ()) = tokio::join!(futures::future::join_all(runs), watch);
+    for (i, out) in outs.into_iter().enumerate() {
+        let out = out.unwrap();
+        assert_eq!(out.stdout.text, format!("{i}\n"));
+        assert!(
+            hosts.insert(out.get::<String>("host").unwrap()),
+            "a container ran twice"
+        );
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.handed_over + stats.misses, 12, "{stats:?}");
+    assert!(stats.handed_over >= 3, "{stats:?}");
+    drop(pool);
+    gone("pool-once").await;
+}
+
+#[tokio::test]
+async fn a_failing_refill_is_reported_and_retried() {
+    let client = common::client().await;
+    let base = client.resolve_image(&ImageSpec::default()).await.unwrap();
+    let tag = "dockhand-test/pool-refill:gone";
+    common::docker(&["tag", &base.reference, tag]);
+    let sandbox = Sandbox::command("pool-refill", "echo")
+        .args(["ok"])
+        .image(ImageSpec::prebuilt(tag))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let pool = client.pool(&sandbox, PoolConfig::new(1)).await.unwrap();
+    assert!(pool.wait_ready(FILL).await);
+    // The image goes: the warm container still runs, its replacement cannot be made.
+    common::docker(&["rmi", tag]);
+    assert_eq!(
+        pool.run(dockhand::NO_INPUTS).await.unwrap().stdout.text,
+        "ok\n"
+    );
+    let mut stats = pool.stats();
+    for _ in 0..50 {
+        if stats.fill_failures > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stats = pool.stats();
+    }
+    assert!(stats.fill_failures > 0, "{stats:?}");
+    assert!(stats.last_failure.is_some(), "{stats:?}");
+    assert_eq!(stats.ready, 0);
+    // The image comes back: the pool refills on its next try.
+    common::docker(&["tag", &base.reference, tag]);
+    assert!(pool.wait_ready(FILL).await, "{:?}", pool.stats());
+    assert_eq!(
+        pool.run(dockhand::NO_INPUTS).await.unwrap().stdout.text,
+        "ok\n"
+    );
+    pool.shutdown().await;
+    gone("pool-refill").await;
+    common::docker(&["rmi", tag]);
+}
+
+#[tokio::test]
+async fn sessions_and_code_hosts_come_started_from_pools() {
+    let client = common::client().await;
+    let sessions = client
+        .session_pool(
+            SessionConfig::new().name("pooled-session"),
+            PoolConfig::new(2),
+        )
+        .await
+        .unwrap();
+    assert!(sessions.wait_ready(FILL).await, "{:?}", sessions.stats());
+    let a = sessions.session().await.unwrap();
+    let b = sessions.session().await.unwrap();
+    assert_eq!(a.state(), dockhand::State::Idle);
+    let (ida, idb) = (a.describe().container_id, b.describe().container_id);
+    assert!(ida.is_some() && ida != idb, "two takes, two containers");
+    assert_eq!(a.exec("echo hi").await.unwrap().stdout, "hi\n");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    assert_eq!(sessions.stats().handed_over, 2);
+    sessions.shutdown().await;
+    none_left("dev.dockhand.session-name=pooled-session").await;
+
+    let hosts = client
+        .code_host_pool(
+            dockhand::codemode::CodeHostConfig::new(),
+            PoolConfig::new(1),
+        )
+        .await
+        .unwrap();
+    assert!(hosts.wait_ready(FILL).await, "{:?}", hosts.stats());
+    let host = hosts.host().await.unwrap();
+    let id = host.describe().container_id.unwrap();
+    let run = host
+        .execute(
+            "1 + 1",
+            serde_json::json!({}),
+            &dockhand::codemode::Toolset::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.value, serde_json::json!(2));
+    host.close().await.unwrap();
+    hosts.shutdown().await;
+    common::wait_gone(&id).await;
+}
+
+/// A pool dropped while it is still filling leaves nothing once its fills land.
+#[tokio::test]
+async fn a_pool_dropped_while_filling_leaves_nothing() {
+    let client: Client = common::client().await;
+    let sandbox = Sandbox::command("pool-dropped", "true").build().unwrap();
+    let pool = client.pool(&sandbox, PoolConfig::new(3)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    drop(pool);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    gone("pool-dropped").await;
+}
