@@ -339,18 +339,21 @@ impl Client {
                 let container = within(deadline, engine.create_container(&spec)).await?;
                 let id = container.id().to_string();
                 let launch = async {
-                    engine
-                        .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
-                        .await?;
-                    if prepared.needs_outputs_dir {
+                    let uploads = async {
                         engine
-                            .upload_archive(&id, OUTPUTS_DIR, Bytes::from(inputs::writable_root()?))
+                            .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
                             .await?;
-                    }
-                    if let Some(tar) = &prepared.secrets_tar {
-                        engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
-                    }
-                    let output = engine.attach_output(&id).await?;
+                        if prepared.needs_outputs_dir {
+                            let tar = Bytes::from(inputs::writable_root()?);
+                            engine.upload_archive(&id, OUTPUTS_DIR, tar).await?;
+                        }
+                        if let Some(tar) = &prepared.secrets_tar {
+                            engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
+                        }
+                        Ok::<_, Error>(())
+                    };
+                    // Independent requests: one round trip instead of two.
+                    let ((), output) = tokio::try_join!(uploads, engine.attach_output(&id))?;
                     engine.start_container(&id).await?;
                     Ok(output)
                 };
@@ -546,10 +549,8 @@ async fn hand_over(
 ) -> Result<(OutputStream, Stdin)> {
     use tokio::io::AsyncWriteExt;
     let id = container.id();
-    engine
-        .upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone())
-        .await?;
-    let attached = engine.attach(id).await?;
+    let upload = engine.upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone());
+    let ((), attached) = tokio::try_join!(upload, engine.attach(id))?;
     let mut stdin = attached.input;
     let go = async {
         stdin.write_all(format!("{number}\n").as_bytes()).await?;
