@@ -177,6 +177,35 @@ impl Client {
         &self.inner.engine
     }
 
+    /// The daemon's version, API version, storage driver and registered
+    /// runtimes.
+    pub async fn daemon_info(&self) -> Result<crate::DaemonInfo> {
+        self.engine().daemon_info().await
+    }
+
+    /// Every image the SDK made on this daemon (built images, bases, snapshots).
+    pub async fn managed_images(&self) -> Result<Vec<crate::ManagedImage>> {
+        self.engine().managed_images().await
+    }
+
+    /// Removes images built from specs (kind `image`) that no container
+    /// uses; bases and snapshots stay. Returns the removed images' tags (or
+    /// ids). An image is built again, once, when a spec next needs it.
+    pub async fn prune_images(&self) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for image in self.managed_images().await? {
+            if image.kind != "image" {
+                continue;
+            }
+            let name = image.tags.first().cloned().unwrap_or(image.id.clone());
+            // Without force: the daemon refuses an image a container still uses.
+            if self.engine().remove_image_if_unused(&image.id).await? {
+                removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+
     pub(crate) fn reporter(&self) -> &Reporter {
         &self.inner.reporter
     }

@@ -175,6 +175,24 @@ impl Engine {
         Ok(list.into_iter().map(|i| (i.id, i.repo_tags)).collect())
     }
 
+    /// Removes an image unless a container uses it (`false` then); a
+    /// missing one counts as removed.
+    pub async fn remove_image_if_unused(&self, reference: &str) -> Result<bool> {
+        let options = RemoveImageOptionsBuilder::default().build();
+        match self
+            .docker
+            .remove_image(reference, Some(options), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(true),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(false),
+            Err(e) => Err(docker_err("remove image", e)),
+        }
+    }
+
     /// Removes an image; a missing one is fine.
     pub async fn remove_image(&self, reference: &str) -> Result<()> {
         let options = RemoveImageOptionsBuilder::default().force(true).build();

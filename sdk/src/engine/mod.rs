@@ -9,12 +9,14 @@
 //! caller's future is dropped or panics.
 
 mod container;
+mod daemon;
 mod guard;
 mod image;
 pub mod labels;
 mod watchdog;
 
 pub use container::{ContainerSpec, ExitStatus, LogChunk, Mount};
+pub use daemon::{DaemonInfo, ManagedImage};
 pub use guard::ContainerGuard;
 pub use image::{label_instruction, BuildLine};
 

@@ -1,0 +1,68 @@
+//! `dockhand images ls|prune` and `dockhand reap`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+#[derive(Subcommand, Debug)]
+pub enum ImagesCommand {
+    /// List the images dockhand made (built, base, snapshot).
+    Ls,
+    /// Remove built images no container uses (bases and snapshots stay).
+    Prune,
+}
+
+pub async fn run(command: ImagesCommand, host: Option<String>, json: bool) -> Result<ExitCode> {
+    let client = crate::connect(host, json).await?;
+    match command {
+        ImagesCommand::Ls => {
+            let images = client.managed_images().await?;
+            if json {
+                println!("{}", serde_json::json!({ "images": images }));
+            } else {
+                println!("{:<12} {:<10} {:>10}  TAG", "KIND", "ID", "SIZE");
+                for i in images {
+                    let id =
+                        i.id.trim_start_matches("sha256:")
+                            .chars()
+                            .take(10)
+                            .collect::<String>();
+                    let size = format!("{:.1} MB", i.size as f64 / 1e6);
+                    let tag = i.tags.first().map(String::as_str).unwrap_or("<none>");
+                    println!("{:<12} {id:<10} {size:>10}  {tag}", i.kind);
+                }
+            }
+        }
+        ImagesCommand::Prune => {
+            let removed = client.prune_images().await?;
+            if json {
+                println!("{}", serde_json::json!({ "removed": removed }));
+            } else {
+                for r in &removed {
+                    println!("removed {r}");
+                }
+                println!("{} image(s) removed", removed.len());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn reap(host: Option<String>, json: bool) -> Result<ExitCode> {
+    let client = crate::connect(host, json).await?;
+    let report = client.reap().await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"containers": report.containers, "volumes": report.volumes})
+        );
+    } else {
+        println!(
+            "removed {} container(s) and {} volume(s) left by dead processes",
+            report.containers.len(),
+            report.volumes.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,325 @@
+//! `dockhand mcp`: sandboxes for LLM clients over the Model Context Protocol
+//! (stdio). Tools: `run_python` (a one-shot), the session tools (`shell`,
+//! `read_file`, `write_file`, `edit_file`, `list_dir`) on sessions made on
+//! demand, and code mode's `execute`. Everything is removed when the client
+//! goes.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use dockhand::codemode::{CodeHost, CodeHostConfig, Toolset};
+use dockhand::session::{Session, SessionConfig, SessionTools};
+use dockhand::{CacheMode, Client, ImageSpec, Sandbox};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, Content, ServerCapabilities, ServerInfo};
+use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{Mutex, OnceCell};
+
+#[derive(Args, Debug)]
+pub struct McpArgs {
+    /// Give sessions network access (off by default).
+    #[arg(long)]
+    network: bool,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct RunPython {
+    /// Python source; what it prints is returned.
+    code: String,
+    /// pip packages to install first (the image is built once and reused).
+    #[serde(default)]
+    pip: Vec<String>,
+    /// Time limit in seconds (default 60).
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Shell {
+    /// A shell command, run in the session's workspace.
+    command: String,
+    /// Which session (made on first use; default "default").
+    session: Option<String>,
+    /// Time limit in seconds (default 120).
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct PathArgs {
+    /// A path relative to the workspace.
+    path: String,
+    /// Which session (default "default").
+    session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct ListDir {
+    /// A path relative to the workspace (default the workspace).
+    path: Option<String>,
+    /// Which session (default "default").
+    session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct WriteFile {
+    /// A path relative to the workspace; parents are created.
+    path: String,
+    /// The whole new content.
+    content: String,
+    /// Which session (default "default").
+    session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct EditFile {
+    /// A path relative to the workspace.
+    path: String,
+    /// Edits, all applied or none: {old, new, all?}; {old, delete: true};
+    /// {old, insert: "before"|"after", content}; {insert: "start"|"end", content};
+    /// {from, to, content} (text or 1-based lines).
+    edits: Vec<Value>,
+    /// Which session (default "default").
+    session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Execute {
+    /// Code for Monty, a sandboxed Python subset. `python(code=...)` runs
+    /// full CPython in a fresh sandbox and returns what it printed. The
+    /// value of the last expression is returned with what was printed.
+    code: String,
+    /// Variables the code starts with.
+    #[serde(default)]
+    inputs: serde_json::Map<String, Value>,
+}
+
+/// What a connection owns; all of it goes when the client does.
+struct Owned {
+    sessions: Mutex<HashMap<String, SessionTools<Session>>>,
+    host: OnceCell<CodeHost>,
+}
+
+#[derive(Clone)]
+pub struct Server {
+    client: Client,
+    network: bool,
+    owned: Arc<Owned>,
+}
+
+fn text(value: Value) -> Content {
+    Content::text(value.to_string())
+}
+
+/// A dockhand error as an MCP tool error: the model reads it and adapts.
+fn tool_error(e: impl std::fmt::Display) -> CallToolResult {
+    CallToolResult::error(vec![Content::text(e.to_string())])
+}
+
+/// The session tools answer `{"error": ...}` for what the model can fix.
+fn session_reply(reply: dockhand::Result<Value>) -> CallToolResult {
+    match reply {
+        Ok(v) if v.get("error").is_some() => CallToolResult::error(vec![text(v)]),
+        Ok(v) => CallToolResult::success(vec![text(v)]),
+        Err(e) => tool_error(e),
+    }
+}
+
+#[tool_router]
+impl Server {
+    fn new(client: Client, network: bool) -> Self {
+        Server {
+            client,
+            network,
+            owned: Arc::new(Owned {
+                sessions: Mutex::default(),
+                host: OnceCell::new(),
+            }),
+        }
+    }
+
+    /// The session named `name`, started on first use.
+    async fn session(&self, name: Option<String>) -> dockhand::Result<SessionTools<Session>> {
+        let name = name.unwrap_or_else(|| "default".into());
+        let mut sessions = self.owned.sessions.lock().await;
+        if let Some(tools) = sessions.get(&name) {
+            return Ok(tools.clone());
+        }
+        let config = SessionConfig::new()
+            .image(ImageSpec::default().trust_host_certificates())
+            .network(self.network);
+        let session = self.client.session(config);
+        session.start().await?;
+        let tools = SessionTools::new(session);
+        sessions.insert(name, tools.clone());
+        Ok(tools)
+    }
+
+    async fn call_session(
+        &self,
+        session: Option<String>,
+        tool: &str,
+        args: Value,
+    ) -> CallToolResult {
+        match self.session(session).await {
+            Ok(tools) => session_reply(tools.call(tool, args).await),
+            Err(e) => tool_error(e),
+        }
+    }
+
+    #[tool(
+        description = "Runs Python code once in a fresh, offline sandbox container and returns its exit code, stdout and stderr."
+    )]
+    async fn run_python(
+        &self,
+        Parameters(args): Parameters<RunPython>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(60.0).clamp(0.1, 3600.0));
+        let image = ImageSpec::default().pip(args.pip).trust_host_certificates();
+        let sandbox = Sandbox::code("run_python", args.code)
+            .verbatim()
+            .image(image)
+            .timeout(timeout)
+            .cache(CacheMode::Disable)
+            .accept_exit_codes(1..=255)
+            .build();
+        let sandbox = match sandbox {
+            Ok(s) => s,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        Ok(match self.client.run(&sandbox, dockhand::NO_INPUTS).await {
+            Ok(out) => {
+                let body = json!({"exit_code": out.exit_code, "stdout": out.stdout.text, "stderr": out.stderr.text});
+                if out.exit_code == 0 {
+                    CallToolResult::success(vec![text(body)])
+                } else {
+                    CallToolResult::error(vec![text(body)])
+                }
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Runs a shell command in a persistent session container (made on first use) and returns exit_code, stdout and stderr."
+    )]
+    async fn shell(
+        &self,
+        Parameters(args): Parameters<Shell>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut call = json!({"command": args.command});
+        if let Some(t) = args.timeout {
+            call["timeout"] = json!(t);
+        }
+        Ok(self.call_session(args.session, "shell", call).await)
+    }
+
+    #[tool(description = "Reads a file of a session (path relative to its workspace).")]
+    async fn read_file(
+        &self,
+        Parameters(args): Parameters<PathArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(self
+            .call_session(args.session, "read_file", json!({"path": args.path}))
+            .await)
+    }
+
+    #[tool(description = "Writes a whole file in a session, creating parent directories.")]
+    async fn write_file(
+        &self,
+        Parameters(args): Parameters<WriteFile>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = json!({"path": args.path, "content": args.content});
+        Ok(self.call_session(args.session, "write_file", call).await)
+    }
+
+    #[tool(
+        description = "Edits a file in a session; all edits apply or none. Anchors tolerate trailing whitespace and different indentation."
+    )]
+    async fn edit_file(
+        &self,
+        Parameters(args): Parameters<EditFile>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = json!({"path": args.path, "edits": args.edits});
+        Ok(self.call_session(args.session, "edit_file", call).await)
+    }
+
+    #[tool(description = "Lists a directory of a session (default its workspace).")]
+    async fn list_dir(
+        &self,
+        Parameters(args): Parameters<ListDir>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = json!({"path": args.path.unwrap_or_else(|| ".".into())});
+        Ok(self.call_session(args.session, "list_dir", call).await)
+    }
+
+    #[tool(
+        description = "Runs orchestration code in code mode (Monty, a sandboxed Python subset); python(code=...) runs full CPython in a fresh sandbox. Returns the last expression's value and what was printed."
+    )]
+    async fn execute(
+        &self,
+        Parameters(args): Parameters<Execute>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let host = self
+            .owned
+            .host
+            .get_or_try_init(|| async {
+                let host = self.client.code_host(CodeHostConfig::new());
+                host.start().await?;
+                Ok::<_, dockhand::Error>(host)
+            })
+            .await;
+        let host = match host {
+            Ok(host) => host,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let tools = match crate::code::python_tool() {
+            Ok(python) => Toolset::new().sandbox(python),
+            Err(e) => return Ok(tool_error(e)),
+        };
+        Ok(
+            match host
+                .execute(&args.code, Value::Object(args.inputs), &tools)
+                .await
+            {
+                Ok(run) => CallToolResult::success(vec![text(
+                    json!({"value": run.value, "stdout": run.stdout}),
+                )]),
+                Err(e) => tool_error(e),
+            },
+        )
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "Sandboxed code execution in Docker containers: run_python for one-off Python; \
+             shell, read_file, write_file, edit_file and list_dir work in persistent sessions \
+             (named by `session`, made on first use); execute runs code-mode orchestration.",
+        )
+    }
+}
+
+pub async fn serve(args: McpArgs, host: Option<String>) -> Result<ExitCode> {
+    // stdout is the protocol: nothing else may be printed there.
+    let client = crate::connect(host, true).await?;
+    let server = Server::new(client, args.network);
+    let owned = server.owned.clone();
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    let ended = running.waiting().await;
+    // The client went: close what it had.
+    for (_, tools) in owned.sessions.lock().await.drain() {
+        let _ = tools.session().close().await;
+    }
+    if let Some(host) = owned.host.get() {
+        let _ = host.close().await;
+    }
+    ended?;
+    Ok(ExitCode::SUCCESS)
+}

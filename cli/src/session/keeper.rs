@@ -1,0 +1,144 @@
+//! The process that holds a CLI session: started detached by `dockhand
+//! session start`, it owns the session (so the container lives exactly as
+//! long as it does) and serves the other `dockhand session` commands over a
+//! Unix socket only its user can open.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use dockhand::session::{Edit, ExecOptions, Session, SessionApi, SessionConfig};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+/// Where session sockets live: `$XDG_RUNTIME_DIR/dockhand/sessions`, else
+/// `/tmp/dockhand-<uid>/sessions`; private to the user.
+pub fn socket_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(|d| PathBuf::from(d).join("dockhand"))
+        .unwrap_or_else(|| {
+            // /proc/self belongs to the process's own uid.
+            let uid = std::fs::metadata("/proc/self").map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.uid()
+            });
+            PathBuf::from(format!("/tmp/dockhand-{}", uid.unwrap_or(0)))
+        });
+    base.join("sessions")
+}
+
+pub fn socket_path(id: &str) -> PathBuf {
+    socket_dir().join(format!("{id}.sock"))
+}
+
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(())
+}
+
+/// Starts the session, then serves requests until `close`, a signal, or
+/// `idle` without a request.
+pub async fn serve(
+    id: String,
+    config: SessionConfig,
+    idle: Duration,
+    host: Option<String>,
+) -> Result<()> {
+    let client = crate::connect(host, true).await?;
+    let session = client.session(config);
+    session.start().await?;
+    let path = socket_path(&id);
+    private_dir(path.parent().unwrap_or(Path::new("/tmp")))?;
+    let _ = std::fs::remove_file(&path);
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            // A forgotten session does not run forever.
+            _ = tokio::time::sleep(idle) => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                if handle(stream, &session).await {
+                    break;
+                }
+            }
+            _ = term.recv() => break,
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    if session.state() != dockhand::State::Closed {
+        session.close().await?;
+    }
+    Ok(())
+}
+
+/// One request per connection; `true` when it closed the session.
+async fn handle(stream: UnixStream, session: &Session) -> bool {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read);
+    if reader.read_line(&mut line).await.is_err() {
+        return false;
+    }
+    let request: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+    let op = request["op"].as_str().unwrap_or("").to_string();
+    let reply = match answer(&op, &request, session).await {
+        Ok(v) => v,
+        Err(e) => json!({"error": format!("{e:#}")}),
+    };
+    let _ = write.write_all(format!("{reply}\n").as_bytes()).await;
+    op == "close" && reply.get("error").is_none()
+}
+
+async fn answer(op: &str, r: &Value, session: &Session) -> Result<Value> {
+    let text = |key: &str| r[key].as_str().unwrap_or("").to_string();
+    Ok(match op {
+        "ping" => json!({"ok": true}),
+        "describe" => serde_json::to_value(session.describe())?,
+        "exec" => {
+            let mut options = ExecOptions::new();
+            if let Some(t) = r["timeout"].as_f64() {
+                options = options.timeout(Duration::from_secs_f64(t.clamp(0.001, 86_400.0)));
+            }
+            if let Some(cwd) = r["cwd"].as_str() {
+                options = options.cwd(cwd);
+            }
+            let out = session.exec_with(&text("command"), options).await?;
+            json!({"exit_code": out.exit_code, "stdout": out.stdout, "stderr": out.stderr})
+        }
+        "read" => {
+            let data = session.read_file(&text("path")).await?;
+            json!({"content": String::from_utf8_lossy(&data)})
+        }
+        "write" => {
+            let content = text("content");
+            session
+                .write_file(&text("path"), content.as_bytes())
+                .await?;
+            json!({"written_bytes": content.len()})
+        }
+        "edit" => {
+            let edits: Vec<Edit> =
+                serde_json::from_value(r["edits"].clone()).context("edits are not valid")?;
+            let result = session.edit_file(&text("path"), &edits).await?;
+            json!({"applied": result.applied, "changes": result.changes.iter().map(|c| json!({"line": c.line, "removed": c.removed_lines, "added": c.added_lines})).collect::<Vec<_>>()})
+        }
+        "snapshot" => {
+            let snapshot = session.snapshot().await?;
+            json!({"image": snapshot.image, "id": snapshot.id})
+        }
+        "close" => {
+            let snapshot = session.close().await?;
+            json!({"closed": true, "snapshot": snapshot.map(|s| s.image)})
+        }
+        other => anyhow::bail!("unknown request `{other}`"),
+    })
+}

@@ -1,0 +1,357 @@
+//! `dockhand session ...`: a session that outlives one command. `start`
+//! launches a detached keeper process that owns it; the other commands talk
+//! to the keeper by the session's id.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use dockhand::session::SessionConfig;
+use dockhand::ImageSpec;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+mod keeper;
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// Start a session; prints its id.
+    Start(StartArgs),
+    /// Run a shell command in it; exits with the command's exit code.
+    Exec {
+        id: String,
+        /// The command (one shell string).
+        command: String,
+        /// Working directory (relative to the workspace).
+        #[arg(long)]
+        cwd: Option<String>,
+        /// Time limit in seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+    },
+    /// Print a file.
+    Read { id: String, path: String },
+    /// Write a file from stdin (or --content).
+    Write {
+        id: String,
+        path: String,
+        #[arg(long)]
+        content: Option<String>,
+    },
+    /// Apply edits given as JSON (a list; dockhand's or agentick's shape).
+    Edit {
+        id: String,
+        path: String,
+        edits: String,
+    },
+    /// Commit the session's container to an image.
+    Snapshot { id: String },
+    /// Close the session (its container is removed).
+    Close { id: String },
+    /// List running sessions.
+    Ls,
+    /// An interactive shell: each line runs as a command (`cd` is remembered).
+    Shell { id: String },
+    /// (internal) Hold a session; started by `start`.
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        id: String,
+        #[command(flatten)]
+        start: StartArgs,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StartArgs {
+    /// Use this image as it is (it needs python3).
+    #[arg(long)]
+    image: Option<String>,
+    /// pip packages to add to the image.
+    #[arg(long = "pip")]
+    pip: Vec<String>,
+    /// Give the session network access.
+    #[arg(long)]
+    network: bool,
+    /// Memory: 512Mi, 1Gi or bytes.
+    #[arg(long)]
+    memory: Option<String>,
+    /// CPUs.
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Close the session after this many seconds without a command.
+    #[arg(long, default_value_t = 3600)]
+    idle_timeout: u64,
+}
+
+impl StartArgs {
+    fn config(&self) -> SessionConfig {
+        let image = match &self.image {
+            Some(reference) => ImageSpec::prebuilt(reference.clone()),
+            None => ImageSpec::default()
+                .pip(self.pip.clone())
+                .trust_host_certificates(),
+        };
+        let mut config = SessionConfig::new().image(image).network(self.network);
+        if let Some(memory) = &self.memory {
+            config = config.memory(memory.as_str());
+        }
+        if let Some(cpus) = self.cpus {
+            config = config.cpus(cpus);
+        }
+        config
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(image) = &self.image {
+            args.extend(["--image".into(), image.clone()]);
+        }
+        for p in &self.pip {
+            args.extend(["--pip".into(), p.clone()]);
+        }
+        if self.network {
+            args.push("--network".into());
+        }
+        if let Some(m) = &self.memory {
+            args.extend(["--memory".into(), m.clone()]);
+        }
+        if let Some(c) = self.cpus {
+            args.extend(["--cpus".into(), c.to_string()]);
+        }
+        args.extend(["--idle-timeout".into(), self.idle_timeout.to_string()]);
+        args
+    }
+}
+
+/// Sends one request to a session's keeper.
+async fn request(id: &str, body: Value) -> Result<Value> {
+    let path = keeper::socket_path(id);
+    let stream = tokio::net::UnixStream::connect(&path)
+        .await
+        .with_context(|| {
+            format!("no session `{id}` (is it started? `dockhand session ls` lists them)")
+        })?;
+    let (read, mut write) = stream.into_split();
+    write.write_all(format!("{body}\n").as_bytes()).await?;
+    let mut line = String::new();
+    BufReader::new(read).read_line(&mut line).await?;
+    let reply: Value =
+        serde_json::from_str(&line).context("the session's keeper answered nothing")?;
+    if let Some(e) = reply.get("error").and_then(Value::as_str) {
+        bail!("{e}");
+    }
+    Ok(reply)
+}
+
+fn print(json: bool, reply: &Value, text: impl FnOnce(&Value) -> String) {
+    if json {
+        println!("{reply}");
+    } else {
+        let out = text(reply);
+        if !out.is_empty() {
+            println!("{out}");
+        }
+    }
+}
+
+pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> Result<ExitCode> {
+    match command {
+        SessionCommand::Start(args) => start(args, host, json).await,
+        SessionCommand::Serve { id, start } => {
+            let idle = Duration::from_secs(start.idle_timeout.max(1));
+            keeper::serve(id, start.config(), idle, host).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Exec {
+            id,
+            command,
+            cwd,
+            timeout,
+        } => {
+            let reply = request(
+                &id,
+                json!({"op": "exec", "command": command, "cwd": cwd, "timeout": timeout}),
+            )
+            .await?;
+            if json {
+                println!("{reply}");
+            } else {
+                print!("{}", reply["stdout"].as_str().unwrap_or(""));
+                eprint!("{}", reply["stderr"].as_str().unwrap_or(""));
+            }
+            let code = reply["exit_code"].as_i64().unwrap_or(1);
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        SessionCommand::Read { id, path } => {
+            let reply = request(&id, json!({"op": "read", "path": path})).await?;
+            if json {
+                println!("{reply}");
+            } else {
+                print!("{}", reply["content"].as_str().unwrap_or(""));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Write { id, path, content } => {
+            let content = match content {
+                Some(c) => c,
+                None => std::io::read_to_string(std::io::stdin()).context("reading stdin")?,
+            };
+            let reply = request(
+                &id,
+                json!({"op": "write", "path": path, "content": content}),
+            )
+            .await?;
+            print(json, &reply, |r| {
+                format!("wrote {} bytes", r["written_bytes"])
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Edit { id, path, edits } => {
+            let edits: Value = serde_json::from_str(&edits).context("edits must be a JSON list")?;
+            let reply = request(&id, json!({"op": "edit", "path": path, "edits": edits})).await?;
+            print(json, &reply, |r| format!("applied {}", r["applied"]));
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Snapshot { id } => {
+            let reply = request(&id, json!({"op": "snapshot"})).await?;
+            print(json, &reply, |r| {
+                r["image"].as_str().unwrap_or("").to_string()
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Close { id } => {
+            let reply = request(&id, json!({"op": "close"})).await?;
+            print(json, &reply, |_| format!("closed {id}"));
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Ls => ls(json).await,
+        SessionCommand::Shell { id } => shell(&id).await,
+    }
+}
+
+/// Launches the keeper detached (its own process group, so the terminal's
+/// signals do not reach it) and waits until it answers.
+async fn start(args: StartArgs, host: Option<String>, json: bool) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let id = format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..11]);
+    let dir = keeper::socket_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log_path = dir.join(format!("{id}.log"));
+    let log = std::fs::File::create(&log_path)?;
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    if let Some(host) = &host {
+        command.args(["--host", host]);
+    }
+    let mut child = command
+        .args(["session", "serve", "--id", &id])
+        .args(args.to_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting the session keeper")?;
+    let started = Instant::now();
+    loop {
+        if let Ok(reply) = request(&id, json!({"op": "describe"})).await {
+            if json {
+                println!(
+                    "{}",
+                    json!({"id": id, "container_id": reply["container_id"]})
+                );
+            } else {
+                println!("{id}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Some(status) = child.try_wait()? {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("the session did not start ({status}): {}", log.trim());
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            bail!("the session did not start within 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn ls(json: bool) -> Result<ExitCode> {
+    let mut found = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(keeper::socket_dir()) {
+        for entry in entries.flatten() {
+            let path: PathBuf = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("sock") {
+                continue;
+            }
+            let Some(id) = path.file_stem().and_then(|s| s.to_str()).map(String::from) else {
+                continue;
+            };
+            if let Ok(d) = request(&id, json!({"op": "describe"})).await {
+                found.push(json!({"id": id, "state": d["state"], "container_id": d["container_id"], "commands": d["commands"]}));
+            }
+        }
+    }
+    if json {
+        println!("{}", json!({ "sessions": found }));
+    } else {
+        for s in &found {
+            println!(
+                "{} {} {}",
+                s["id"].as_str().unwrap_or(""),
+                s["state"],
+                s["container_id"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A line-by-line shell: each line runs as a command in the session, in the
+/// directory the last `cd` chose.
+async fn shell(id: &str) -> Result<ExitCode> {
+    request(id, json!({"op": "ping"})).await?;
+    let mut cwd: Option<String> = None;
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("{}$ ", cwd.as_deref().unwrap_or("~"));
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            eprintln!();
+            return Ok(ExitCode::SUCCESS);
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "exit" {
+            return Ok(ExitCode::SUCCESS);
+        }
+        // `cd` changes where later lines run: ask the session where it leads.
+        let command = match line.strip_prefix("cd") {
+            Some(rest) if rest.is_empty() || rest.starts_with(' ') => {
+                format!("cd {} && pwd", rest.trim())
+            }
+            _ => line.to_string(),
+        };
+        let reply = request(id, json!({"op": "exec", "command": command, "cwd": cwd})).await;
+        match reply {
+            Ok(r) => {
+                let stdout = r["stdout"].as_str().unwrap_or("");
+                if command.ends_with("&& pwd") && r["exit_code"] == 0 {
+                    cwd = Some(stdout.trim().to_string());
+                } else {
+                    print!("{stdout}");
+                }
+                eprint!("{}", r["stderr"].as_str().unwrap_or(""));
+                let _ = std::io::stdout().flush();
+            }
+            Err(e) => eprintln!("dockhand: {e:#}"),
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The `dockhand` command against the real daemon, good input and bad.
+
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn dockhand() -> Command {
+    let mut cmd = Command::cargo_bin("dockhand").expect("the dockhand binary");
+    cmd.timeout(Duration::from_secs(600));
+    cmd
+}
+
+fn json_of(output: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(output)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(output)))
+}
+
+#[test]
+fn run_code_streams_its_output() {
+    dockhand()
+        .args(["run", "-c", "print(6 * 7)", "--no-cache"])
+        .assert()
+        .success()
+        .stdout("42\n");
+}
+
+#[test]
+fn run_takes_typed_inputs_and_prints_outputs_as_json() {
+    let out = dockhand()
+        .args(["--json", "run", "-c", "y = x * 2\nz = name.upper()"])
+        .args(["-i", "x=21", "-i", "name=web", "-o", "y:int", "-o", "z:str"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let body = json_of(&out);
+    assert_eq!(body["outputs"], serde_json::json!({"y": 42, "z": "WEB"}));
+    assert_eq!(body["exit_code"], 0);
+}
+
+#[test]
+fn the_exit_code_mirrors_the_run() {
+    dockhand()
+        .args([
+            "run",
+            "--no-cache",
+            "-c",
+            "import sys\nprint('bye')\nsys.exit(3)",
+        ])
+        .assert()
+        .code(3)
+        .stdout("bye\n");
+}
+
+#[test]
+fn commands_take_inputs_as_arguments() {
+    dockhand()
+        .args(["run", "--no-cache", "-i", "who=world"])
+        .args(["--command", "sh", "-c", "echo hello $0", "{{who}}"])
+        .assert()
+        .success()
+        .stdout("hello world\n");
+}
+
+#[test]
+fn file_outputs_are_copied_into_the_out_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "abc").unwrap();
+    dockhand()
+        .args(["run", "--verbatim", "--no-cache", "-c"])
+        .arg("data = open('/var/inputs/src').read()\nopen('/var/outputs/copy', 'w').write(data.upper())")
+        .arg("-i")
+        .arg(format!("src=@{}", input.display()))
+        .args(["-o", "copy:file", "--out-dir"])
+        .arg(dir.path().join("out"))
+        .assert()
+        .success();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out/copy")).unwrap(),
+        "ABC"
+    );
+}
+
+#[test]
+fn a_timeout_exits_124() {
+    dockhand()
+        .args([
+            "run",
+            "--no-cache",
+            "--timeout",
+            "1",
+            "-c",
+            "import time\ntime.sleep(30)",
+        ])
+        .assert()
+        .code(124)
+        .stderr(predicate::str::contains("timed out after 1s"));
+}
+
+#[test]
+fn bad_input_is_a_clear_message_and_exit_2() {
+    dockhand()
+        .args(["run", "-c", "print(n)", "-i", "n:int=abc"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a valid int"));
+    dockhand()
+        .args(["run", "--bogus"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--bogus"));
+    dockhand()
+        .args(["run", "/surely/not/here.py"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("/surely/not/here.py"));
+    dockhand()
+        .args(["run", "-c", "print(1)", "--secret", "TOKEN=hunter2"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("env:"));
+    dockhand()
+        .args(["run", "-c", "print(1)", "--memory", "lots"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("lots"));
+}
+
+#[test]
+fn an_unreachable_daemon_fails_fast_and_clearly() {
+    let started = Instant::now();
+    dockhand()
+        .args([
+            "--host",
+            "unix:///tmp/dockhand-no-daemon.sock",
+            "run",
+            "-c",
+            "print(1)",
+        ])
+        .assert()
+        .code(125)
+        .stderr(predicate::str::contains("cannot reach the Docker daemon"));
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let out = dockhand()
+        .args([
+            "--json",
+            "--host",
+            "unix:///tmp/dockhand-no-daemon.sock",
+            "reap",
+        ])
+        .assert()
+        .code(125)
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(json_of(&out)["kind"], "DaemonUnreachable");
+}
+
+#[test]
+fn images_reap_and_doctor() {
+    // Something to list: the base image, made by any run.
+    dockhand()
+        .args(["run", "-c", "print(1)"])
+        .assert()
+        .success();
+    let out = dockhand()
+        .args(["--json", "images", "ls"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let images = json_of(&out)["images"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        images.iter().any(|i| i["kind"] == "base-image"),
+        "{images:?}"
+    );
+    dockhand()
+        .args(["reap"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("removed"));
+    let out = dockhand()
+        .args(["--json", "doctor"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let checks = json_of(&out)["checks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = checks.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "daemon",
+            "base image",
+            "registry",
+            "debootstrap",
+            "CA bundle",
+            "disk"
+        ]
+    );
+    assert_eq!(checks[0]["status"], "ok", "{checks:?}");
+}
+
+#[test]
+fn code_mode_calls_the_python_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("plan.py");
+    std::fs::write(
+        &program,
+        "out = python(code='print(sum(range(10)))')\nprint('tool said', out)\nlen(out)",
+    )
+    .unwrap();
+    dockhand()
+        .arg("code")
+        .arg(&program)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("tool said 45"));
+    dockhand()
+        .args(["code", "/surely/not/here.py"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn a_session_outlives_each_command_until_closed() {
+    let out = dockhand()
+        .args(["session", "start"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let id = String::from_utf8_lossy(&out).trim().to_string();
+    assert!(id.starts_with('s'), "{id}");
+    dockhand()
+        .args([
+            "session",
+            "write",
+            &id,
+            "calc.py",
+            "--content",
+            "def add(a, b):\n    return a - b\n",
+        ])
+        .assert()
+        .success();
+    dockhand()
+        .args([
+            "session",
+            "edit",
+            &id,
+            "calc.py",
+            r#"[{"old": "a - b", "new": "a + b"}]"#,
+        ])
+        .assert()
+        .success()
+        .stdout("applied 1\n");
+    dockhand()
+        .args(["session", "read", &id, "calc.py"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("a + b"));
+    dockhand()
+        .args([
+            "session",
+            "exec",
+            &id,
+            "python3 -c 'import calc; print(calc.add(2, 3))'",
+        ])
+        .assert()
+        .success()
+        .stdout("5\n");
+    dockhand()
+        .args(["session", "exec", &id, "echo oops >&2; exit 7"])
+        .assert()
+        .code(7)
+        .stderr("oops\n");
+    dockhand()
+        .args(["session", "shell", &id])
+        .write_stdin("cd /tmp\npwd\nexit\n")
+        .assert()
+        .success()
+        .stdout("/tmp\n");
+    let listed = dockhand()
+        .args(["--json", "session", "ls"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(String::from_utf8_lossy(&listed).contains(&id));
+    let snap = dockhand()
+        .args(["--json", "session", "snapshot", &id])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let image = json_of(&snap)["image"].as_str().unwrap().to_string();
+    dockhand()
+        .args(["session", "close", &id])
+        .assert()
+        .success();
+    dockhand()
+        .args(["session", "exec", &id, "true"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no session"));
+    let removed = std::process::Command::new("docker")
+        .args(["rmi", &image])
+        .output()
+        .unwrap();
+    assert!(removed.status.success());
+}

@@ -1,0 +1,161 @@
+//! `dockhand mcp` end to end over stdio with rmcp's client: initialize, list
+//! tools, call each, errors as tool errors, nothing left once the client goes.
+
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn call(client: &Client, tool: &'static str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("calling {tool}: {e}"))
+}
+
+/// The tool's text content, parsed as JSON when it is JSON.
+fn body(result: &CallToolResult) -> Value {
+    let text = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<String>();
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+fn failed(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+}
+
+fn containers(label: &str) -> usize {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test]
+async fn every_tool_over_stdio_and_nothing_left_after() {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
+    command.arg("mcp");
+    let transport = TokioChildProcess::new(command).expect("start dockhand mcp");
+    let client: Client = ().serve(transport).await.expect("initialize");
+    let info = client.peer_info().expect("server info");
+    assert!(info
+        .instructions
+        .as_deref()
+        .unwrap_or("")
+        .contains("run_python"));
+
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "edit_file",
+            "execute",
+            "list_dir",
+            "read_file",
+            "run_python",
+            "shell",
+            "write_file"
+        ]
+    );
+
+    let ran = call(&client, "run_python", json!({"code": "print(6 * 7)"})).await;
+    assert!(!failed(&ran), "{ran:?}");
+    assert_eq!(body(&ran)["stdout"], "42\n");
+    let raised = call(
+        &client,
+        "run_python",
+        json!({"code": "raise ValueError('boom')"}),
+    )
+    .await;
+    assert!(failed(&raised));
+    assert!(body(&raised)["stderr"]
+        .as_str()
+        .unwrap_or("")
+        .contains("ValueError: boom"));
+
+    let wrote = call(
+        &client,
+        "write_file",
+        json!({"path": "calc.py", "content": "def add(a, b):\n    return a - b\n"}),
+    )
+    .await;
+    assert!(!failed(&wrote), "{wrote:?}");
+    let edited = call(
+        &client,
+        "edit_file",
+        json!({"path": "calc.py", "edits": [{"old": "a - b", "new": "a + b"}]}),
+    )
+    .await;
+    assert_eq!(body(&edited)["applied"], 1, "{edited:?}");
+    let read = call(&client, "read_file", json!({"path": "calc.py"})).await;
+    assert!(body(&read).to_string().contains("a + b"), "{read:?}");
+    let listed = call(&client, "list_dir", json!({})).await;
+    assert!(body(&listed).to_string().contains("calc.py"), "{listed:?}");
+    let shell = call(
+        &client,
+        "shell",
+        json!({"command": "python3 -c 'import calc; print(calc.add(2, 3))'"}),
+    )
+    .await;
+    assert_eq!(body(&shell)["stdout"], "5\n", "{shell:?}");
+    // A second session is separate.
+    let other = call(&client, "list_dir", json!({"session": "other"})).await;
+    assert!(!body(&other).to_string().contains("calc.py"), "{other:?}");
+    // What the model can fix comes back as a tool error.
+    let missing = call(
+        &client,
+        "edit_file",
+        json!({"path": "calc.py", "edits": [{"old": "nowhere", "new": "x"}]}),
+    )
+    .await;
+    assert!(failed(&missing));
+    assert!(
+        body(&missing).to_string().contains("not found"),
+        "{missing:?}"
+    );
+
+    let executed = call(
+        &client,
+        "execute",
+        json!({"code": "out = python(code='print(2 ** 10)')\nx + len(out)", "inputs": {"x": 1}}),
+    )
+    .await;
+    assert!(!failed(&executed), "{executed:?}");
+    assert_eq!(body(&executed)["value"], 6);
+    let bad = call(&client, "execute", json!({"code": "1 +"})).await;
+    assert!(failed(&bad), "{bad:?}");
+
+    let before =
+        containers("dev.dockhand.kind=session") + containers("dev.dockhand.kind=code-host");
+    assert!(before >= 3, "two sessions and a code host were running");
+    client.cancel().await.expect("close the client");
+    // The server closes its sessions and code host once the client has gone.
+    let mut left = before;
+    for _ in 0..60 {
+        left = containers("dev.dockhand.kind=session") + containers("dev.dockhand.kind=code-host");
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(left, 0, "the server left sessions or code hosts behind");
+}

@@ -1,0 +1,92 @@
+//! What the daemon says about itself, and the images the SDK made on it.
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::ListImagesOptionsBuilder;
+
+use super::{docker_err, labels, Engine};
+use crate::error::Result;
+
+/// The daemon's version and setup, from `docker version` and `docker info`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct DaemonInfo {
+    /// The engine's version (`20.10.24`).
+    pub version: String,
+    /// The Engine API version it speaks (`1.41`).
+    pub api_version: String,
+    /// Its operating system and architecture (`linux/amd64`).
+    pub platform: String,
+    /// Where it keeps images and containers (on the daemon's host).
+    pub root_dir: String,
+    /// The storage driver (`overlay2`, `fuse-overlayfs`, ...).
+    pub storage_driver: String,
+    /// OCI runtimes it has registered (`runc`, `runsc`, ...).
+    pub runtimes: Vec<String>,
+}
+
+/// An image the SDK made (a built image, a base, a snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ManagedImage {
+    /// The image id.
+    pub id: String,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// What made it: `image` (built from a spec), `base-image`, `snapshot`, ...
+    pub kind: String,
+    /// Size in bytes.
+    pub size: i64,
+    /// When it was made (seconds since the epoch).
+    pub created: i64,
+}
+
+impl Engine {
+    pub(crate) async fn daemon_info(&self) -> Result<DaemonInfo> {
+        let (version, info) = tokio::try_join!(
+            async {
+                self.docker
+                    .version()
+                    .await
+                    .map_err(|e| docker_err("version", e))
+            },
+            async { self.docker.info().await.map_err(|e| docker_err("info", e)) },
+        )?;
+        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        runtimes.sort();
+        Ok(DaemonInfo {
+            version: version.version.unwrap_or_default(),
+            api_version: version.api_version.unwrap_or_default(),
+            platform: format!(
+                "{}/{}",
+                version.os.unwrap_or_default(),
+                version.arch.unwrap_or_default()
+            ),
+            root_dir: info.docker_root_dir.unwrap_or_default(),
+            storage_driver: info.driver.unwrap_or_default(),
+            runtimes,
+        })
+    }
+
+    pub(crate) async fn managed_images(&self) -> Result<Vec<ManagedImage>> {
+        let filters = HashMap::from([("label", vec![labels::MANAGED.to_string()])]);
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let list = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|e| docker_err("list images", e))?;
+        Ok(list
+            .into_iter()
+            .map(|i| ManagedImage {
+                kind: i.labels.get(labels::KIND).cloned().unwrap_or_default(),
+                id: i.id,
+                tags: i.repo_tags,
+                size: i.size,
+                created: i.created,
+            })
+            .collect())
+    }
+}
