@@ -10,7 +10,11 @@ pub enum ImagesCommand {
     /// List the images dockhand made (built, base, snapshot).
     Ls,
     /// Remove built images no container uses (bases and snapshots stay).
-    Prune,
+    Prune {
+        /// Only list the built images it would try to remove.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub async fn run(command: ImagesCommand, host: Option<String>, json: bool) -> Result<ExitCode> {
@@ -34,7 +38,23 @@ pub async fn run(command: ImagesCommand, host: Option<String>, json: bool) -> Re
                 }
             }
         }
-        ImagesCommand::Prune => {
+        ImagesCommand::Prune { dry_run: true } => {
+            let built: Vec<String> = client
+                .managed_images()
+                .await?
+                .into_iter()
+                .filter(|i| i.kind == "image")
+                .map(|i| i.tags.first().cloned().unwrap_or(i.id))
+                .collect();
+            if json {
+                println!("{}", serde_json::json!({ "would_remove": built }));
+            } else {
+                for b in &built {
+                    println!("would remove {b} (unless a container uses it)");
+                }
+            }
+        }
+        ImagesCommand::Prune { dry_run: false } => {
             let removed = client.prune_images().await?;
             if json {
                 println!("{}", serde_json::json!({ "removed": removed }));

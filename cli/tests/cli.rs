@@ -181,6 +181,15 @@ fn images_reap_and_doctor() {
         images.iter().any(|i| i["kind"] == "base-image"),
         "{images:?}"
     );
+    // Pruning for real would make later tests build their images again.
+    let out = dockhand()
+        .args(["--json", "images", "prune", "--dry-run"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(json_of(&out)["would_remove"].is_array());
     dockhand()
         .args(["reap"])
         .assert()

@@ -107,6 +107,18 @@ impl fmt::Display for PythonError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A container asked for an OCI runtime the daemon has not registered
+    /// (gVisor's `runsc`, say). Nothing was created.
+    #[error("the Docker daemon has no `{runtime}` runtime (it has {}); {hint}", available.join(", "))]
+    RuntimeUnavailable {
+        /// The runtime asked for.
+        runtime: String,
+        /// The runtimes the daemon has.
+        available: Vec<String>,
+        /// How to register it.
+        hint: String,
+    },
+
     /// The Docker daemon did not answer.
     #[error("cannot reach the Docker daemon at {endpoint}: {reason}\nhint: {hint}")]
     DaemonUnreachable {

@@ -43,9 +43,9 @@ pub use lifecycle::State;
 pub use paths::CACHE_DIR_ENV;
 pub use progress::{Progress, Stage};
 pub use sandbox::{
-    Attempt, CacheMode, CacheStats, CapturedText, Hardening, Memory, Network, OutputCache,
-    OutputLine, Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder, Secret, StreamKind,
-    Type, Value, NO_INPUTS,
+    Attempt, CacheMode, CacheStats, CapturedText, Hardening, Isolation, Memory, Network,
+    OutputCache, OutputLine, Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder,
+    Secret, StreamKind, Type, Value, NO_INPUTS,
 };
 
 /// Label keys dockhand puts on every object it creates.

@@ -170,7 +170,14 @@ pub fn parse_memory(text: &str) -> Result<i64> {
 /// the [`Resources`](crate::sandbox::Resources) and `$mem` to the
 /// `Option<Memory>` that is resolved when the configuration is validated.
 macro_rules! resource_methods {
-    (resources: $($res:ident).+, memory: $($mem:ident).+) => {
+    (resources: $($res:ident).+, memory: $($mem:ident).+, isolation: $($iso:ident).+) => {
+        /// The kernel boundary: the host's (default) or gVisor's; see
+        /// [`Isolation`](crate::Isolation).
+        pub fn isolation(mut self, isolation: $crate::Isolation) -> Self {
+            self.$($iso).+ = isolation;
+            self
+        }
+
         /// CPU limit, fractional: `0.5` is half a CPU (default 1.0).
         pub fn cpus(mut self, cpus: f64) -> Self {
             self.$($res).+.cpus = cpus;

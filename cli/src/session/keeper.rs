@@ -74,6 +74,7 @@ pub async fn serve(
         }
     }
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("log"));
     if session.state() != dockhand::State::Closed {
         session.close().await?;
     }

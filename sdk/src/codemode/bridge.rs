@@ -48,6 +48,7 @@ const UPLOAD_DIR: &str = "/var/inputs";
 pub(crate) struct Launch<'a> {
     pub image: &'a ImageSpec,
     pub resources: Resources,
+    pub isolation: &'a crate::Isolation,
     pub bridge: BridgeConfig,
     pub start_timeout: std::time::Duration,
 }
@@ -180,6 +181,7 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
     // Always fully hardened and offline: the code is a model's.
     let hardening = Hardening::default().tmp_size("64Mi");
     confine(&mut spec, &how.resources, &hardening, &Network::None);
+    spec.runtime = how.isolation.runtime_name().map(String::from);
     let container = engine.create_container(&spec).await?;
     if upload {
         let programs = crate::archive::build_tar(

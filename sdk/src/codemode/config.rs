@@ -38,6 +38,7 @@ pub struct CodeHostConfig {
     pub(crate) image: ImageSpec,
     pub(crate) resources: Resources,
     pub(crate) memory: Option<Memory>,
+    pub(crate) isolation: crate::Isolation,
     pub(crate) exec_timeout: Duration,
     pub(crate) exec_memory: Memory,
     pub(crate) recursion_limit: u32,
@@ -57,6 +58,7 @@ impl Default for CodeHostConfig {
             image: ImageSpec::default().trust_host_certificates(),
             resources: Resources::default(),
             memory: None,
+            isolation: crate::Isolation::Default,
             exec_timeout: Duration::from_secs(30),
             exec_memory: Memory::Bytes(256 << 20),
             recursion_limit: 200,
@@ -85,7 +87,7 @@ impl CodeHostConfig {
         self
     }
 
-    crate::settings::resource_methods!(resources: resources, memory: memory);
+    crate::settings::resource_methods!(resources: resources, memory: memory, isolation: isolation);
 
     /// Wall-clock limit of one execution, tool calls included (default 30 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {

@@ -168,6 +168,7 @@ impl CodeHost {
         let how = Launch {
             image: &c.image,
             resources,
+            isolation: &c.isolation,
             bridge: c.bridge(exec_memory),
             start_timeout: c.start_timeout,
         };

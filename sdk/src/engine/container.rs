@@ -69,6 +69,8 @@ pub struct ContainerSpec {
     /// read-only root, kept after exit (so outputs can be downloaded), and
     /// removed with the container.
     pub scratch_volumes: Vec<String>,
+    /// The OCI runtime (`runsc`); `None` is the daemon's default.
+    pub runtime: Option<String>,
     /// Bind mounts.
     pub mounts: Vec<Mount>,
     /// Keep stdin open (for attached programs).
@@ -122,6 +124,9 @@ impl Engine {
     /// Creates a container and returns the guard that owns it. The guard
     /// exists before the request is sent, so a dropped call leaves nothing.
     pub async fn create_container(&self, spec: &ContainerSpec) -> Result<ContainerGuard> {
+        if let Some(runtime) = &spec.runtime {
+            self.check_runtime(runtime).await?;
+        }
         if spec.kind != super::watchdog::KIND {
             super::watchdog::ensure(self, &spec.image);
         }
@@ -174,6 +179,7 @@ impl Engine {
             // One-shots are removed explicitly, after their outputs are read.
             auto_remove: Some(spec.auto_remove),
             init: spec.init.then_some(true),
+            runtime: spec.runtime.clone(),
             ulimits: spec.max_file_bytes.map(|bytes| {
                 vec![ResourcesUlimits {
                     name: Some("fsize".into()),

@@ -42,6 +42,32 @@ pub struct ManagedImage {
 }
 
 impl Engine {
+    /// Fails at once, with how to fix it, when the daemon lacks `runtime`
+    /// (its runtimes are read once per engine).
+    pub(crate) async fn check_runtime(&self, runtime: &str) -> Result<()> {
+        let available = self
+            .runtimes
+            .get_or_try_init(|| async { Ok::<_, crate::Error>(self.daemon_info().await?.runtimes) })
+            .await?;
+        if available.iter().any(|r| r == runtime) {
+            return Ok(());
+        }
+        let hint = if runtime == "runsc" {
+            "install gVisor (`apt-get install runsc`, or gvisor.dev/docs/user_guide/install), \
+             register it in /etc/docker/daemon.json as \
+             {\"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\"]}}} \
+             and restart dockerd"
+                .to_string()
+        } else {
+            format!("register `{runtime}` under \"runtimes\" in the daemon's daemon.json and restart it")
+        };
+        Err(crate::Error::RuntimeUnavailable {
+            runtime: runtime.to_string(),
+            available: available.clone(),
+            hint,
+        })
+    }
+
     pub(crate) async fn daemon_info(&self) -> Result<DaemonInfo> {
         let (version, info) = tokio::try_join!(
             async {

@@ -41,6 +41,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct Engine {
     docker: Docker,
     endpoint: String,
+    /// The daemon's registered OCI runtimes, read on first need.
+    runtimes: std::sync::Arc<tokio::sync::OnceCell<Vec<String>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -69,7 +71,11 @@ impl Engine {
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Err(_) => return Err(unreachable(format!("no answer within {PING_TIMEOUT:?}"))),
         }
-        Ok(Engine { docker, endpoint })
+        Ok(Engine {
+            docker,
+            endpoint,
+            runtimes: Default::default(),
+        })
     }
 
     fn client_for(endpoint: &str) -> std::result::Result<Docker, bollard::errors::Error> {

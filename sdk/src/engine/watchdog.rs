@@ -116,6 +116,7 @@ fn watch(engine: Engine, image: String, socket: String, failures: u32) {
         let engine = Engine {
             docker,
             endpoint: engine.endpoint,
+            runtimes: engine.runtimes,
         };
         let spec = spec(image, socket);
         let container = match engine.create_container(&spec).await {

@@ -54,8 +54,8 @@ pub(crate) use run::container_spec;
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
 pub(crate) use runtime::confine;
 pub use runtime::{
-    CacheMode, Hardening, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY, DEFAULT_PIDS,
-    UNPRIVILEGED_USER,
+    CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
+    DEFAULT_PIDS, UNPRIVILEGED_USER,
 };
 pub(crate) use secret::redact;
 pub use secret::{Secret, SecretMount};

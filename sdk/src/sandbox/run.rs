@@ -529,6 +529,7 @@ pub(crate) fn container_spec(sandbox: &Sandbox, image: &str, cmd: Vec<String>) -
         ..Default::default()
     };
     confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
+    spec.runtime = rt.isolation.runtime_name().map(String::from);
     // No single file can outgrow what would be refused at collection
     // anyway, so a runaway writer stops inside instead of filling the disk.
     spec.max_file_bytes = Some(i64::try_from(rt.outputs_limit).unwrap_or(i64::MAX));

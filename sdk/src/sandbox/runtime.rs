@@ -84,6 +84,42 @@ pub(crate) fn confine(
     .into();
 }
 
+/// Which kernel boundary a container runs behind.
+///
+/// Containers share the host's kernel by default (`runc`). gVisor (`runsc`)
+/// puts a user-space kernel between the code and the host's: one more wall
+/// for untrusted code, at some cost in start time and system calls. The
+/// daemon must have the runtime registered; a request for one it lacks
+/// fails at once with [`Error::RuntimeUnavailable`](crate::Error::RuntimeUnavailable).
+///
+/// ```
+/// use dockhand::{Isolation, Sandbox};
+/// let sb = Sandbox::code("job", "print(1)").isolation(Isolation::Gvisor).build().unwrap();
+/// assert_eq!(sb.runtime().isolation.runtime_name(), Some("runsc"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// The daemon's default runtime (runc): the host's kernel.
+    #[default]
+    Default,
+    /// gVisor's `runsc`: a user-space kernel in front of the host's.
+    Gvisor,
+    /// Any runtime the daemon has registered, by name.
+    Runtime(String),
+}
+
+impl Isolation {
+    /// The OCI runtime name to ask the daemon for (`None`: its default).
+    pub fn runtime_name(&self) -> Option<&str> {
+        match self {
+            Isolation::Default => None,
+            Isolation::Gvisor => Some("runsc"),
+            Isolation::Runtime(name) => Some(name),
+        }
+    }
+}
+
 /// Which network a sandbox may use.
 ///
 /// None by default: untrusted code gets no network at all. This is the knob an
@@ -304,6 +340,9 @@ pub struct Runtime {
     /// Bytes `/var/outputs` may hold when it is collected.
     #[serde(default = "default_outputs_limit")]
     pub outputs_limit: u64,
+    /// The kernel boundary (runc by default, or gVisor).
+    #[serde(default)]
+    pub isolation: Isolation,
 }
 
 /// 1 GiB: what `/var/outputs` may hold unless a sandbox says otherwise.
@@ -332,6 +371,7 @@ impl Default for Runtime {
             cache_with_network: false,
             outputs_limit: DEFAULT_OUTPUTS_LIMIT,
             accepted_exit_codes: default_accepted_exit_codes(),
+            isolation: Isolation::Default,
         }
     }
 }

@@ -231,7 +231,7 @@ impl SandboxBuilder {
         self
     }
 
-    crate::settings::resource_methods!(resources: runtime.resources, memory: memory);
+    crate::settings::resource_methods!(resources: runtime.resources, memory: memory, isolation: runtime.isolation);
 
     /// Wall-clock limit per attempt, from start to exit; on expiry the container
     /// is killed and the run fails with [`Error::Timeout`].

@@ -63,6 +63,7 @@ pub struct SessionConfig {
     pub(crate) env: Vec<(String, EnvValue)>,
     pub(crate) resources: Resources,
     pub(crate) memory: Option<Memory>,
+    pub(crate) isolation: crate::Isolation,
     pub(crate) secrets: Vec<Secret>,
     pub(crate) network: Network,
     pub(crate) hardening: Hardening,
@@ -103,6 +104,7 @@ impl Default for SessionConfig {
             env: Vec::new(),
             resources: Resources::default(),
             memory: None,
+            isolation: crate::Isolation::Default,
             secrets: Vec::new(),
             network: Network::None,
             // Agents install and change things; a snapshot must capture the
@@ -181,7 +183,7 @@ impl SessionConfig {
         self
     }
 
-    crate::settings::resource_methods!(resources: resources, memory: memory);
+    crate::settings::resource_methods!(resources: resources, memory: memory, isolation: isolation);
 
     /// Adds a secret: an env var, or the file `/run/secrets/<name>` with
     /// [`Secret::as_file`]. Its value is read when the session starts and is

@@ -54,6 +54,10 @@ pub fn key(sandbox: &Sandbox, image_id: &str, inputs: &[(Param, Value)]) -> Resu
             .unwrap_or_default()
             .as_bytes(),
     );
+    // Only a non-default isolation enters the key, so existing entries stay valid.
+    if let Some(runtime) = sandbox.runtime.isolation.runtime_name() {
+        field("isolation", runtime.as_bytes());
+    }
     let secret_names: Vec<(&str, crate::sandbox::SecretMount)> = sandbox
         .runtime
         .secrets
@@ -167,6 +171,13 @@ mod tests {
         assert_ne!(base, key(&sb("y = x + 1"), "sha256:a", &inp(1)).unwrap());
         assert_ne!(base, key(&sb("y = x"), "sha256:b", &inp(1)).unwrap());
         assert_ne!(base, key(&sb("y = x"), "sha256:a", &inp(2)).unwrap());
+        let gvisor = Sandbox::code("c", "y = x")
+            .input("x", Type::Int)
+            .output("y", Type::Int)
+            .isolation(crate::Isolation::Gvisor)
+            .build()
+            .unwrap();
+        assert_ne!(base, key(&gvisor, "sha256:a", &inp(1)).unwrap());
     }
 
     #[test]

@@ -82,6 +82,7 @@ impl Session {
         };
         let h = &c.hardening;
         confine(&mut spec, &resources, h, &c.network);
+        spec.runtime = c.isolation.runtime_name().map(String::from);
         if !h.read_only_root {
             // A writable root keeps /tmp in the filesystem, so snapshots hold it.
             spec.tmpfs.clear();
