@@ -58,6 +58,9 @@ pub struct RunArgs {
     /// Give the sandbox network access (off by default).
     #[arg(long)]
     network: bool,
+    /// The kernel boundary: `gvisor`, or any runtime the daemon has registered (default runc).
+    #[arg(long, value_name = "gvisor|NAME")]
+    runtime: Option<String>,
     /// An environment variable.
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     env: Vec<String>,
@@ -140,6 +143,9 @@ fn sandbox(args: &RunArgs) -> Result<(Sandbox, Vec<(String, Value)>)> {
     }
     if args.network {
         builder = builder.network(Network::Bridge);
+    }
+    if let Some(runtime) = &args.runtime {
+        builder = builder.isolation(crate::spec::parse_isolation(runtime));
     }
     for arg in &args.env {
         let (k, v) = spec::parse_env(arg)?;

@@ -85,6 +85,16 @@ pub fn parse_output(arg: &str) -> Result<(String, Type)> {
     }
 }
 
+/// `gvisor` (or `runsc`) is gVisor; `runc`/`default` the daemon's default;
+/// anything else a runtime registered under that name.
+pub fn parse_isolation(name: &str) -> dockhand::Isolation {
+    match name {
+        "gvisor" | "runsc" => dockhand::Isolation::Gvisor,
+        "runc" | "default" => dockhand::Isolation::Default,
+        other => dockhand::Isolation::Runtime(other.to_string()),
+    }
+}
+
 /// `K=V`.
 pub fn parse_env(arg: &str) -> Result<(String, String)> {
     let (k, v) = arg

@@ -82,6 +82,9 @@ pub struct StartArgs {
     /// CPUs.
     #[arg(long)]
     cpus: Option<f64>,
+    /// The kernel boundary: `gvisor`, or any runtime the daemon has registered.
+    #[arg(long)]
+    runtime: Option<String>,
     /// Close the session after this many seconds without a command.
     #[arg(long, default_value_t = 3600)]
     idle_timeout: u64,
@@ -102,6 +105,9 @@ impl StartArgs {
         if let Some(cpus) = self.cpus {
             config = config.cpus(cpus);
         }
+        if let Some(runtime) = &self.runtime {
+            config = config.isolation(crate::spec::parse_isolation(runtime));
+        }
         config
     }
 
@@ -121,6 +127,9 @@ impl StartArgs {
         }
         if let Some(c) = self.cpus {
             args.extend(["--cpus".into(), c.to_string()]);
+        }
+        if let Some(r) = &self.runtime {
+            args.extend(["--runtime".into(), r.clone()]);
         }
         args.extend(["--idle-timeout".into(), self.idle_timeout.to_string()]);
         args

@@ -120,12 +120,23 @@ pub enum LogChunk {
     Stderr(bytes::Bytes),
 }
 
+/// The least pids limit gVisor starts with (its sentry and gofer threads).
+const GVISOR_MIN_PIDS: i64 = 128;
+
 impl Engine {
     /// Creates a container and returns the guard that owns it. The guard
     /// exists before the request is sent, so a dropped call leaves nothing.
     pub async fn create_container(&self, spec: &ContainerSpec) -> Result<ContainerGuard> {
         if let Some(runtime) = &spec.runtime {
-            self.check_runtime(runtime).await?;
+            // gVisor's own host threads count toward the pids limit: below
+            // this, `runsc start` fails or hangs instead of running the code.
+            if runtime == "runsc" && spec.pids_limit.is_some_and(|p| p < GVISOR_MIN_PIDS) {
+                return Err(crate::Error::spec(
+                    "isolation",
+                    format!("under gVisor the pids limit counts gVisor's own threads too; give at least {GVISOR_MIN_PIDS}"),
+                ));
+            }
+            self.check_runtime(runtime, spec.network.is_some()).await?;
         }
         if spec.kind != super::watchdog::KIND {
             super::watchdog::ensure(self, &spec.image);

@@ -23,6 +23,8 @@ pub struct DaemonInfo {
     pub storage_driver: String,
     /// OCI runtimes it has registered (`runc`, `runsc`, ...).
     pub runtimes: Vec<String>,
+    /// Each registered runtime's extra arguments (`runsc`: `--network=none`).
+    pub runtime_args: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// An image the SDK made (a built image, a base, a snapshot).
@@ -44,14 +46,28 @@ pub struct ManagedImage {
 impl Engine {
     /// Fails at once, with how to fix it, when the daemon lacks `runtime`
     /// (its runtimes are read once per engine).
-    pub(crate) async fn check_runtime(&self, runtime: &str) -> Result<()> {
-        let available = self
+    pub(crate) async fn check_runtime(&self, runtime: &str, networked: bool) -> Result<()> {
+        let registered = self
             .runtimes
-            .get_or_try_init(|| async { Ok::<_, crate::Error>(self.daemon_info().await?.runtimes) })
+            .get_or_try_init(|| async {
+                Ok::<_, crate::Error>(self.daemon_info().await?.runtime_args)
+            })
             .await?;
-        if available.iter().any(|r| r == runtime) {
+        if let Some(args) = registered.get(runtime) {
+            // gVisor registered offline gives a networked run no network at all: say so.
+            if networked && args.iter().any(|a| a == "--network=none") {
+                return Err(crate::Error::spec(
+                    "isolation",
+                    format!(
+                        "the daemon registers `{runtime}` with --network=none, so a run under it \
+                         has no network; use network off, or register a second runtime without \
+                         that flag (gVisor's own network stack then needs a host that allows it)"
+                    ),
+                ));
+            }
             return Ok(());
         }
+        let available: Vec<String> = registered.keys().cloned().collect();
         let hint = if runtime == "runsc" {
             "install gVisor (`apt-get install runsc`, or gvisor.dev/docs/user_guide/install), \
              register it in /etc/docker/daemon.json as \
@@ -63,7 +79,7 @@ impl Engine {
         };
         Err(crate::Error::RuntimeUnavailable {
             runtime: runtime.to_string(),
-            available: available.clone(),
+            available,
             hint,
         })
     }
@@ -78,8 +94,12 @@ impl Engine {
             },
             async { self.docker.info().await.map_err(|e| docker_err("info", e)) },
         )?;
-        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
-        runtimes.sort();
+        let registered = info.runtimes.unwrap_or_default();
+        let runtime_args: std::collections::BTreeMap<String, Vec<String>> = registered
+            .iter()
+            .map(|(name, r)| (name.clone(), r.runtime_args.clone().unwrap_or_default()))
+            .collect();
+        let runtimes: Vec<String> = runtime_args.keys().cloned().collect();
         Ok(DaemonInfo {
             version: version.version.unwrap_or_default(),
             api_version: version.api_version.unwrap_or_default(),
@@ -91,6 +111,7 @@ impl Engine {
             root_dir: info.docker_root_dir.unwrap_or_default(),
             storage_driver: info.driver.unwrap_or_default(),
             runtimes,
+            runtime_args,
         })
     }
 

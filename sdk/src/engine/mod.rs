@@ -42,7 +42,8 @@ pub struct Engine {
     docker: Docker,
     endpoint: String,
     /// The daemon's registered OCI runtimes, read on first need.
-    runtimes: std::sync::Arc<tokio::sync::OnceCell<Vec<String>>>,
+    runtimes:
+        std::sync::Arc<tokio::sync::OnceCell<std::collections::BTreeMap<String, Vec<String>>>>,
 }
 
 impl std::fmt::Debug for Engine {

@@ -1,0 +1,144 @@
+//! A second dockerd of the test's own, beside the main one: its own data
+//! root, exec root, pid file, socket and bridge (never `--bridge=none`, which
+//! would delete the host's docker0), stopped and removed on drop whatever
+//! happened.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BRIDGE: &str = "dh-test0";
+const BRIDGE_ADDR: &str = "172.31.250.1/24";
+
+pub struct SecondDaemon {
+    dir: PathBuf,
+    child: std::process::Child,
+    /// `unix:///...` for `Client::builder().endpoint(..)`.
+    pub endpoint: String,
+}
+
+fn run(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl SecondDaemon {
+    /// Starts one with `daemon_json` as its config and `image` loaded into it.
+    pub fn start(daemon_json: &str, image: &str) -> SecondDaemon {
+        // A short path: a unix socket's path has a 108-byte limit.
+        let dir = PathBuf::from(format!("/tmp/dh2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("second daemon dir");
+        if !run("ip", &["link", "show", BRIDGE]) {
+            assert!(
+                run("ip", &["link", "add", BRIDGE, "type", "bridge"]),
+                "creating {BRIDGE}"
+            );
+            run("ip", &["addr", "add", BRIDGE_ADDR, "dev", BRIDGE]);
+        }
+        run("ip", &["link", "set", BRIDGE, "up"]);
+        std::fs::write(dir.join("daemon.json"), daemon_json).expect("daemon.json");
+        let socket = dir.join("sock");
+        let log = std::fs::File::create(dir.join("log")).expect("log");
+        let p = |name: &str| dir.join(name).display().to_string();
+        let child = Command::new("dockerd")
+            .args(["--config-file", &p("daemon.json")])
+            .args(["--data-root", &p("data"), "--exec-root", &p("exec")])
+            .args([
+                "--pidfile",
+                &p("pid"),
+                "-H",
+                &format!("unix://{}", socket.display()),
+            ])
+            .args([
+                "--iptables=false",
+                "--ip6tables=false",
+                &format!("--bridge={BRIDGE}"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting a second dockerd");
+        let daemon = SecondDaemon {
+            child,
+            endpoint: format!("unix://{}", socket.display()),
+            dir,
+        };
+        let started = Instant::now();
+        while !daemon.docker(&["info"]) {
+            if started.elapsed() > Duration::from_secs(60) {
+                let log = std::fs::read_to_string(daemon.dir.join("log")).unwrap_or_default();
+                panic!("the second dockerd did not answer: {log}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        daemon.load(image);
+        daemon
+    }
+
+    /// Copies `image` from the main daemon into this one (it has no registry either).
+    pub fn load(&self, image: &str) {
+        let loaded = Command::new("sh")
+            .args([
+                "-c",
+                &format!("docker save {image} | docker -H {} load", self.endpoint),
+            ])
+            .output()
+            .expect("docker save | load");
+        assert!(
+            loaded.status.success(),
+            "{}",
+            String::from_utf8_lossy(&loaded.stderr)
+        );
+    }
+
+    fn docker(&self, args: &[&str]) -> bool {
+        let mut all = vec!["-H", &self.endpoint];
+        all.extend_from_slice(args);
+        run("docker", &all)
+    }
+
+    /// How many containers of the second daemon carry `label`.
+    pub fn containers_with_label(&self, label: &str) -> usize {
+        let out = Command::new("docker")
+            .args([
+                "-H",
+                &self.endpoint,
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label={label}"),
+            ])
+            .output()
+            .expect("docker CLI");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+}
+
+impl Drop for SecondDaemon {
+    fn drop(&mut self) {
+        run("kill", &["-TERM", &self.child.id().to_string()]);
+        let started = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None))
+            && started.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Drop what it left mounted, then its directories.
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let prefix = self.dir.display().to_string();
+        for mount in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+            if mount.starts_with(&prefix) {
+                run("umount", &["-l", mount]);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

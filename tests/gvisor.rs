@@ -1,0 +1,204 @@
+//! Everything under gVisor, on a second dockerd of the test's own with
+//! `runsc` registered (the main daemon is left as it is). Needs `runsc`
+//! (`apt-get install runsc`). Not part of `cargo test` yet: with Debian's
+//! runsc (2022-12) on this kind of machine, `runsc start` now and then hangs,
+//! which would wedge CI. Run it with `cargo test --test gvisor -- --ignored`.
+
+mod common;
+#[path = "common/second_daemon.rs"]
+mod second_daemon;
+
+use std::time::Duration;
+
+use dockhand::codemode::{CodeHostConfig, Toolset};
+use dockhand::pool::PoolConfig;
+use dockhand::session::{Edit, SessionApi, SessionConfig};
+use dockhand::{CacheMode, Client, Error, ImageSpec, Isolation, Network, Sandbox, Type, Value};
+use second_daemon::SecondDaemon;
+
+const RUNSC: &str =
+    r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}"#;
+
+fn gvisor(name: &str, code: &str) -> dockhand::SandboxBuilder {
+    Sandbox::code(name, code)
+        .isolation(Isolation::Gvisor)
+        .cache(CacheMode::Disable)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runsc start hangs now and then on this machine; run by hand"]
+async fn everything_runs_under_gvisor_or_fails_clearly() {
+    assert!(
+        std::path::Path::new("/usr/bin/runsc").exists(),
+        "runsc is not installed: `apt-get install runsc` (.ci/run does)"
+    );
+    let main = common::client().await;
+    let base = main.resolve_image(&ImageSpec::default()).await.unwrap();
+    let daemon = SecondDaemon::start(RUNSC, &base.reference);
+    // The code host's image has Monty pip-installed: made here, where PyPI answers.
+    let made = main.code_host(CodeHostConfig::new());
+    made.start().await.unwrap();
+    daemon.load(&made.describe().image.unwrap());
+    made.close().await.unwrap();
+    let client = Client::builder()
+        .endpoint(&daemon.endpoint)
+        .cache_dir(std::env::temp_dir().join(format!("dh-gvisor-cache-{}", std::process::id())))
+        .connect()
+        .await
+        .unwrap();
+    assert!(client
+        .daemon_info()
+        .await
+        .unwrap()
+        .runtimes
+        .contains(&"runsc".to_string()));
+
+    // Auto-IO: the code sees gVisor's kernel; typed inputs and outputs work.
+    let auto = gvisor(
+        "g-auto",
+        "import os\nrelease = os.uname().release\ny = x * 2",
+    )
+    .input("x", Type::Int)
+    .output("y", Type::Int)
+    .output("release", Type::Str)
+    .build()
+    .unwrap();
+    let out = client.run(&auto, [("x", 21)]).await.unwrap();
+    assert_eq!(out.get::<i64>("y").unwrap(), 42);
+    assert_eq!(
+        out.get::<String>("release").unwrap(),
+        "4.4.0",
+        "gVisor's kernel"
+    );
+
+    // Verbatim with File and Dir inputs and outputs.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "abc").unwrap();
+    let verbatim = gvisor(
+        "g-verbatim",
+        "import os, shutil\ntext = open('/var/inputs/f').read()\nopen('/var/outputs/up', 'w').write(text.upper())\nshutil.copytree('/var/inputs/d', '/var/outputs/tree')",
+    )
+    .verbatim()
+    .input("f", Type::File)
+    .input("d", Type::Dir)
+    .output("up", Type::File)
+    .output("tree", Type::Dir)
+    .build()
+    .unwrap();
+    let file = dir.path().join("a.txt");
+    let out = client
+        .run(
+            &verbatim,
+            [("f", Value::file(&file)), ("d", Value::dir(dir.path()))],
+        )
+        .await
+        .unwrap();
+    let up: std::path::PathBuf = out.get("up").unwrap();
+    assert_eq!(std::fs::read_to_string(up).unwrap(), "ABC");
+    let tree: std::path::PathBuf = out.get("tree").unwrap();
+    assert_eq!(std::fs::read_to_string(tree.join("a.txt")).unwrap(), "abc");
+
+    // Command mode with an argument from an input.
+    let command = Sandbox::command("g-command", "sh")
+        .args(["-c", "echo hello $0", "{{who}}"])
+        .input("who", Type::Str)
+        .isolation(Isolation::Gvisor)
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let out = client.run(&command, [("who", "gvisor")]).await.unwrap();
+    assert_eq!(out.stdout.text, "hello gvisor\n");
+
+    // Limits hold: time, memory, processes; a signal death is reported as such.
+    let slow = gvisor("g-slow", "import time\ntime.sleep(30)")
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    assert!(matches!(
+        client.run(&slow, dockhand::NO_INPUTS).await,
+        Err(Error::Timeout { .. })
+    ));
+    let hungry = gvisor("g-hungry", "x = bytearray(300 * 1024 * 1024)")
+        .memory("64Mi")
+        .build()
+        .unwrap();
+    assert!(matches!(
+        client.run(&hungry, dockhand::NO_INPUTS).await,
+        Err(Error::OutOfMemory { .. })
+    ));
+    // gVisor's own threads count toward the pids limit: a low one is refused, not hung.
+    let few = gvisor("g-few", "print(1)").pids(32).build().unwrap();
+    match client.run(&few, dockhand::NO_INPUTS).await {
+        Err(e @ Error::InvalidSpec { .. }) => assert!(e.to_string().contains("gVisor"), "{e}"),
+        other => panic!("expected a clear refusal, got {other:?}"),
+    }
+    let killed = gvisor("g-killed", "import os\nos.kill(os.getpid(), 9)")
+        .build()
+        .unwrap();
+    assert!(matches!(
+        client.run(&killed, dockhand::NO_INPUTS).await,
+        Err(Error::Killed { signal: 9, .. })
+    ));
+
+    // Network: off works; on fails clearly, since runsc is registered offline here.
+    let online = gvisor("g-online", "print(1)")
+        .network(Network::Bridge)
+        .build()
+        .unwrap();
+    match client.run(&online, dockhand::NO_INPUTS).await {
+        Err(e @ Error::InvalidSpec { .. }) => {
+            assert!(e.to_string().contains("--network=none"), "{e}")
+        }
+        other => panic!("expected a clear refusal, got {other:?}"),
+    }
+
+    // A pool under gVisor.
+    let pool = client.pool(&auto, PoolConfig::new(1)).await.unwrap();
+    assert!(
+        pool.wait_ready(Duration::from_secs(60)).await,
+        "{:?}",
+        pool.stats()
+    );
+    let out = pool.run([("x", 4)]).await.unwrap();
+    assert_eq!(out.get::<i64>("y").unwrap(), 8);
+    pool.shutdown().await;
+
+    // A session: exec, files, edits, snapshot.
+    let session = client.session(SessionConfig::new().isolation(Isolation::Gvisor));
+    session.start().await.unwrap();
+    assert_eq!(session.exec("uname -r").await.unwrap().stdout, "4.4.0\n");
+    session.write_file("a.py", b"print(1)\n").await.unwrap();
+    session
+        .edit_file("a.py", &[Edit::replace("print(1)", "print(2)")])
+        .await
+        .unwrap();
+    assert_eq!(session.exec("python3 a.py").await.unwrap().stdout, "2\n");
+    let snapshot = session.snapshot().await.unwrap();
+    session.close().await.unwrap();
+    client.remove_snapshot(&snapshot).await.unwrap();
+
+    // Code mode.
+    let host = client.code_host(CodeHostConfig::new().isolation(Isolation::Gvisor));
+    host.start().await.unwrap();
+    let run = host
+        .execute("x * 3", serde_json::json!({"x": 14}), &Toolset::new())
+        .await
+        .unwrap();
+    assert_eq!(run.value, serde_json::json!(42));
+    host.close().await.unwrap();
+
+    // Nothing of the SDK's is left on the second daemon but its own watchdog.
+    for _ in 0..50 {
+        let left = daemon.containers_with_label("dev.dockhand.managed")
+            - daemon.containers_with_label("dev.dockhand.kind=watchdog");
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        daemon.containers_with_label("dev.dockhand.managed")
+            - daemon.containers_with_label("dev.dockhand.kind=watchdog"),
+        0
+    );
+}
