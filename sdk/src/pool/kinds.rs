@@ -1,7 +1,6 @@
 //! Pools of started sessions and started code hosts: `start()` becomes a handover.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::FutureExt;
 
@@ -158,20 +157,7 @@ impl SessionPool {
         Ok(session)
     }
 
-    /// Ready, starting, handed over, misses, fill failures.
-    pub fn stats(&self) -> PoolStats {
-        self.warm.stats()
-    }
-
-    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        self.warm.wait_ready(usize::MAX, timeout).await
-    }
-
-    /// Stops refilling and removes every session the pool holds.
-    pub async fn shutdown(&self) {
-        self.warm.shutdown().await;
-    }
+    super::pool_methods!("session");
 }
 
 impl CodeHostPool {
@@ -185,18 +171,5 @@ impl CodeHostPool {
         Ok(host)
     }
 
-    /// Ready, starting, handed over, misses, fill failures.
-    pub fn stats(&self) -> PoolStats {
-        self.warm.stats()
-    }
-
-    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        self.warm.wait_ready(usize::MAX, timeout).await
-    }
-
-    /// Stops refilling and removes every code host the pool holds.
-    pub async fn shutdown(&self) {
-        self.warm.shutdown().await;
-    }
+    super::pool_methods!("code host");
 }

@@ -39,6 +39,28 @@
 //! hosts from a pool are started with the pool's configuration, setup steps
 //! and lazy env values included, when the pool fills.
 
+/// `stats`, `wait_ready` and `shutdown`, alike on every pool type (each
+/// holds its items in a `warm` field).
+macro_rules! pool_methods {
+    ($what:literal) => {
+        /// Ready, starting, handed over, misses, fill failures.
+        pub fn stats(&self) -> PoolStats {
+            self.warm.stats()
+        }
+
+        /// Waits until the pool is full (or `timeout` passes); `true` if it is.
+        pub async fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+            self.warm.wait_ready(usize::MAX, timeout).await
+        }
+
+        #[doc = concat!("Stops refilling and removes every ", $what, " the pool holds, waiting for those being made.")]
+        pub async fn shutdown(&self) {
+            self.warm.shutdown().await;
+        }
+    };
+}
+use pool_methods;
+
 mod kinds;
 mod sandbox;
 mod warm;

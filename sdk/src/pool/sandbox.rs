@@ -155,19 +155,5 @@ impl SandboxPool {
         &self.sandbox
     }
 
-    /// Ready, starting, handed over, misses, fill failures.
-    pub fn stats(&self) -> PoolStats {
-        self.warm.stats()
-    }
-
-    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        self.warm.wait_ready(usize::MAX, timeout).await
-    }
-
-    /// Stops refilling and removes every container the pool holds, waiting
-    /// for those being made. Runs after this start cold.
-    pub async fn shutdown(&self) {
-        self.warm.shutdown().await;
-    }
+    super::pool_methods!("container");
 }
