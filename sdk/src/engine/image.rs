@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateImageOptionsBuilder,
-    ListImagesOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
+    RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures::{Stream, StreamExt};
 
@@ -155,24 +155,15 @@ impl Engine {
         Ok(created.id)
     }
 
-    /// Lists images carrying the SDK's labels and the given `kind`: `(id, tags)`.
+    /// Images carrying the SDK's labels and the given `kind`: `(id, tags)`.
     pub async fn list_managed_images(&self, kind: &str) -> Result<Vec<(String, Vec<String>)>> {
-        let filters = HashMap::from([(
-            "label",
-            vec![
-                labels::MANAGED.to_string(),
-                format!("{}={kind}", labels::KIND),
-            ],
-        )]);
-        let options = ListImagesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let list = self
-            .docker
-            .list_images(Some(options))
-            .await
-            .map_err(|e| docker_err("list images", e))?;
-        Ok(list.into_iter().map(|i| (i.id, i.repo_tags)).collect())
+        Ok(self
+            .managed_images()
+            .await?
+            .into_iter()
+            .filter(|i| i.kind == kind)
+            .map(|i| (i.id, i.tags))
+            .collect())
     }
 
     /// Removes an image unless a container uses it (`false` then); a

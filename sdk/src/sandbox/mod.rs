@@ -31,6 +31,7 @@
 mod cache;
 mod capture;
 mod inputs;
+mod launch;
 mod outputs;
 pub(crate) mod preamble;
 mod quick;
@@ -47,10 +48,10 @@ pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub(crate) use inputs::{secrets_archive, writable_root};
+pub(crate) use launch::container_spec;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;
-pub(crate) use run::container_spec;
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
 pub(crate) use runtime::confine;
 pub use runtime::{

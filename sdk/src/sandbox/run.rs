@@ -10,16 +10,17 @@ use futures::StreamExt;
 use super::cache;
 use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
 use super::inputs;
+use super::launch::{cold_spec, hand_over};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::runtime::{confine, CacheMode, Network};
+use super::runtime::{CacheMode, Network};
 use super::secret::{redact, SecretMount};
 use super::spec::Sandbox;
 use super::value::Value;
 use super::verdict::{verdict, Ended};
 use crate::client::Client;
 use crate::engine::ContainerGuard;
-use crate::engine::{ContainerSpec, LogChunk};
+use crate::engine::LogChunk;
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
 use crate::pool::WarmPool;
@@ -97,14 +98,14 @@ impl RunOutput {
 }
 
 /// Everything an attempt needs, prepared once per call.
-struct Prepared {
-    image: ResolvedImage,
-    cmd: Vec<String>,
-    inputs_tar: Bytes,
-    secrets: Vec<(String, String)>,
-    secrets_tar: Option<Bytes>,
+pub(super) struct Prepared {
+    pub(super) image: ResolvedImage,
+    pub(super) cmd: Vec<String>,
+    pub(super) inputs_tar: Bytes,
+    pub(super) secrets: Vec<(String, String)>,
+    pub(super) secrets_tar: Option<Bytes>,
     /// Images not built by dockhand may lack a writable /var/outputs.
-    needs_outputs_dir: bool,
+    pub(super) needs_outputs_dir: bool,
 }
 
 impl Client {
@@ -490,79 +491,6 @@ impl Client {
             attempts: Vec::new(),
         })
     }
-}
-
-/// The container of a cold attempt: the command itself, the attempt number
-/// and secrets in its environment.
-fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> ContainerSpec {
-    let rt = &sandbox.runtime;
-    let mut spec = container_spec(sandbox, &prepared.image.reference, prepared.cmd.clone());
-    spec.env.push(format!("DOCKHAND_ATTEMPT={number}"));
-    for (s, (name, value)) in rt.secrets.iter().zip(&prepared.secrets) {
-        if s.mount == SecretMount::Env {
-            spec.env.push(format!("{name}={value}"));
-        }
-    }
-    if prepared.secrets_tar.is_some() {
-        spec.scratch_volumes.push(SECRETS_DIR.to_string());
-    }
-    spec
-}
-
-/// What every container of `sandbox` is made with, cold or warm.
-pub(crate) fn container_spec(sandbox: &Sandbox, image: &str, cmd: Vec<String>) -> ContainerSpec {
-    let rt = &sandbox.runtime;
-    let mut env = vec!["HOME=/tmp".to_string(), "PYTHONUNBUFFERED=1".to_string()];
-    env.extend(rt.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let mut spec = ContainerSpec {
-        image: image.to_string(),
-        cmd,
-        entrypoint: Some(Vec::new()),
-        env,
-        working_dir: Some("/tmp".into()),
-        kind: "sandbox",
-        extra_labels: [("dev.dockhand.sandbox".to_string(), sandbox.name.clone())].into(),
-        scratch_volumes: vec![INPUTS_DIR.to_string(), OUTPUTS_DIR.to_string()],
-        init: true,
-        // Output is read raw through attach; a log would only cost disk.
-        no_log: true,
-        ..Default::default()
-    };
-    confine(&mut spec, &rt.resources, &rt.hardening, &rt.network);
-    spec.runtime = rt.isolation.runtime_name().map(String::from);
-    // No single file can outgrow what would be refused at collection
-    // anyway, so a runaway writer stops inside instead of filling the disk.
-    spec.max_file_bytes = Some(i64::try_from(rt.outputs_limit).unwrap_or(i64::MAX));
-    spec
-}
-
-type OutputStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<LogChunk>> + Send>>;
-type Stdin = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
-
-/// Gives a warm container its job: the inputs (with the command to run),
-/// then the attempt number on its stdin, which starts it. The stdin is kept
-/// open until the run ends (the program itself reads an empty one).
-async fn hand_over(
-    engine: &crate::engine::Engine,
-    container: &ContainerGuard,
-    prepared: &Prepared,
-    number: u32,
-) -> Result<(OutputStream, Stdin)> {
-    use tokio::io::AsyncWriteExt;
-    let id = container.id();
-    let upload = engine.upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone());
-    let ((), attached) = tokio::try_join!(upload, engine.attach(id))?;
-    let mut stdin = attached.input;
-    let go = async {
-        stdin.write_all(format!("{number}\n").as_bytes()).await?;
-        stdin.flush().await
-    };
-    go.await.map_err(|e| Error::Docker {
-        operation: "hand a job to a warm container",
-        message: e.to_string(),
-        status: None,
-    })?;
-    Ok((attached.output, stdin))
 }
 
 /// Reads the outputs archive as it arrives, on a blocking thread: File and
