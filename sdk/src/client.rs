@@ -42,17 +42,65 @@ impl std::fmt::Debug for Client {
 /// Options for [`Client`], validated when connecting.
 #[derive(Default)]
 pub struct ClientBuilder {
-    endpoint: Option<String>,
+    daemon: crate::engine::Choice,
     progress: Option<ProgressHandler>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
 }
 
 impl ClientBuilder {
-    /// The daemon to use (`unix:///path`, `tcp://host:port`); defaults to
-    /// `DOCKER_HOST`, then the local socket.
+    /// The daemon to use: `unix:///path`, `tcp://host:port` (TLS when
+    /// [`tls`](Self::tls) is given or `DOCKER_TLS_VERIFY` is set),
+    /// `https://host:port`, or `ssh://user@host[:port]` (through the system
+    /// `ssh`, running `docker system dial-stdio` there, as the docker CLI does).
+    ///
+    /// Without it the daemon is chosen as the docker CLI chooses:
+    /// [`context`](Self::context), then `DOCKER_HOST`, then `DOCKER_CONTEXT`,
+    /// then the current context of `~/.docker/config.json` (or
+    /// `$DOCKER_CONFIG`), then the local socket.
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.endpoint = Some(endpoint.into());
+        self.daemon.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// Uses a Docker context by name (`docker context ls`): its endpoint and
+    /// TLS material, read from the docker CLI's context store.
+    pub fn context(mut self, name: impl Into<String>) -> Self {
+        self.daemon.context = Some(name.into());
+        self
+    }
+
+    /// TLS material for a `tcp://` daemon, instead of `DOCKER_CERT_PATH` or a
+    /// context's. The daemon's certificate is always verified.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// let client = dockhand::Client::builder()
+    ///     .endpoint("tcp://build-box:2376")
+    ///     .tls(dockhand::TlsFiles::from_dir("/etc/dockhand/tls"))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls(mut self, files: crate::engine::TlsFiles) -> Self {
+        self.daemon.tls = Some(files);
+        self
+    }
+
+    /// The private key `ssh://` endpoints log in with (default: what `ssh`
+    /// itself picks from `~/.ssh`).
+    pub fn ssh_identity(mut self, key: impl Into<PathBuf>) -> Self {
+        self.daemon.ssh_identity = Some(key.into());
+        self
+    }
+
+    /// Whether the daemon sees this machine's files at the same paths. By
+    /// default only a daemon behind a local Unix socket does; host-path
+    /// mounts on any other fail with
+    /// [`Error::NeedsLocalDaemon`](crate::Error::NeedsLocalDaemon). Say `true`
+    /// for a TCP daemon on this same machine.
+    pub fn daemon_shares_filesystem(mut self, shares: bool) -> Self {
+        self.daemon.shares_filesystem = Some(shares);
         self
     }
 
@@ -79,9 +127,10 @@ impl ClientBuilder {
 
     /// Connects and pings the daemon; fails with
     /// [`Error::DaemonUnreachable`](crate::Error::DaemonUnreachable) within seconds
-    /// when nothing answers.
+    /// when nothing answers, and with [`Error::DaemonTls`](crate::Error::DaemonTls)
+    /// when the TLS material is missing or does not match the daemon's.
     pub async fn connect(self) -> Result<Client> {
-        let engine = Engine::connect(self.endpoint.as_deref()).await?;
+        let engine = Engine::connect(&self.daemon).await?;
         let cache_dir = self.cache_dir.unwrap_or_else(paths::default_cache_dir);
         let reporter = Reporter::new(self.progress);
         let images = ImageResolver::new(engine.clone(), reporter.clone());

@@ -130,6 +130,34 @@ pub enum Error {
         hint: String,
     },
 
+    /// The TLS connection to the daemon could not be set up: a certificate
+    /// file is missing or unreadable, the daemon's certificate is not signed
+    /// by the CA given, or the daemon refused the client certificate.
+    #[error("TLS to the Docker daemon at {endpoint} failed: {reason}\nhint: {hint}")]
+    DaemonTls {
+        /// The daemon's endpoint.
+        endpoint: String,
+        /// What failed.
+        reason: String,
+        /// How to fix it.
+        hint: String,
+    },
+
+    /// A feature that needs the daemon to see this machine's files (a bind
+    /// mount of a host path) was asked of a daemon on another machine.
+    /// Nothing was created.
+    #[error(
+        "{feature} needs a Docker daemon on this machine, but {endpoint} is remote\nhint: {hint}"
+    )]
+    NeedsLocalDaemon {
+        /// What was asked, e.g. `session mount /data -> /data`.
+        feature: String,
+        /// The daemon's endpoint.
+        endpoint: String,
+        /// What to do instead.
+        hint: String,
+    },
+
     /// A Docker Engine API call failed.
     #[error("docker {operation} failed: {message}")]
     Docker {

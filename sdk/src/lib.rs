@@ -36,7 +36,7 @@ pub mod testing;
 mod util;
 
 pub use client::{Client, ClientBuilder, ReapReport};
-pub use engine::{DaemonInfo, ManagedImage};
+pub use engine::{DaemonInfo, ManagedImage, TlsFiles};
 pub use error::{Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result};
 pub use image::{ImageSource, ImageSpec, ResolvedImage};
 pub use lifecycle::State;

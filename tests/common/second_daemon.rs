@@ -3,6 +3,8 @@
 //! would delete the host's docker0), stopped and removed on drop whatever
 //! happened.
 
+#![allow(dead_code)] // each test binary uses its own part of the fixture
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +31,12 @@ fn run(program: &str, args: &[&str]) -> bool {
 impl SecondDaemon {
     /// Starts one with `daemon_json` as its config and `image` loaded into it.
     pub fn start(daemon_json: &str, image: &str) -> SecondDaemon {
+        Self::start_with(daemon_json, image, &[])
+    }
+
+    /// Like [`start`](Self::start), with more dockerd arguments (a TCP
+    /// listener with TLS, say).
+    pub fn start_with(daemon_json: &str, image: &str, extra_args: &[String]) -> SecondDaemon {
         // A short path: a unix socket's path has a 108-byte limit.
         let dir = PathBuf::from(format!("/tmp/dh2-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -54,6 +62,7 @@ impl SecondDaemon {
                 "-H",
                 &format!("unix://{}", socket.display()),
             ])
+            .args(extra_args)
             .args([
                 "--iptables=false",
                 "--ip6tables=false",
@@ -97,6 +106,11 @@ impl SecondDaemon {
         );
     }
 
+    /// The folder holding the daemon's files (removed on drop).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     fn docker(&self, args: &[&str]) -> bool {
         let mut all = vec!["-H", &self.endpoint];
         all.extend_from_slice(args);
@@ -131,6 +145,9 @@ impl Drop for SecondDaemon {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Whatever the daemon left running (containerd shims, a runtime stuck
+        // in `start`) names our folder on its command line.
+        run("pkill", &["-KILL", "-f", &self.dir.display().to_string()]);
         // Drop what it left mounted, then its directories.
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
         let prefix = self.dir.display().to_string();
@@ -140,5 +157,12 @@ impl Drop for SecondDaemon {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        // Starting a daemon must never cost the main one its bridge.
+        if !run("ip", &["link", "show", "docker0"]) && !std::thread::panicking() {
+            panic!(
+                "docker0 is gone after the second daemon; bring it back with `ip link add \
+                 docker0 type bridge; ip addr add 172.17.0.1/16 dev docker0; ip link set docker0 up`"
+            );
+        }
     }
 }

@@ -10,6 +10,7 @@
 
 mod container;
 mod daemon;
+mod endpoint;
 mod guard;
 mod image;
 pub mod labels;
@@ -17,6 +18,8 @@ mod watchdog;
 
 pub use container::{ContainerSpec, ExitStatus, LogChunk, Mount};
 pub use daemon::{DaemonInfo, ManagedImage};
+pub use endpoint::TlsFiles;
+pub(crate) use endpoint::{Choice, Environment, Target};
 pub use guard::ContainerGuard;
 pub use image::{label_instruction, BuildLine};
 
@@ -25,9 +28,6 @@ use std::time::Duration;
 use bollard::Docker;
 
 use crate::error::{Error, Result};
-
-/// The default daemon endpoint when `DOCKER_HOST` is unset.
-pub const DEFAULT_ENDPOINT: &str = "unix:///var/run/docker.sock";
 
 /// How long `connect` waits for the daemon to answer a ping.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 #[derive(Clone)]
 pub struct Engine {
     docker: Docker,
-    endpoint: String,
+    target: std::sync::Arc<Target>,
     /// The daemon's registered OCI runtimes, read on first need.
     runtimes:
         std::sync::Arc<tokio::sync::OnceCell<std::collections::BTreeMap<String, Vec<String>>>>,
@@ -49,77 +49,165 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &self.target.host)
             .finish()
     }
 }
 
 impl Engine {
-    /// Connects to `endpoint` (or `DOCKER_HOST`, or the default socket) and pings it.
-    ///
-    /// `tcp://` endpoints use TLS when `DOCKER_TLS_VERIFY` is set, with the
-    /// certificates in `DOCKER_CERT_PATH`, as the docker CLI does.
-    pub async fn connect(endpoint: Option<&str>) -> Result<Self> {
-        let endpoint = choose_endpoint(endpoint, std::env::var("DOCKER_HOST").ok());
-        let unreachable = |reason: String| Error::DaemonUnreachable {
-            hint: unreachable_hint(&endpoint),
-            endpoint: endpoint.clone(),
-            reason,
-        };
-        let docker = Self::client_for(&endpoint).map_err(|e| unreachable(e.to_string()))?;
+    /// Connects to the daemon `choice` resolves to (see [`Target::resolve`])
+    /// and pings it.
+    pub(crate) async fn connect(choice: &Choice) -> Result<Self> {
+        let target = Target::resolve(choice, &Environment::current())?;
+        if let Some(tls) = &target.tls {
+            tls.check(&target.host, &target.origin)?;
+        }
+        let docker = Self::client_for(&target).map_err(|e| connect_error(&target, &e))?;
         match tokio::time::timeout(PING_TIMEOUT, docker.ping()).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
-            Err(_) => return Err(unreachable(format!("no answer within {PING_TIMEOUT:?}"))),
+            Ok(Err(e)) => return Err(connect_error(&target, &e)),
+            Err(_) => {
+                return Err(Error::DaemonUnreachable {
+                    hint: unreachable_hint(&target),
+                    endpoint: target.host.clone(),
+                    reason: format!("no answer within {PING_TIMEOUT:?}"),
+                })
+            }
         }
         Ok(Engine {
             docker,
-            endpoint,
+            target: std::sync::Arc::new(target),
             runtimes: Default::default(),
         })
     }
 
-    fn client_for(endpoint: &str) -> std::result::Result<Docker, bollard::errors::Error> {
-        // A bare path is what some tools put in DOCKER_HOST; treat it as a socket.
-        let host = if endpoint.starts_with('/') {
-            format!("unix://{endpoint}")
+    fn client_for(target: &Target) -> std::result::Result<Docker, bollard::errors::Error> {
+        let timeout = REQUEST_TIMEOUT.as_secs();
+        let version = bollard::API_DEFAULT_VERSION;
+        let host = target.host.as_str();
+        let docker = if let Some(tls) = &target.tls {
+            Docker::connect_with_ssl(host, tls.key(), tls.cert(), tls.ca(), timeout, version)?
+        } else if host.starts_with("tcp://") || host.starts_with("http://") {
+            // Not `connect_with_host`: it would switch to TLS on DOCKER_TLS_VERIFY
+            // behind our back; that choice was made in `Target::resolve`.
+            Docker::connect_with_http(host, timeout, version)?
+        } else if host.starts_with("ssh://") {
+            let identity = target
+                .ssh_identity
+                .as_ref()
+                .map(|p| p.display().to_string());
+            Docker::connect_with_ssh(host, timeout, version, identity)?
         } else {
-            endpoint.to_string()
+            Docker::connect_with_host(host)?
         };
-        Ok(Docker::connect_with_host(&host)?.with_timeout(REQUEST_TIMEOUT))
+        Ok(docker.with_timeout(REQUEST_TIMEOUT))
     }
 
     /// A second, independent client to the same daemon. Cleanup on drop uses
     /// one on a helper thread, because the original's connection pool belongs to
     /// a runtime that may be shutting down.
     fn reconnect(&self) -> std::result::Result<Docker, bollard::errors::Error> {
-        Self::client_for(&self.endpoint)
+        Self::client_for(&self.target)
     }
 
     /// The endpoint this engine talks to.
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        &self.target.host
+    }
+
+    /// Whether paths on this machine are paths on the daemon's machine (a
+    /// local socket, unless the client was told otherwise).
+    pub fn shares_filesystem(&self) -> bool {
+        self.target.shares_filesystem
+    }
+
+    /// Fails with [`Error::NeedsLocalDaemon`] when the daemon cannot see this
+    /// machine's files.
+    pub(crate) fn require_shared_filesystem(&self, feature: String, hint: &str) -> Result<()> {
+        if self.shares_filesystem() {
+            return Ok(());
+        }
+        Err(Error::NeedsLocalDaemon {
+            feature,
+            endpoint: self.target.host.clone(),
+            hint: format!(
+                "{hint}; if the daemon does run on this machine, say so with \
+                 ClientBuilder::daemon_shares_filesystem(true)"
+            ),
+        })
     }
 }
 
-/// The endpoint to use: the explicit one, else `DOCKER_HOST`, else the default socket.
-fn choose_endpoint(explicit: Option<&str>, docker_host: Option<String>) -> String {
-    explicit
-        .map(str::to_string)
-        .or(docker_host.filter(|h| !h.trim().is_empty()))
-        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string())
+/// A failed connection as a typed error: certificate problems are
+/// [`Error::DaemonTls`], everything else [`Error::DaemonUnreachable`].
+fn connect_error(target: &Target, e: &bollard::errors::Error) -> Error {
+    // The TLS cause sits deep in the chain (hyper → rustls); read all of it.
+    let mut reason = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !reason.contains(&text) {
+            reason = format!("{reason}: {text}");
+        }
+        source = inner.source();
+    }
+    let lower = reason.to_lowercase();
+    let tls_failed = target.tls.is_some()
+        && ["certificate", "handshake", "tls", "alert", "unknownissuer"]
+            .iter()
+            .any(|w| lower.contains(w));
+    if tls_failed {
+        return Error::DaemonTls {
+            endpoint: target.host.clone(),
+            reason,
+            hint: format!(
+                "the daemon's certificate must be signed by the CA in {} and name the host you \
+                 connect to, and the daemon must trust the client certificate {} (TLS files \
+                 from {})",
+                target
+                    .tls
+                    .as_ref()
+                    .map(|t| t.ca().display().to_string())
+                    .unwrap_or_default(),
+                target
+                    .tls
+                    .as_ref()
+                    .map(|t| t.cert().display().to_string())
+                    .unwrap_or_default(),
+                target.origin
+            ),
+        };
+    }
+    Error::DaemonUnreachable {
+        hint: unreachable_hint(target),
+        endpoint: target.host.clone(),
+        reason,
+    }
 }
 
-fn unreachable_hint(endpoint: &str) -> String {
-    if endpoint.starts_with("unix://") || endpoint.starts_with('/') {
+fn unreachable_hint(target: &Target) -> String {
+    let host = &target.host;
+    if host.starts_with("unix://") {
         "start the Docker daemon (`sudo systemctl start docker`, or `sudo dockerd &`), \
          check that your user may open the socket (group `docker`), \
          or point DOCKER_HOST at a running daemon"
             .to_string()
-    } else {
-        "check that the daemon listens there and is reachable; for TLS set DOCKER_TLS_VERIFY=1 \
-         and DOCKER_CERT_PATH to the folder with ca.pem, cert.pem and key.pem"
+    } else if host.starts_with("ssh://") {
+        "check that `ssh` reaches the host without a prompt (keys, known_hosts) and that \
+         `docker system dial-stdio` works there"
             .to_string()
+    } else if target.tls.is_none() {
+        format!(
+            "check that the daemon listens at {host} (chosen by {}); for TLS set \
+             DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH to the folder with ca.pem, cert.pem \
+             and key.pem",
+            target.origin
+        )
+    } else {
+        format!(
+            "check that the daemon listens at {host} (chosen by {}) with TLS",
+            target.origin
+        )
     }
 }
 
@@ -154,26 +242,12 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn endpoint_precedence() {
-        assert_eq!(choose_endpoint(None, None), DEFAULT_ENDPOINT);
-        assert_eq!(choose_endpoint(None, Some(String::new())), DEFAULT_ENDPOINT);
-        assert_eq!(
-            choose_endpoint(None, Some("tcp://h:2376".into())),
-            "tcp://h:2376"
-        );
-        assert_eq!(
-            choose_endpoint(Some("unix:///x"), Some("tcp://h:2376".into())),
-            "unix:///x"
-        );
-    }
-
     #[tokio::test]
     async fn docker_host_from_the_environment_is_used() {
         // Serialised by being the only test in the crate that touches DOCKER_HOST.
         let previous = std::env::var("DOCKER_HOST").ok();
         std::env::set_var("DOCKER_HOST", "unix:///nonexistent/from-env.sock");
-        let err = Engine::connect(None).await.unwrap_err();
+        let err = Engine::connect(&Choice::default()).await.unwrap_err();
         match previous {
             Some(v) => std::env::set_var("DOCKER_HOST", v),
             None => std::env::remove_var("DOCKER_HOST"),

@@ -115,7 +115,7 @@ fn watch(engine: Engine, image: String, socket: String, failures: u32) {
         };
         let engine = Engine {
             docker,
-            endpoint: engine.endpoint,
+            target: engine.target,
             runtimes: engine.runtimes,
         };
         let spec = spec(image, socket);

@@ -28,6 +28,14 @@ impl Session {
             ));
         }
         let client = &self.inner.client;
+        // A host path means nothing to a daemon on another machine: say so
+        // before anything is created, not as a confusing mount failure.
+        for m in &c.mounts {
+            client.engine().require_shared_filesystem(
+                format!("session mount {} -> {}", m.host_path, m.container_path),
+                "copy the files in with write_file (or a snapshot image) instead of a mount",
+            )?;
+        }
         let image = client.images().resolve(&c.image).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
         let engine = client.engine();
@@ -87,55 +95,70 @@ impl Session {
             // A writable root keeps /tmp in the filesystem, so snapshots hold it.
             spec.tmpfs.clear();
         }
-        let container = engine.create_container(&spec).await?;
-        let id = container.id().to_string();
-        engine
-            .upload_file(&id, AGENT_DIR, ".dockhand/session-agent.py", AGENT)
-            .await?;
-        if !h.read_only_root {
+        // One host-side deadline from create to the agent's first line: a
+        // runtime that wedges in `start` (seen with runsc) or a daemon that
+        // stops answering must not hang `start()`. Dropping the block drops
+        // the container's guard, which removes it.
+        let started = async {
+            let container = engine.create_container(&spec).await?;
+            let id = container.id().to_string();
             engine
-                .upload_archive(
-                    &id,
-                    "/",
-                    Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
-                )
+                .upload_file(&id, AGENT_DIR, ".dockhand/session-agent.py", AGENT)
                 .await?;
-        }
-        if !file_secrets.is_empty() {
-            let tar = secrets_archive(&file_secrets, h.owner_ids())?;
-            engine
-                .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
-                .await?;
-        }
-        let attached = engine.attach(&id).await?;
-        engine.start_container(&id).await?;
+            if !h.read_only_root {
+                engine
+                    .upload_archive(
+                        &id,
+                        "/",
+                        Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
+                    )
+                    .await?;
+            }
+            if !file_secrets.is_empty() {
+                let tar = secrets_archive(&file_secrets, h.owner_ids())?;
+                engine
+                    .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
+                    .await?;
+            }
+            let attached = engine.attach(&id).await?;
+            engine.start_container(&id).await?;
 
-        let routes: Routes = Arc::default();
-        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_replies(attached.output, routes.clone(), ready_tx));
-        let conn = Arc::new(Conn {
-            container: Mutex::new(Some(container)),
-            container_id: id,
-            writer: tokio::sync::Mutex::new(attached.input),
-            routes,
-            reader,
-            next_id: AtomicU64::new(1),
-        });
-        match tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await {
-            Ok(Some(Ok(()))) => Ok(conn),
-            Ok(Some(Err(stderr))) => Err(Error::SessionUnavailable {
-                reason: format!("the session agent exited: {}", stderr.trim()),
-            }),
-            Ok(None) => Err(Error::SessionUnavailable {
-                reason: "the session agent exited before it was ready".into(),
-            }),
+            let routes: Routes = Arc::default();
+            let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
+            let reader = tokio::spawn(read_replies(attached.output, routes.clone(), ready_tx));
+            let conn = Arc::new(Conn {
+                container: Mutex::new(Some(container)),
+                container_id: id,
+                writer: tokio::sync::Mutex::new(attached.input),
+                routes,
+                reader,
+                next_id: AtomicU64::new(1),
+            });
+            match ready_rx.recv().await {
+                Some(Ok(())) => Ok(conn),
+                Some(Err(stderr)) => Err(Error::SessionUnavailable {
+                    reason: format!("the session agent exited: {}", stderr.trim()),
+                }),
+                None => Err(Error::SessionUnavailable {
+                    reason: "the session agent exited before it was ready".into(),
+                }),
+            }
+        };
+        match tokio::time::timeout(START_LIMIT, started).await {
+            Ok(result) => result,
             Err(_) => Err(Error::SessionUnavailable {
-                reason: "the session agent did not start within 60 s (is python3 in the image?)"
-                    .into(),
+                reason: format!(
+                    "the session's container did not start within {} s \
+                     (is python3 in the image? is the daemon or its runtime wedged?)",
+                    START_LIMIT.as_secs()
+                ),
             }),
         }
     }
 }
+
+/// How long a session's container may take from create to its agent's first line.
+const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// The workspace directory as a tar to extract at `/`: parents root-owned,
 /// the workspace itself owned by the session's user.
