@@ -1,8 +1,12 @@
 //! Everything under gVisor, on a second dockerd of the test's own with
 //! `runsc` registered (the main daemon is left as it is). Needs `runsc`
-//! (`apt-get install runsc`). Not part of `cargo test` yet: with Debian's
-//! runsc (2022-12) on this kind of machine, `runsc start` now and then hangs,
-//! which would wedge CI. Run it with `cargo test --test gvisor -- --ignored`.
+//! (`apt-get install runsc`; `.ci/run` installs it). Without it the test says
+//! it was skipped, except under CI, where that is a failure.
+//!
+//! The whole test runs under one deadline: Debian's runsc (2022-12) has been
+//! seen to hang in `runsc start` here, and the SDK's own deadlines plus the
+//! fixture's teardown (which kills whatever names its folder) must turn that
+//! into a failure, never a wedged CI.
 
 mod common;
 #[path = "common/second_daemon.rs"]
@@ -25,13 +29,26 @@ fn gvisor(name: &str, code: &str) -> dockhand::SandboxBuilder {
         .cache(CacheMode::Disable)
 }
 
+/// The most the whole test may take (about 75 s here).
+const TEST_LIMIT: Duration = Duration::from_secs(420);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runsc start hangs now and then on this machine; run by hand"]
 async fn everything_runs_under_gvisor_or_fails_clearly() {
-    assert!(
-        std::path::Path::new("/usr/bin/runsc").exists(),
-        "runsc is not installed: `apt-get install runsc` (.ci/run does)"
-    );
+    if !std::path::Path::new("/usr/bin/runsc").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "runsc is not installed: `apt-get install runsc` (.ci/run does)"
+        );
+        eprintln!("skipped: runsc is not installed (`apt-get install runsc`)");
+        return;
+    }
+    // Dropping the body on timeout drops the second daemon, which tears it down.
+    tokio::time::timeout(TEST_LIMIT, everything())
+        .await
+        .unwrap_or_else(|_| panic!("the gVisor test did not finish within {TEST_LIMIT:?}"));
+}
+
+async fn everything() {
     let main = common::client().await;
     let base = main.resolve_image(&ImageSpec::default()).await.unwrap();
     let daemon = SecondDaemon::start(RUNSC, &base.reference);
@@ -122,10 +139,10 @@ async fn everything_runs_under_gvisor_or_fails_clearly() {
         .memory("64Mi")
         .build()
         .unwrap();
-    assert!(matches!(
-        client.run(&hungry, dockhand::NO_INPUTS).await,
-        Err(Error::OutOfMemory { .. })
-    ));
+    match client.run(&hungry, dockhand::NO_INPUTS).await {
+        Err(Error::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
     // gVisor's own threads count toward the pids limit: a low one is refused, not hung.
     let few = gvisor("g-few", "print(1)").pids(32).build().unwrap();
     match client.run(&few, dockhand::NO_INPUTS).await {

@@ -21,9 +21,14 @@ struct Cli {
     /// Print results as JSON (one object) instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// The Docker daemon (`unix:///path`, `tcp://host:2376`); defaults to DOCKER_HOST, then the local socket.
-    #[arg(long, global = true, env = "DOCKER_HOST", hide_env_values = true)]
+    /// The Docker daemon (`unix:///path`, `tcp://host:2376`, `ssh://user@host`); by default
+    /// chosen as the docker CLI chooses (DOCKER_HOST, DOCKER_CONTEXT, the current context,
+    /// the local socket). TLS from DOCKER_TLS_VERIFY and DOCKER_CERT_PATH.
+    #[arg(short = 'H', long, global = true)]
     host: Option<String>,
+    /// A Docker context by name (`docker context ls`), over DOCKER_HOST.
+    #[arg(long, global = true, conflicts_with = "host")]
+    context: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,9 +57,27 @@ enum Command {
     Mcp(mcp::McpArgs),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Set before any thread exists; the session keeper, a child process,
+    // inherits the choice.
+    if let Some(context) = &cli.context {
+        std::env::set_var("DOCKER_CONTEXT", context);
+        std::env::remove_var("DOCKER_HOST");
+    }
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(dispatch(cli)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::from(125)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DOCKHAND_LOG")

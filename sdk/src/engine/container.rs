@@ -121,6 +121,9 @@ pub enum LogChunk {
 }
 
 /// The least pids limit gVisor starts with (its sentry and gofer threads).
+/// How long to wait for a late OOM event before reporting a SIGKILL as a kill.
+const OOM_EVENT_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 const GVISOR_MIN_PIDS: i64 = 128;
 
 impl Engine {
@@ -265,6 +268,9 @@ impl Engine {
     }
 
     /// Waits until the container stops and reports how it ended.
+    ///
+    /// A SIGKILL under a memory limit costs one more inspect after
+    /// [`OOM_EVENT_GRACE`], so an OOM kill is not reported as a plain kill.
     pub async fn wait_container(&self, id: &str) -> Result<ExitStatus> {
         let options = WaitContainerOptionsBuilder::default()
             .condition("not-running")
@@ -292,16 +298,32 @@ impl Engine {
                 gone: false,
             });
         }
-        let (oom_killed, gone) = match self.docker.inspect_container(id, None).await {
-            Ok(c) => (c.state.and_then(|s| s.oom_killed).unwrap_or(false), false),
-            Err(e) if is_not_found(&e) => (false, true),
-            Err(_) => (false, false),
-        };
+        let (mut oom_killed, gone, limited) = self.oom_state(id).await;
+        // The OOM flag comes from a separate containerd event that can land
+        // after the exit (seen under gVisor, about one run in ten): for a
+        // SIGKILL under a memory limit, look once more before calling it a kill.
+        if code == 137 && limited && !oom_killed {
+            tokio::time::sleep(OOM_EVENT_GRACE).await;
+            oom_killed = self.oom_state(id).await.0;
+        }
         Ok(ExitStatus {
             code,
             oom_killed,
             gone,
         })
+    }
+
+    /// (OOM-killed, removed, has a memory limit) as the daemon sees it now.
+    async fn oom_state(&self, id: &str) -> (bool, bool, bool) {
+        match self.docker.inspect_container(id, None).await {
+            Ok(c) => (
+                c.state.and_then(|s| s.oom_killed).unwrap_or(false),
+                false,
+                c.host_config.and_then(|h| h.memory).is_some_and(|m| m > 0),
+            ),
+            Err(e) if is_not_found(&e) => (false, true, false),
+            Err(_) => (false, false, false),
+        }
     }
 
     /// Attaches to a created container's stdin, stdout and stderr (call before
