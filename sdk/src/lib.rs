@@ -25,6 +25,8 @@ pub mod codemode;
 pub(crate) mod engine;
 pub mod error;
 pub mod image;
+#[cfg(feature = "kubernetes")]
+pub mod k8s;
 pub mod lifecycle;
 mod paths;
 pub mod pool;

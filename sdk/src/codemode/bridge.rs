@@ -53,6 +53,42 @@ pub(crate) struct Launch<'a> {
     pub start_timeout: std::time::Duration,
 }
 
+/// The code host's container: the bridge under Monty, always fully
+/// hardened and offline (the code is a model's).
+pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> {
+    let config = serde_json::to_string(&how.bridge)
+        .map_err(|e| Error::spec("code host settings", e.to_string()))?;
+    let upload = how.image.is_prebuilt();
+    let program = if upload {
+        format!("{UPLOAD_DIR}/.dockhand/bridge.py")
+    } else {
+        format!("{BAKED_DIR}/bridge.py")
+    };
+    let mut spec = ContainerSpec {
+        image: image.to_string(),
+        cmd: vec!["python3".into(), "-u".into(), program, config],
+        entrypoint: Some(Vec::new()),
+        env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
+        working_dir: Some("/tmp".into()),
+        kind: "code-host",
+        scratch_volumes: if upload {
+            vec![UPLOAD_DIR.into()]
+        } else {
+            Vec::new()
+        },
+        open_stdin: true,
+        no_log: true,
+        // The program exits when its stdin closes, as it does when the owner dies.
+        auto_remove: true,
+        ..Default::default()
+    };
+    // Always fully hardened and offline: the code is a model's.
+    let hardening = Hardening::default().tmp_size("64Mi");
+    confine(&mut spec, &how.resources, &hardening, &Network::None);
+    spec.runtime = how.isolation.runtime_name().map(String::from);
+    Ok(spec)
+}
+
 /// The attached bridge.
 pub(crate) struct Runner {
     pub container: ContainerGuard,
@@ -152,36 +188,8 @@ pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, 
 async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
     let image = client.images().resolve(&with_monty(how.image)).await?;
     let engine = client.engine();
-    let config = serde_json::to_string(&how.bridge)
-        .map_err(|e| Error::spec("code host settings", e.to_string()))?;
     let upload = how.image.is_prebuilt();
-    let program = if upload {
-        format!("{UPLOAD_DIR}/.dockhand/bridge.py")
-    } else {
-        format!("{BAKED_DIR}/bridge.py")
-    };
-    let mut spec = ContainerSpec {
-        image: image.reference.clone(),
-        cmd: vec!["python3".into(), "-u".into(), program, config],
-        entrypoint: Some(Vec::new()),
-        env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
-        working_dir: Some("/tmp".into()),
-        kind: "code-host",
-        scratch_volumes: if upload {
-            vec![UPLOAD_DIR.into()]
-        } else {
-            Vec::new()
-        },
-        open_stdin: true,
-        no_log: true,
-        // The program exits when its stdin closes, as it does when the owner dies.
-        auto_remove: true,
-        ..Default::default()
-    };
-    // Always fully hardened and offline: the code is a model's.
-    let hardening = Hardening::default().tmp_size("64Mi");
-    confine(&mut spec, &how.resources, &hardening, &Network::None);
-    spec.runtime = how.isolation.runtime_name().map(String::from);
+    let spec = host_spec(&how, &image.reference)?;
     let container = engine.create_container(&spec).await?;
     if upload {
         let programs = crate::archive::build_tar(

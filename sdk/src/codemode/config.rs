@@ -159,6 +159,18 @@ impl CodeHostConfig {
         self.exec_timeout
     }
 
+    /// Everything a start needs, from valid settings.
+    pub(crate) fn launch(&self) -> Result<super::bridge::Launch<'_>> {
+        let (resources, exec_memory) = self.checked()?;
+        Ok(super::bridge::Launch {
+            image: &self.image,
+            resources,
+            isolation: &self.isolation,
+            bridge: self.bridge(exec_memory),
+            start_timeout: self.start_timeout,
+        })
+    }
+
     /// Checks the settings; returns the container's limits and the
     /// execution heap limit in bytes.
     pub(crate) fn checked(&self) -> Result<(Resources, i64)> {

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::bridge::{launch, Launch, Runner};
+use super::bridge::{launch, Runner};
 use super::config::{CodeHostConfig, Execution, HostDescription};
 use super::errors::{CodeError, CodeFailure};
 use super::handles::{run_sandbox_tool, Handles};
@@ -157,20 +157,12 @@ impl CodeHost {
     async fn start_locked(&self, slot: &mut Option<Runner>) -> Result<()> {
         lock(&self.inner.status).life.check_startable()?;
         // Bad settings fail the start and leave the host as it was.
-        let (resources, exec_memory) = self.inner.config.checked()?;
+        let how = self.inner.config.launch()?;
         self.set_state(State::Running)?;
         // A start dropped half-way leaves `error`, from which start works again.
         let mut pending = FailUnlessDone {
             host: self,
             done: false,
-        };
-        let c = &self.inner.config;
-        let how = Launch {
-            image: &c.image,
-            resources,
-            isolation: &c.isolation,
-            bridge: c.bridge(exec_memory),
-            start_timeout: c.start_timeout,
         };
         let launched = launch(&self.inner.client, how).await;
         pending.done = true;

@@ -57,6 +57,8 @@ pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub use bridge::MONTY_PACKAGE;
 #[cfg(test)]
 use bridge::RULES;
+#[cfg(feature = "kubernetes")]
+pub(crate) use bridge::{host_spec, PROGRAMS};
 pub use config::{CodeHostConfig, Execution, HostDescription};
 pub use errors::{CodeError, CodeFailure};
 pub use host::{CodeHost, CodeSession};

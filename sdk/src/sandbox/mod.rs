@@ -44,6 +44,10 @@ mod value;
 mod verdict;
 
 pub use crate::settings::{parse_memory, Memory};
+// For rendering the same container as a Kubernetes pod.
+#[cfg(feature = "kubernetes")]
+pub(crate) use inputs::{command_line, validate as validate_inputs};
+
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};

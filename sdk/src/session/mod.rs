@@ -33,6 +33,8 @@ mod tools;
 pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
+#[cfg(feature = "kubernetes")]
+pub(crate) use live::{container_spec, AGENT};
 pub use live::{ExecEvent, Session, SessionDescription};
 pub use protocol::DirEntry;
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

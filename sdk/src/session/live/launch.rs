@@ -6,27 +6,7 @@ use crate::sandbox::{secrets_archive, SecretMount, SECRETS_DIR};
 impl Session {
     pub(super) async fn launch(&self) -> Result<Arc<Conn>> {
         let c = &self.inner.config;
-        let resources = c.checked_resources()?;
-        for m in &c.mounts {
-            if !m.container_path.starts_with('/') || !m.host_path.starts_with('/') {
-                return Err(Error::spec(
-                    "session",
-                    format!(
-                        "mount {} -> {}: both paths must be absolute",
-                        m.host_path, m.container_path
-                    ),
-                ));
-            }
-        }
-        if !c.workspace.starts_with('/') || c.workspace == "/" {
-            return Err(Error::spec(
-                "session",
-                format!(
-                    "workspace `{}` must be an absolute directory other than /",
-                    c.workspace
-                ),
-            ));
-        }
+        validate(c)?;
         let client = &self.inner.client;
         // A host path means nothing to a daemon on another machine: say so
         // before anything is created, not as a confusing mount failure.
@@ -39,58 +19,22 @@ impl Session {
         let image = client.images().resolve(&c.image).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
         let engine = client.engine();
-        let mut env = vec![
-            "HOME=/tmp".to_string(),
-            "PYTHONUNBUFFERED=1".to_string(),
-            format!("DOCKHAND_WORKSPACE={}", c.workspace),
-            format!("DOCKHAND_ROOTS={}", c.roots().join(":")),
-        ];
-        // Lazy values are resolved now, when the session is created.
-        for (name, value) in &c.env {
-            let value = match value {
-                EnvValue::Plain(v) => v.clone(),
-                EnvValue::Lazy(f) => f(),
-            };
-            env.push(format!("{name}={value}"));
-        }
+        let mut spec = container_spec(c, &image.reference)?;
         let mut secrets = Vec::with_capacity(c.secrets.len());
         let mut file_secrets = Vec::new();
         for secret in &c.secrets {
             let value = secret.resolve()?;
             match secret.mount() {
-                SecretMount::Env => env.push(format!("{}={value}", secret.name())),
+                SecretMount::Env => spec.env.push(format!("{}={value}", secret.name())),
                 SecretMount::File => file_secrets.push((secret.name().to_string(), value.clone())),
             }
             secrets.push((secret.name().to_string(), value));
         }
         *lock(&self.inner.secrets) = secrets;
-        let mut labels = HashMap::new();
-        if let Some(name) = &c.name {
-            labels.insert("dev.dockhand.session-name".to_string(), name.clone());
+        if !file_secrets.is_empty() {
+            spec.scratch_volumes.push(SECRETS_DIR.into());
         }
-        let mut spec = ContainerSpec {
-            image: image.reference.clone(),
-            cmd: vec!["python3".into(), "-u".into(), AGENT_PATH.into()],
-            entrypoint: Some(Vec::new()),
-            env,
-            working_dir: Some(c.workspace.clone()),
-            kind: "session",
-            extra_labels: labels,
-            scratch_volumes: if file_secrets.is_empty() {
-                vec![AGENT_DIR.into()]
-            } else {
-                vec![AGENT_DIR.into(), SECRETS_DIR.into()]
-            },
-            mounts: c.mounts.clone(),
-            open_stdin: true,
-            no_log: true,
-            // The agent exits when its stdin closes, as it does when the owner dies.
-            auto_remove: true,
-            ..Default::default()
-        };
         let h = &c.hardening;
-        confine(&mut spec, &resources, h, &c.network);
-        spec.runtime = c.isolation.runtime_name().map(String::from);
         if !h.read_only_root {
             // A writable root keeps /tmp in the filesystem, so snapshots hold it.
             spec.tmpfs.clear();
@@ -155,6 +99,76 @@ impl Session {
             }),
         }
     }
+}
+
+/// Bad settings, found before anything is resolved or created.
+fn validate(c: &SessionConfig) -> Result<()> {
+    c.checked_resources()?;
+    for m in &c.mounts {
+        if !m.container_path.starts_with('/') || !m.host_path.starts_with('/') {
+            return Err(Error::spec(
+                "session",
+                format!(
+                    "mount {} -> {}: both paths must be absolute",
+                    m.host_path, m.container_path
+                ),
+            ));
+        }
+    }
+    if !c.workspace.starts_with('/') || c.workspace == "/" {
+        return Err(Error::spec(
+            "session",
+            format!(
+                "workspace `{}` must be an absolute directory other than /",
+                c.workspace
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The container every session of `c` is made with, secrets aside (their
+/// values are added at start; a Kubernetes rendering refers to them instead).
+pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<ContainerSpec> {
+    validate(c)?;
+    let resources = c.checked_resources()?;
+    let mut env = vec![
+        "HOME=/tmp".to_string(),
+        "PYTHONUNBUFFERED=1".to_string(),
+        format!("DOCKHAND_WORKSPACE={}", c.workspace),
+        format!("DOCKHAND_ROOTS={}", c.roots().join(":")),
+    ];
+    // Lazy values are resolved now, when the session is created.
+    for (name, value) in &c.env {
+        let value = match value {
+            EnvValue::Plain(v) => v.clone(),
+            EnvValue::Lazy(f) => f(),
+        };
+        env.push(format!("{name}={value}"));
+    }
+    let mut labels = HashMap::new();
+    if let Some(name) = &c.name {
+        labels.insert("dev.dockhand.session-name".to_string(), name.clone());
+    }
+    let mut spec = ContainerSpec {
+        image: image.to_string(),
+        cmd: vec!["python3".into(), "-u".into(), AGENT_PATH.into()],
+        entrypoint: Some(Vec::new()),
+        env,
+        working_dir: Some(c.workspace.clone()),
+        kind: "session",
+        extra_labels: labels,
+        scratch_volumes: vec![AGENT_DIR.into()],
+        mounts: c.mounts.clone(),
+        open_stdin: true,
+        no_log: true,
+        // The agent exits when its stdin closes, as it does when the owner dies.
+        auto_remove: true,
+        ..Default::default()
+    };
+    confine(&mut spec, &resources, &c.hardening, &c.network);
+    spec.runtime = c.isolation.runtime_name().map(String::from);
+    Ok(spec)
 }
 
 /// How long a session's container may take from create to its agent's first line.

@@ -15,6 +15,8 @@ use tokio::sync::mpsc;
 mod exec;
 use exec::exec_grace;
 mod launch;
+#[cfg(feature = "kubernetes")]
+pub(crate) use launch::container_spec;
 
 use super::api::{ExecOptions, ExecResult, SessionApi};
 use super::config::{EnvValue, SessionConfig, SetupStep, Snapshot};

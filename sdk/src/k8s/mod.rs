@@ -1,0 +1,199 @@
+//! Kubernetes manifests for what dockhand runs on Docker (feature
+//! `kubernetes`): a Job per one-shot run, a Pod per code host and session,
+//! agent-sandbox `SandboxTemplate` + `SandboxWarmPool` for pools, and a
+//! deny-all `NetworkPolicy` unless the network was asked for.
+//!
+//! The pods are rendered from the very [`ContainerSpec`](crate::engine::ContainerSpec)
+//! the Docker backend creates containers from, so they carry the same
+//! hardening (non-root user, every capability dropped, read-only root, no
+//! privilege escalation, seccomp `RuntimeDefault`), limits, scratch space and
+//! `/var/inputs` / `/var/outputs` wiring; gVisor becomes a `runtimeClassName`.
+//! Secrets are referred to (`secretKeyRef` into one Secret object you create),
+//! never written into a manifest. `docs/scale-out.md` describes the backend
+//! that will apply them.
+//!
+//! ```
+//! # fn demo() -> dockhand::Result<()> {
+//! use dockhand::k8s::{self, KubeOptions};
+//! use dockhand::{Sandbox, Type};
+//! let double = Sandbox::code("double", "result = x * 2")
+//!     .input("x", Type::Int)
+//!     .output("result", Type::Int)
+//!     .build()?;
+//! let opts = KubeOptions::new("registry.example/dockhand/double:1");
+//! let yaml = k8s::one_shot(&double, [("x", 21)], &opts)?.to_yaml()?;
+//! assert!(yaml.contains("kind: Job"));
+//! assert!(yaml.contains("kind: NetworkPolicy"));
+//! # Ok(()) }
+//! ```
+
+mod objects;
+mod pod;
+mod render;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use serde::Serialize;
+
+pub use objects::{
+    PodMetadata, PodTemplate, SandboxTemplate, SandboxTemplateSpec, SandboxWarmPool,
+    SandboxWarmPoolSpec, TemplateNetworkPolicy, TemplateRef, AGENT_SANDBOX_API,
+};
+pub use render::{code_host, one_shot, session};
+
+use crate::error::{Error, Result};
+
+/// What a cluster needs that a local daemon did not: the image reference its
+/// nodes pull, the namespace, names, the runtime class for gVisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeOptions {
+    image: String,
+    namespace: String,
+    name: Option<String>,
+    gvisor_runtime_class: String,
+    secrets_object: String,
+    scratch_limit: String,
+    owner: Option<String>,
+}
+
+impl KubeOptions {
+    /// Options for pods running `image`, a reference the cluster can pull
+    /// (dockhand's local image tags mean nothing to a node: push the image
+    /// `Client::resolve_image` made, and name it here).
+    pub fn new(image: impl Into<String>) -> Self {
+        KubeOptions {
+            image: image.into(),
+            namespace: "default".into(),
+            name: None,
+            gvisor_runtime_class: "gvisor".into(),
+            secrets_object: "dockhand-secrets".into(),
+            scratch_limit: "1Gi".into(),
+            owner: None,
+        }
+    }
+
+    /// The namespace of every object (default `default`).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The objects' base name (default: `dockhand-<kind>-<sandbox name>`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The RuntimeClass that runs gVisor on the cluster (default `gvisor`).
+    pub fn gvisor_runtime_class(mut self, class: impl Into<String>) -> Self {
+        self.gvisor_runtime_class = class.into();
+        self
+    }
+
+    /// The Secret object secrets are read from, one key per secret name
+    /// (default `dockhand-secrets`). Create it yourself; manifests never hold values.
+    pub fn secrets_object(mut self, name: impl Into<String>) -> Self {
+        self.secrets_object = name.into();
+        self
+    }
+
+    /// The size limit of each disk-backed scratch folder (`/var/inputs`,
+    /// `/var/outputs`; default `1Gi`).
+    pub fn scratch_limit(mut self, quantity: impl Into<String>) -> Self {
+        self.scratch_limit = quantity.into();
+        self
+    }
+
+    /// A value for the `dev.dockhand.owner` label, so one owner's objects can
+    /// be listed and removed together (`kubectl delete ... -l dev.dockhand.owner=...`).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+}
+
+/// One rendered object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+#[allow(clippy::large_enum_variant)]
+pub enum Object {
+    /// dockhand's programs, mounted into the pod.
+    ConfigMap(ConfigMap),
+    /// A one-shot run.
+    Job(Job),
+    /// A code host or session.
+    Pod(Pod),
+    /// Deny-all ingress, and egress unless the network was asked for.
+    NetworkPolicy(NetworkPolicy),
+    /// agent-sandbox: the pod a warm pool keeps ready.
+    SandboxTemplate(SandboxTemplate),
+    /// agent-sandbox: the warm pool.
+    SandboxWarmPool(SandboxWarmPool),
+}
+
+/// The objects for one sandbox, code host, session or pool, in the order
+/// they are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifests {
+    objects: Vec<Object>,
+    name: String,
+    labels: BTreeMap<String, String>,
+    egress: bool,
+}
+
+impl Manifests {
+    /// The objects.
+    pub fn objects(&self) -> &[Object] {
+        &self.objects
+    }
+
+    /// The objects' base name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// All objects as one YAML stream (`---` between documents), ready for `kubectl apply -f -`.
+    pub fn to_yaml(&self) -> Result<String> {
+        let mut out = String::new();
+        for object in &self.objects {
+            let doc = serde_norway::to_string(object)
+                .map_err(|e| Error::spec("kubernetes", format!("rendering YAML: {e}")))?;
+            out.push_str("---\n");
+            out.push_str(&doc);
+        }
+        Ok(out)
+    }
+
+    /// The pod these manifests run (a Job's pod template, or the Pod).
+    pub fn pod_spec(&self) -> Option<&PodSpec> {
+        self.objects.iter().find_map(|o| match o {
+            Object::Pod(p) => p.spec.as_ref(),
+            Object::Job(j) => j.spec.as_ref().and_then(|s| s.template.spec.as_ref()),
+            _ => None,
+        })
+    }
+
+    /// The same pod kept warm by agent-sandbox: a `SandboxTemplate` holding
+    /// it (with its network rules) and a `SandboxWarmPool` of `size`, plus the
+    /// ConfigMaps it mounts. A claim hands over a started pod; a one-shot's
+    /// pod waits in its `inputs` init container until the job's inputs arrive.
+    pub fn warm_pool(&self, size: i32) -> Result<Manifests> {
+        if size < 1 {
+            return Err(Error::spec(
+                "kubernetes",
+                "a warm pool needs a size of at least 1",
+            ));
+        }
+        let pod = self
+            .pod_spec()
+            .cloned()
+            .ok_or_else(|| Error::spec("kubernetes", "these manifests hold no pod to pool"))?;
+        render::warm_pool(self, pod, size)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,436 @@
+//! Rendering: a one-shot as a Job, a code host and a session as Pods, a
+//! pool as agent-sandbox objects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, Pod, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::objects::{self, PodMetadata, PodTemplate, TemplateNetworkPolicy, TemplateRef};
+use super::pod::{self, dns_name, mount, volume_name};
+use super::{KubeOptions, Manifests, Object, AGENT_SANDBOX_API};
+use crate::codemode::CodeHostConfig;
+use crate::engine::{labels, ContainerSpec};
+use crate::error::Result;
+use crate::sandbox::{Network, Sandbox, Secret, SecretMount, Value, SECRETS_DIR};
+use crate::session::SessionConfig;
+
+const INPUTS: &str = "/var/inputs";
+const OUTPUTS: &str = "/var/outputs";
+/// Where dockhand's programs are mounted (the Docker backend uploads them there).
+const PROGRAMS_DIR: &str = "/var/inputs/.dockhand";
+
+/// A label value: at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends.
+fn label_value(raw: &str) -> String {
+    let mut v: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    v.truncate(63);
+    v.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+struct Naming {
+    name: String,
+    labels: BTreeMap<String, String>,
+    namespace: String,
+}
+
+impl Naming {
+    fn new(kind: &str, what: &str, spec: &ContainerSpec, opts: &KubeOptions) -> Naming {
+        let name = opts
+            .name
+            .as_deref()
+            .map(dns_name)
+            .unwrap_or_else(|| dns_name(&format!("dockhand-{kind}-{what}")));
+        let mut labels = BTreeMap::from([
+            (labels::MANAGED.to_string(), "true".to_string()),
+            (labels::KIND.to_string(), kind.to_string()),
+            ("dev.dockhand.object".to_string(), label_value(&name)),
+            (
+                labels::VERSION.to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            ),
+        ]);
+        for (k, v) in &spec.extra_labels {
+            labels.insert(k.clone(), label_value(v));
+        }
+        if let Some(owner) = &opts.owner {
+            labels.insert("dev.dockhand.owner".into(), label_value(owner));
+        }
+        Naming {
+            name,
+            labels,
+            namespace: opts.namespace.clone(),
+        }
+    }
+
+    fn meta(&self, suffix: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(if suffix.is_empty() {
+                self.name.clone()
+            } else {
+                dns_name(&format!("{}-{suffix}", self.name))
+            }),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(self.labels.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// Selects this object's pods (for its NetworkPolicy).
+    fn selector(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([("dev.dockhand.object".to_string(), label_value(&self.name))])
+    }
+
+    fn finish(self, mut objects: Vec<Object>, egress: bool) -> Manifests {
+        objects.push(Object::NetworkPolicy(objects::network_policy(
+            self.meta("deny"),
+            self.selector(),
+            egress,
+        )));
+        Manifests {
+            objects,
+            name: self.name,
+            labels: self.labels,
+            egress,
+        }
+    }
+}
+
+/// Secrets as references into `opts.secrets_object`: env vars for
+/// env-mounted ones, a read-only Secret volume at `/run/secrets` for files.
+fn secret_refs(
+    secrets: &[Secret],
+    opts: &KubeOptions,
+    container: &mut Container,
+    volumes: &mut Vec<Volume>,
+) {
+    let env = container.env.get_or_insert_with(Vec::new);
+    let mut files = Vec::new();
+    for s in secrets {
+        match s.mount() {
+            SecretMount::Env => env.push(EnvVar {
+                name: s.name().to_string(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: opts.secrets_object.clone(),
+                        key: s.name().to_string(),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            SecretMount::File => files.push(s.name().to_string()),
+        }
+    }
+    if files.is_empty() {
+        return;
+    }
+    volumes.push(Volume {
+        name: volume_name(SECRETS_DIR),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(opts.secrets_object.clone()),
+            items: Some(
+                files
+                    .iter()
+                    .map(|f| k8s_openapi::api::core::v1::KeyToPath {
+                        key: f.clone(),
+                        path: f.clone(),
+                        mode: Some(0o400),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            default_mode: Some(0o400),
+            optional: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    container
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount(SECRETS_DIR, true));
+}
+
+/// A small helper container sharing the main one's hardening.
+fn helper(
+    name: &str,
+    command: &[&str],
+    mounts: Vec<VolumeMount>,
+    spec: &ContainerSpec,
+    opts: &KubeOptions,
+) -> Result<Container> {
+    let limits = BTreeMap::from([
+        ("cpu".to_string(), Quantity("100m".into())),
+        ("memory".to_string(), Quantity("64Mi".into())),
+    ]);
+    Ok(Container {
+        name: name.into(),
+        image: Some(opts.image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(command.iter().map(|s| s.to_string()).collect()),
+        security_context: Some(pod::security_context(spec)?),
+        resources: Some(ResourceRequirements {
+            requests: Some(limits.clone()),
+            limits: Some(limits),
+            ..Default::default()
+        }),
+        volume_mounts: Some(mounts),
+        stdin: Some(true),
+        stdin_once: Some(true),
+        ..Default::default()
+    })
+}
+
+/// A one-shot run of `sandbox` with `inputs` as a Job.
+///
+/// The pod has three containers: `inputs` (an init container that extracts
+/// the inputs archive the backend streams to its stdin into `/var/inputs`),
+/// `program` (the sandbox's own command, `/var/inputs` read-only), and
+/// `outputs` (which, once the backend has seen `program` end, streams
+/// `/var/outputs` as a tar on its stdout). How `program` ended is read from
+/// the pod's status, which the kubelet writes, not the code.
+pub fn one_shot<I, K, V>(sandbox: &Sandbox, inputs: I, opts: &KubeOptions) -> Result<Manifests>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<String>,
+    V: Into<Value>,
+{
+    let given = inputs
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    let bound = crate::sandbox::validate_inputs(sandbox, given)?;
+    let cmd = crate::sandbox::command_line(sandbox, &bound);
+    let spec = crate::sandbox::container_spec(sandbox, &opts.image, cmd);
+    let naming = Naming::new("sandbox", sandbox.name(), &spec, opts);
+    let rt = sandbox.runtime();
+
+    let (mut volumes, _) = pod::scratch(&spec, opts);
+    let mut program = pod::container("program", &spec, opts)?;
+    program.env.get_or_insert_with(Vec::new).push(EnvVar {
+        name: "DOCKHAND_ATTEMPT".into(),
+        value: Some("1".into()),
+        ..Default::default()
+    });
+    // The code reads its inputs, never writes them.
+    for m in program.volume_mounts.iter_mut().flatten() {
+        if m.mount_path == INPUTS {
+            m.read_only = Some(true);
+        }
+    }
+    secret_refs(&rt.secrets, opts, &mut program, &mut volumes);
+    let inputs = helper(
+        "inputs",
+        &["tar", "-x", "-f", "-", "-C", INPUTS],
+        vec![mount(INPUTS, false)],
+        &spec,
+        opts,
+    )?;
+    let outputs = helper(
+        "outputs",
+        &[
+            "sh",
+            "-c",
+            "read -r _ || true; exec tar -c -f - -C /var/outputs .",
+        ],
+        vec![mount(OUTPUTS, true)],
+        &spec,
+        opts,
+    )?;
+    let pod = pod::pod_spec(&spec, vec![program, outputs], vec![inputs], volumes, opts);
+    let job = Job {
+        metadata: naming.meta(""),
+        spec: Some(JobSpec {
+            // Retries are new Jobs, each attempt in a fresh pod, as on Docker.
+            backoff_limit: Some(0),
+            active_deadline_seconds: rt.timeout.map(|t| t.as_secs().max(1) as i64),
+            ttl_seconds_after_finished: Some(600),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(naming.labels.clone()),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let egress = rt.network != Network::None;
+    Ok(naming.finish(vec![Object::Job(job)], egress))
+}
+
+/// A Pod with `main` as its one container, plus the ConfigMap of dockhand's
+/// programs mounted where Docker would have uploaded them.
+fn long_lived(
+    naming: Naming,
+    spec: &ContainerSpec,
+    mut main: Container,
+    mut volumes: Vec<Volume>,
+    programs: &[(&str, &str)],
+    egress: bool,
+    opts: &KubeOptions,
+) -> Manifests {
+    let mut objects = Vec::new();
+    if !programs.is_empty() {
+        let config_map = naming.meta("programs");
+        volumes.push(Volume {
+            name: "dockhand-programs".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map.name.clone().unwrap_or_default(),
+                default_mode: Some(0o444),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        main.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: "dockhand-programs".into(),
+                mount_path: PROGRAMS_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        objects.push(Object::ConfigMap(objects::programs(config_map, programs)));
+    }
+    let pod = Pod {
+        metadata: naming.meta(""),
+        spec: Some(pod::pod_spec(spec, vec![main], Vec::new(), volumes, opts)),
+        ..Default::default()
+    };
+    objects.push(Object::Pod(pod));
+    naming.finish(objects, egress)
+}
+
+/// A code host as a Pod: the bridge under Monty, spoken to over its attach
+/// stream as on Docker; always offline.
+pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifests> {
+    let launch = config.launch()?;
+    let spec = crate::codemode::host_spec(&launch, &opts.image)?;
+    let naming = Naming::new("code-host", "monty", &spec, opts);
+    let (volumes, _) = pod::scratch(&spec, opts);
+    let main = pod::container("bridge", &spec, opts)?;
+    // A prebuilt image gets the bridge mounted; dockhand's own has it baked in.
+    let programs: &[(&str, &str)] = if launch.image.is_prebuilt() {
+        &crate::codemode::PROGRAMS
+    } else {
+        &[]
+    };
+    Ok(long_lived(
+        naming, &spec, main, volumes, programs, false, opts,
+    ))
+}
+
+/// A session as a Pod: the session agent (mounted from a ConfigMap) in the
+/// workspace, spoken to over its attach stream as on Docker.
+pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> {
+    let spec = crate::session::container_spec(config, &opts.image)?;
+    let naming = Naming::new(
+        "session",
+        config.name.as_deref().unwrap_or("session"),
+        &spec,
+        opts,
+    );
+    let (mut volumes, _) = pod::scratch(&spec, opts);
+    let mut main = pod::container("agent", &spec, opts)?;
+    {
+        // Docker writes the workspace into the container (owned by the
+        // session's user); here it is a volume, writable whatever the image has.
+        let workspace = config.workspace_dir();
+        volumes.push(Volume {
+            name: "workspace".into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        });
+        main.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: "workspace".into(),
+                mount_path: workspace.to_string(),
+                ..Default::default()
+            });
+    }
+    secret_refs(&config.secrets, opts, &mut main, &mut volumes);
+    let egress = config.network != Network::None;
+    Ok(long_lived(
+        naming,
+        &spec,
+        main,
+        volumes,
+        &[("session-agent.py", crate::session::AGENT)],
+        egress,
+        opts,
+    ))
+}
+
+/// agent-sandbox objects keeping `pod` warm (see [`Manifests::warm_pool`]).
+pub(super) fn warm_pool(of: &Manifests, pod: PodSpec, size: i32) -> Result<Manifests> {
+    let mut labels = of.labels.clone();
+    labels.insert(labels::KIND.into(), "pool".into());
+    let namespace = of.objects.iter().find_map(|o| match o {
+        Object::Pod(p) => p.metadata.namespace.clone(),
+        Object::Job(j) => j.metadata.namespace.clone(),
+        _ => None,
+    });
+    let meta = |name: String| ObjectMeta {
+        name: Some(name),
+        namespace: namespace.clone(),
+        labels: Some(labels.clone()),
+        ..Default::default()
+    };
+    let template_name = dns_name(&format!("{}-template", of.name));
+    let pool_name = dns_name(&format!("{}-pool", of.name));
+    let mut objects: Vec<Object> = of
+        .objects
+        .iter()
+        .filter(|o| matches!(o, Object::ConfigMap(_)))
+        .cloned()
+        .collect();
+    objects.push(Object::SandboxTemplate(objects::SandboxTemplate {
+        api_version: AGENT_SANDBOX_API.into(),
+        kind: "SandboxTemplate".into(),
+        metadata: meta(template_name.clone()),
+        spec: objects::SandboxTemplateSpec {
+            pod_template: PodTemplate {
+                metadata: PodMetadata {
+                    labels: labels.clone(),
+                },
+                spec: pod,
+            },
+            network_policy: TemplateNetworkPolicy::new(of.egress),
+        },
+    }));
+    objects.push(Object::SandboxWarmPool(objects::SandboxWarmPool {
+        api_version: AGENT_SANDBOX_API.into(),
+        kind: "SandboxWarmPool".into(),
+        metadata: meta(pool_name.clone()),
+        spec: objects::SandboxWarmPoolSpec {
+            replicas: size,
+            sandbox_template_ref: TemplateRef {
+                name: template_name,
+            },
+        },
+    }));
+    Ok(Manifests {
+        objects,
+        name: pool_name,
+        labels,
+        egress: of.egress,
+    })
+}
