@@ -180,6 +180,8 @@ async fn everything() {
     assert_eq!(out.get::<i64>("y").unwrap(), 8);
     pool.shutdown().await;
 
+    hostile_cases(&client).await;
+
     // A session: exec, files, edits, snapshot.
     let session = client.session(SessionConfig::new().isolation(Isolation::Gvisor));
     session.start().await.unwrap();
@@ -218,4 +220,96 @@ async fn everything() {
             - daemon.containers_with_label("dev.dockhand.kind=watchdog"),
         0
     );
+}
+
+/// The hostile cases that matter most under a second kernel: fork and memory
+/// bombs, device files, /proc and /sys. Each ends typed, leaves no container,
+/// and the next run still returns its own result.
+async fn hostile_cases(client: &Client) {
+    let fork_bomb = Sandbox::command("g-fork-bomb", "sh")
+        .args(["-c", "f() { f | f & }; f; sleep 30"])
+        .isolation(Isolation::Gvisor)
+        .cache(CacheMode::Disable)
+        .pids(128)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let result = client.run(&fork_bomb, dockhand::NO_INPUTS).await;
+    assert!(
+        matches!(
+            result,
+            Err(Error::Timeout { .. } | Error::NonZeroExit { .. } | Error::Killed { .. })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Catches MemoryError and keeps allocating: the limit still ends it.
+    let hog = gvisor(
+        "g-hog",
+        "hog = []\nwhile True:\n    try:\n        hog.append(bytearray(8 << 20))\n    except BaseException:\n        pass",
+    )
+    .memory("64Mi")
+    .timeout(Duration::from_secs(30))
+    .build()
+    .unwrap();
+    match client.run(&hog, dockhand::NO_INPUTS).await {
+        Err(Error::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+
+    // Devices, the kernel's memory and log, and kernel settings stay closed;
+    // /proc describes gVisor's kernel, not the host's.
+    let attempts = [
+        // gVisor lets mknod make the node in its own file system (runc
+        // refuses it outright); what matters is that it leads nowhere.
+        (
+            "mknod-read",
+            "os.mknod('/tmp/mem', stat.S_IFCHR | 0o600, os.makedev(1, 1)); open('/tmp/mem', 'rb').read(1)",
+        ),
+        ("dev-mem", "open('/dev/mem', 'rb').read(1)"),
+        ("kmsg", "open('/dev/kmsg', 'rb').read(1)"),
+        ("kcore", "open('/proc/kcore', 'rb').read(1)"),
+        (
+            "disk",
+            "open('/dev/' + sorted(os.listdir('/sys/block'))[0], 'rb').read(1)",
+        ),
+        (
+            "sysctl",
+            "open('/proc/sys/kernel/hostname', 'w').write('evil')",
+        ),
+        ("sysrq", "open('/proc/sysrq-trigger', 'w').write('b')"),
+    ];
+    let mut source = String::from("import os, stat\n");
+    for (label, statement) in attempts {
+        source.push_str(&format!(
+            "try:\n    {statement}\n    print('{label} allowed')\nexcept Exception:\n    print('{label} denied')\n"
+        ));
+    }
+    source.push_str("print('version', open('/proc/version').read().split()[2])\n");
+    let probe = gvisor("g-probe", &source).build().unwrap();
+    let text = client
+        .run(&probe, dockhand::NO_INPUTS)
+        .await
+        .unwrap()
+        .stdout
+        .text;
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.pop(), Some("version 4.4.0"), "{text}");
+    assert_eq!(lines.len(), attempts.len(), "{text}");
+    assert!(lines.iter().all(|l| l.ends_with(" denied")), "{text}");
+
+    // The next run is unaffected.
+    let double = gvisor("g-next", "y = x * 2")
+        .input("x", Type::Int)
+        .output("y", Type::Int)
+        .build()
+        .unwrap();
+    let out = client.run(&double, [("x", 21)]).await.unwrap();
+    assert_eq!(out.get::<i64>("y").unwrap(), 42);
 }

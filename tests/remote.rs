@@ -245,6 +245,20 @@ async fn remote_daemons_over_tls_contexts_and_ssh() {
         assert!(took < Duration::from_secs(1), "{target}: took {took:?}");
     }
 
+    // An address nothing answers from (TEST-NET-1): the connect limit holds.
+    let started = Instant::now();
+    let result = Client::builder()
+        .endpoint("tcp://192.0.2.1:2376")
+        .connect_timeout(Duration::from_millis(800))
+        .connect()
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(result, Err(Error::DaemonUnreachable { .. })),
+        "{result:?}"
+    );
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+
     // SSH, through the system `ssh` and `docker system dial-stdio` on the far side.
     match sshd::Sshd::start(&format!("unix://{}/sock", daemon.dir().display())) {
         Ok(sshd) => {

@@ -74,19 +74,38 @@ pub async fn run(host: Option<String>, json: bool) -> Result<ExitCode> {
     let mut base_present = false;
     if let Some(client) = &client {
         match client.daemon_info().await {
-            Ok(info) => checks.push(check(
-                "daemon",
-                "ok",
-                format!(
-                    "{} (API {}, {}, storage {}, runtimes {})",
-                    info.version,
-                    info.api_version,
-                    info.platform,
-                    info.storage_driver,
-                    info.runtimes.join(", ")
-                ),
-                None,
-            )),
+            Ok(info) => {
+                // gVisor is optional: say whether `--runtime gvisor` would work, and how to make it.
+                checks.push(if info.runtimes.iter().any(|r| r == "runsc") {
+                    check("gvisor", "ok", "runsc is registered".into(), None)
+                } else {
+                    check(
+                        "gvisor",
+                        "ok",
+                        "not registered (optional: only `--runtime gvisor` needs it)".into(),
+                        Some(
+                            "apt-get install runsc, then add {\"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\"]}}} to daemon.json and restart the daemon".into(),
+                        ),
+                    )
+                });
+                checks.insert(
+                    checks.len() - 1,
+                    check(
+                        "daemon",
+                        "ok",
+                        format!(
+                            "{} at {} (API {}, {}, storage {}, runtimes {})",
+                            info.version,
+                            client.endpoint(),
+                            info.api_version,
+                            info.platform,
+                            info.storage_driver,
+                            info.runtimes.join(", ")
+                        ),
+                        None,
+                    ),
+                );
+            }
             Err(e) => checks.push(check("daemon", "fail", format!("{e:#}"), None)),
         }
         let images = client.managed_images().await.unwrap_or_default();

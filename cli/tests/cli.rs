@@ -211,6 +211,7 @@ fn images_reap_and_doctor() {
         names,
         [
             "daemon",
+            "gvisor",
             "base image",
             "registry",
             "debootstrap",

@@ -94,6 +94,14 @@ impl ClientBuilder {
         self
     }
 
+    /// How long connecting may take, the first answer of the daemon included
+    /// (default 5 s: enough for an SSH login). Past it, `connect` fails with
+    /// [`Error::DaemonUnreachable`](crate::Error::DaemonUnreachable).
+    pub fn connect_timeout(mut self, limit: std::time::Duration) -> Self {
+        self.daemon.connect_timeout = Some(limit);
+        self
+    }
+
     /// Whether the daemon sees this machine's files at the same paths. By
     /// default only a daemon behind a local Unix socket does; host-path
     /// mounts on any other fail with

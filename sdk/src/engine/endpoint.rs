@@ -99,6 +99,7 @@ pub(crate) struct Choice {
     pub tls: Option<TlsFiles>,
     pub ssh_identity: Option<PathBuf>,
     pub shares_filesystem: Option<bool>,
+    pub connect_timeout: Option<std::time::Duration>,
 }
 
 /// The environment variables and folders resolution reads.

@@ -29,8 +29,8 @@ use bollard::Docker;
 
 use crate::error::{Error, Result};
 
-/// How long `connect` waits for the daemon to answer a ping.
-const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `connect` waits for the daemon to answer a ping, unless told.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Covers requests up to their response headers; image builds and big uploads
 /// send their whole body first, so the default 120 s is too short for them.
@@ -63,14 +63,15 @@ impl Engine {
             tls.check(&target.host, &target.origin)?;
         }
         let docker = Self::client_for(&target).map_err(|e| connect_error(&target, &e))?;
-        match tokio::time::timeout(PING_TIMEOUT, docker.ping()).await {
+        let limit = choice.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        match tokio::time::timeout(limit, docker.ping()).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(connect_error(&target, &e)),
             Err(_) => {
                 return Err(Error::DaemonUnreachable {
                     hint: unreachable_hint(&target),
                     endpoint: target.host.clone(),
-                    reason: format!("no answer within {PING_TIMEOUT:?}"),
+                    reason: format!("no answer within {limit:?}"),
                 })
             }
         }
