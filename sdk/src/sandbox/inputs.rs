@@ -106,7 +106,15 @@ pub fn command_line(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Vec<String>
 
 /// The archive extracted into `/var/inputs`: each input as `<name>` (text,
 /// file or tree) and dockhand's control files under `.dockhand/`.
-pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)], cmd: &[String]) -> Result<Vec<u8>> {
+///
+/// With `frame_marker`, the auto-IO runner also reports its outputs on
+/// stdout after that marker (see [`preamble::with_frame`]).
+pub fn archive(
+    sandbox: &Sandbox,
+    inputs: &[(Param, Value)],
+    cmd: &[String],
+    frame_marker: Option<&str>,
+) -> Result<Vec<u8>> {
     // What a warm container's waiter runs once handed the job (see `pool`);
     // a cold container is created with the command instead.
     let mut files = vec![archive::TarFile::new(
@@ -119,8 +127,11 @@ pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)], cmd: &[String]) -> 
             source.clone(),
         ));
         if *auto_io {
-            let runner =
+            let mut runner =
                 preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
+            if let Some(marker) = frame_marker {
+                runner = preamble::with_frame(runner, marker);
+            }
             files.push(archive::TarFile::new(
                 format!("{CONTROL_DIR}/{RUNNER_FILE}"),
                 runner,
@@ -160,6 +171,21 @@ pub fn archive(sandbox: &Sandbox, inputs: &[(Param, Value)], cmd: &[String]) -> 
             .map_err(|e| Error::io("building the inputs archive", e))?;
     }
     Ok(tar)
+}
+
+/// A fresh marker for the outputs frame, when `sandbox` can use one: auto-IO
+/// code whose outputs are all values (File and Dir outputs are files to
+/// download anyway). Random per run, so output that merely looks like a
+/// frame is not taken for one.
+pub fn frame_marker(sandbox: &Sandbox) -> Option<String> {
+    let values_only = sandbox.outputs.iter().all(|p| !p.ty.is_path());
+    match &sandbox.program {
+        Program::Code { auto_io: true, .. } if values_only => Some(format!(
+            "\u{1e}dockhand-outputs-{}\u{1e}",
+            uuid::Uuid::new_v4().simple()
+        )),
+        _ => None,
+    }
 }
 
 /// The file a warm container's waiter sources once handed the job.
@@ -276,7 +302,7 @@ mod tests {
             vec![("n".into(), 5.into()), ("d".into(), Value::dir(dir.path()))],
         )
         .unwrap();
-        let tar = archive(&s, &inputs, &command_line(&s, &inputs)).unwrap();
+        let tar = archive(&s, &inputs, &command_line(&s, &inputs), None).unwrap();
         let mut a = tar::Archive::new(tar.as_slice());
         let mut found = std::collections::BTreeMap::new();
         for e in a.entries().unwrap() {

@@ -30,6 +30,7 @@
 
 mod cache;
 mod capture;
+mod frame;
 mod inputs;
 mod launch;
 mod outputs;

@@ -9,6 +9,7 @@ use futures::StreamExt;
 
 use super::cache;
 use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
+use super::frame::FrameSplitter;
 use super::inputs;
 use super::launch::{cold_spec, hand_over};
 use super::outputs::{self, Outputs};
@@ -102,6 +103,8 @@ pub(super) struct Prepared {
     pub(super) image: ResolvedImage,
     pub(super) cmd: Vec<String>,
     pub(super) inputs_tar: Bytes,
+    /// Where the runner's outputs frame starts on stdout, if it sends one.
+    pub(super) frame_marker: Option<String>,
     pub(super) secrets: Vec<(String, String)>,
     pub(super) secrets_tar: Option<Bytes>,
     /// Images not built by dockhand may lack a writable /var/outputs.
@@ -213,12 +216,15 @@ impl Client {
             Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
         };
         let cmd = inputs::command_line(sandbox, &inputs);
+        let frame_marker = inputs::frame_marker(sandbox);
         // File and Dir inputs are read from disk: off the async threads.
         let inputs_tar = {
-            let (sandbox, cmd) = (sandbox.clone(), cmd.clone());
-            tokio::task::spawn_blocking(move || inputs::archive(&sandbox, &inputs, &cmd))
-                .await
-                .map_err(|e| Error::io("building the inputs archive", std::io::Error::other(e)))??
+            let (sandbox, cmd, marker) = (sandbox.clone(), cmd.clone(), frame_marker.clone());
+            tokio::task::spawn_blocking(move || {
+                inputs::archive(&sandbox, &inputs, &cmd, marker.as_deref())
+            })
+            .await
+            .map_err(|e| Error::io("building the inputs archive", std::io::Error::other(e)))??
         };
         let inputs_tar = Bytes::from(inputs_tar);
         let mut prepared = Prepared {
@@ -226,6 +232,7 @@ impl Client {
             image,
             cmd,
             inputs_tar,
+            frame_marker,
             secrets,
             secrets_tar,
         };
@@ -389,11 +396,15 @@ impl Client {
             let handler = handler.as_ref();
             let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
             let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
+            let mut splitter = prepared.frame_marker.as_deref().map(FrameSplitter::new);
             let run = async {
                 let mut wait = std::pin::pin!(engine.wait_container(&id));
                 let mut take = |chunk: Result<LogChunk>| -> Result<()> {
                     match chunk? {
-                        LogChunk::Stdout(b) => stdout.push(&b, handler),
+                        LogChunk::Stdout(b) => match &mut splitter {
+                            Some(splitter) => stdout.push(&splitter.feed(&b), handler),
+                            None => stdout.push(&b, handler),
+                        },
                         LogChunk::Stderr(b) => stderr.push(&b, handler),
                     }
                     Ok(())
@@ -421,6 +432,9 @@ impl Client {
                 Some((at, limit)) => match tokio::time::timeout_at(at, run).await {
                     Ok(status) => status?,
                     Err(_) => {
+                        if let Some(splitter) = splitter.take() {
+                            stdout.push(&splitter.finish().0, handler);
+                        }
                         let (out, err) = (stdout.finish(handler), stderr.finish(handler));
                         return Err(Error::Timeout {
                             timeout: limit,
@@ -430,6 +444,11 @@ impl Client {
                     }
                 },
             };
+            let frame = splitter.take().and_then(|splitter| {
+                let (rest, frame) = splitter.finish();
+                stdout.push(&rest, handler);
+                frame
+            });
             let mut stdout = stdout.finish(handler);
             let mut stderr = stderr.finish(handler);
             stdout.text = redact(&stdout.text, &prepared.secrets);
@@ -437,6 +456,14 @@ impl Client {
 
             if status.gone {
                 return Err(Error::ContainerGone { id });
+            }
+            // A whole frame from a clean exit stands for the download.
+            let framed = frame
+                .filter(|_| status.code == 0 && !status.oom_killed)
+                .and_then(|f| outputs::from_frame(&f, &sandbox.outputs, rt.outputs_limit));
+            if let Some(collected) = framed {
+                tracing::debug!(container = %id, "outputs taken from the runner's frame, none downloaded");
+                return Ok::<_, Error>((status, stdout, stderr, collected));
             }
             let collected = match engine.download_stream(&id, OUTPUTS_DIR).await? {
                 Some(stream) => {

@@ -32,6 +32,35 @@ pub struct Collected {
     pub dir: Option<TempDir>,
 }
 
+/// The outputs from the runner's frame (see `preamble::with_frame`), when it
+/// is whole and can stand for the download: every declared output a value
+/// that is present, nothing else claimed, and `/var/outputs` within `limit`
+/// (past it, the download refuses the run as it always did).
+pub fn from_frame(frame: &[u8], declared: &[Param], limit: u64) -> Option<Collected> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Frame {
+        outputs: std::collections::HashMap<String, String>,
+        bytes: u64,
+    }
+    let mut frame: Frame = serde_json::from_slice(frame).ok()?;
+    if frame.bytes > limit
+        || frame.outputs.len() != declared.len()
+        || declared.iter().any(|p| p.ty.is_path())
+    {
+        return None;
+    }
+    let mut texts = Vec::with_capacity(declared.len());
+    for p in declared {
+        let text = frame.outputs.remove(&p.name)?;
+        texts.push((p.name.clone(), text.into_bytes()));
+    }
+    Some(Collected {
+        texts,
+        ..Default::default()
+    })
+}
+
 /// Reads the tar of `/var/outputs` (entries start with `outputs/`), keeping only
 /// declared outputs and the runner's status. File and Dir outputs are extracted
 /// into a fresh temp dir, refusing anything that could land outside it.

@@ -11,7 +11,7 @@ use super::value::{json_as, FromValue, Type, Value};
 use crate::error::{Error, Result};
 
 mod collect;
-pub use collect::{collect, Collected};
+pub use collect::{collect, from_frame, Collected};
 
 /// The typed outputs of a run, in declared order.
 ///

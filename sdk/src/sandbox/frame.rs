@@ -1,0 +1,150 @@
+//! Splitting the auto-IO runner's outputs frame off the program's stdout.
+//!
+//! The runner ends stdout with `marker` + a JSON object of output texts + a
+//! newline (see `preamble::with_frame`). Everything before the marker is the
+//! program's own output and is passed on unchanged, byte for byte; the frame
+//! is kept apart, bounded. Only the longest tail that could still begin the
+//! marker is held back, so live lines are not delayed in practice (the marker
+//! starts with an ASCII record separator).
+
+/// The most bytes a frame may have; a bigger one is dropped and the outputs
+/// are downloaded instead.
+const MAX_FRAME: usize = 4 << 20;
+
+/// Splits one stdout stream into the program's output and the frame.
+#[derive(Debug)]
+pub(crate) struct FrameSplitter {
+    marker: Vec<u8>,
+    held: Vec<u8>,
+    frame: Option<Vec<u8>>,
+    overflow: bool,
+}
+
+impl FrameSplitter {
+    pub(crate) fn new(marker: &str) -> Self {
+        FrameSplitter {
+            marker: marker.as_bytes().to_vec(),
+            held: Vec::new(),
+            frame: None,
+            overflow: false,
+        }
+    }
+
+    /// Takes the next chunk; returns what of it (and of what was held back)
+    /// is the program's output.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        if let Some(frame) = &mut self.frame {
+            if frame.len() + bytes.len() > MAX_FRAME {
+                self.overflow = true;
+            } else {
+                frame.extend_from_slice(bytes);
+            }
+            return Vec::new();
+        }
+        let mut data = std::mem::take(&mut self.held);
+        data.extend_from_slice(bytes);
+        if let Some(at) = find(&data, &self.marker) {
+            let rest = data.split_off(at + self.marker.len());
+            data.truncate(at);
+            self.frame = Some(Vec::new());
+            self.feed(&rest);
+            return data;
+        }
+        let keep = longest_marker_prefix_suffix(&data, &self.marker);
+        self.held = data.split_off(data.len() - keep);
+        data
+    }
+
+    /// The program's last bytes (a held-back tail that was no marker after
+    /// all) and the frame, if a whole one arrived.
+    pub(crate) fn finish(self) -> (Vec<u8>, Option<Vec<u8>>) {
+        let frame = self.frame.filter(|f| !self.overflow && f.ends_with(b"\n"));
+        (self.held, frame)
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The length of the longest suffix of `data` that is a proper prefix of `marker`.
+fn longest_marker_prefix_suffix(data: &[u8], marker: &[u8]) -> usize {
+    let max = (marker.len() - 1).min(data.len());
+    (1..=max)
+        .rev()
+        .find(|&n| data[data.len() - n..] == marker[..n])
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: &str = "\u{1e}dh-abc\u{1e}";
+
+    /// Feeds `chunks`, returns (program output, frame).
+    fn split(chunks: &[&[u8]]) -> (Vec<u8>, Option<Vec<u8>>) {
+        let mut s = FrameSplitter::new(M);
+        let mut out = Vec::new();
+        for c in chunks {
+            out.extend(s.feed(c));
+        }
+        let (rest, frame) = s.finish();
+        out.extend(rest);
+        (out, frame)
+    }
+
+    #[test]
+    fn the_frame_is_split_off_and_the_output_kept_byte_for_byte() {
+        let stream = format!("hello\nno newline{M}{{\"y\": \"42\"}}\n");
+        let (out, frame) = split(&[stream.as_bytes()]);
+        assert_eq!(out, b"hello\nno newline");
+        assert_eq!(frame.unwrap(), b"{\"y\": \"42\"}\n");
+    }
+
+    #[test]
+    fn a_marker_split_across_chunks_is_found() {
+        let stream = format!("out{M}{{}}\n");
+        let bytes = stream.as_bytes();
+        for cut in 0..bytes.len() {
+            for cut2 in cut..bytes.len() {
+                let (out, frame) = split(&[&bytes[..cut], &bytes[cut..cut2], &bytes[cut2..]]);
+                assert_eq!(out, b"out", "cuts at {cut}, {cut2}");
+                assert_eq!(
+                    frame.as_deref(),
+                    Some(&b"{}\n"[..]),
+                    "cuts at {cut}, {cut2}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn without_a_whole_frame_everything_is_output() {
+        // No marker at all; a lone record separator; a marker prefix at the end.
+        for stream in ["plain\n", "a\u{1e}b\n", "tail \u{1e}dh-a"] {
+            let (out, frame) = split(&[stream.as_bytes()]);
+            assert_eq!(out, stream.as_bytes());
+            assert_eq!(frame, None);
+        }
+        // A frame cut off before its newline is no frame.
+        let cut = format!("x{M}{{\"y\": ");
+        assert_eq!(split(&[cut.as_bytes()]).1, None);
+    }
+
+    #[test]
+    fn live_lines_are_not_held_back() {
+        let mut s = FrameSplitter::new(M);
+        assert_eq!(s.feed(b"line one\n"), b"line one\n");
+        assert_eq!(s.feed(b"partial"), b"partial");
+    }
+
+    #[test]
+    fn an_oversized_frame_is_dropped() {
+        let mut s = FrameSplitter::new(M);
+        s.feed(M.as_bytes());
+        s.feed(&vec![b'x'; MAX_FRAME]);
+        s.feed(b"more\n");
+        assert_eq!(s.finish().1, None);
+    }
+}
