@@ -58,10 +58,20 @@ impl Engine {
     /// Connects to the daemon `choice` resolves to (see [`Target::resolve`])
     /// and pings it.
     pub(crate) async fn connect(choice: &Choice) -> Result<Self> {
-        let target = Target::resolve(choice, &Environment::current())?;
-        if let Some(tls) = &target.tls {
-            tls.check(&target.host, &target.origin)?;
-        }
+        // Reads the docker config, context store and TLS files: off the async threads.
+        let resolve = {
+            let choice = choice.clone();
+            move || {
+                let target = Target::resolve(&choice, &Environment::current())?;
+                if let Some(tls) = &target.tls {
+                    tls.check(&target.host, &target.origin)?;
+                }
+                Ok::<_, Error>(target)
+            }
+        };
+        let target = tokio::task::spawn_blocking(resolve)
+            .await
+            .map_err(|e| Error::io("resolving the daemon", std::io::Error::other(e)))??;
         let docker = Self::client_for(&target).map_err(|e| connect_error(&target, &e))?;
         let limit = choice.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         match tokio::time::timeout(limit, docker.ping()).await {

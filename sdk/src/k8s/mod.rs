@@ -3,7 +3,7 @@
 //! agent-sandbox `SandboxTemplate` + `SandboxWarmPool` for pools, and a
 //! deny-all `NetworkPolicy` unless the network was asked for.
 //!
-//! The pods are rendered from the very [`ContainerSpec`](crate::engine::ContainerSpec)
+//! The pods are rendered from the very container spec
 //! the Docker backend creates containers from, so they carry the same
 //! hardening (non-root user, every capability dropped, read-only root, no
 //! privilege escalation, seccomp `RuntimeDefault`), limits, scratch space and
