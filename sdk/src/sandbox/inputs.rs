@@ -173,6 +173,49 @@ pub fn archive(
     Ok(tar)
 }
 
+/// The environment variable an inline job travels in (the runner removes it
+/// before the code runs).
+pub const INLINE_JOB_ENV: &str = "DOCKHAND_JOB";
+
+/// The most bytes an inline job may have: well under the kernel's 128 KiB
+/// limit on one environment string.
+const INLINE_LIMIT: usize = 96 << 10;
+
+/// A job that needs no upload: auto-IO code whose inputs are all values
+/// travels as `python3 -c <runner>` with the code and the inputs' texts in
+/// [`INLINE_JOB_ENV`], which saves the inputs upload (an Engine API call that
+/// re-executes dockerd to extract). File and Dir inputs, other modes and big
+/// jobs are uploaded as before. Returns the command and the job's JSON.
+pub fn inline_job(
+    sandbox: &Sandbox,
+    inputs: &[(Param, Value)],
+    frame_marker: Option<&str>,
+) -> Option<(Vec<String>, String)> {
+    let Program::Code {
+        source,
+        auto_io: true,
+    } = &sandbox.program
+    else {
+        return None;
+    };
+    let mut texts = serde_json::Map::new();
+    for (p, value) in inputs {
+        if p.ty.is_path() {
+            return None;
+        }
+        texts.insert(p.name.clone(), value.to_text()?.into());
+    }
+    let job = serde_json::json!({"main": source, "inputs": texts}).to_string();
+    if job.len() > INLINE_LIMIT {
+        return None;
+    }
+    let mut runner = preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
+    if let Some(marker) = frame_marker {
+        runner = preamble::with_frame(runner, marker);
+    }
+    Some((vec!["python3".into(), "-c".into(), runner], job))
+}
+
 /// A fresh marker for the outputs frame, when `sandbox` can use one: auto-IO
 /// code whose outputs are all values (File and Dir outputs are files to
 /// download anyway). Random per run, so output that merely looks like a

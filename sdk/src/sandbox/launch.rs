@@ -1,6 +1,7 @@
 //! Making the container of an attempt: the spec every container of a
 //! sandbox shares, a cold one's extras, and handing a job to a warm one.
 
+use super::inputs::INLINE_JOB_ENV;
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::run::{Prepared, SECRETS_DIR};
 use super::runtime::confine;
@@ -13,8 +14,15 @@ use crate::error::{Error, Result};
 /// and secrets in its environment.
 pub(super) fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> ContainerSpec {
     let rt = &sandbox.runtime;
-    let mut spec = container_spec(sandbox, &prepared.image.reference, prepared.cmd.clone());
+    let cmd = match &prepared.inline {
+        Some((cmd, _)) => cmd.clone(),
+        None => prepared.cmd.clone(),
+    };
+    let mut spec = container_spec(sandbox, &prepared.image.reference, cmd);
     spec.env.push(format!("DOCKHAND_ATTEMPT={number}"));
+    if let Some((_, job)) = &prepared.inline {
+        spec.env.push(format!("{INLINE_JOB_ENV}={job}"));
+    }
     for (s, (name, value)) in rt.secrets.iter().zip(&prepared.secrets) {
         if s.mount == SecretMount::Env {
             spec.env.push(format!("{name}={value}"));

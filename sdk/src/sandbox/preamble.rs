@@ -2,6 +2,10 @@
 //! variable of its type, runs the user's code (compiled as `main.py`, so line
 //! numbers in tracebacks are the user's own) and writes each declared output.
 //!
+//! The code and the inputs' texts come from files under `/var/inputs`, or,
+//! when they travel inline (see `inputs::inline_job`), from the JSON in
+//! `DOCKHAND_JOB`, which the runner takes out of the environment first.
+//!
 //! It reports what went wrong in `<outputs>/.dockhand/status.json`, which the
 //! host reads back: `{"error": {type, message, traceback}}`,
 //! `{"unassigned": [names]}` or `{"bad_output": {name, expected, got}}`.
@@ -110,7 +114,17 @@ pub fn render(inputs: &[Param], outputs: &[Param], inputs_dir: &str, outputs_dir
     py
 }
 
-const RUNNER_HELPERS: &str = r#"def _dh_text(name):
+const RUNNER_HELPERS: &str = r#"def _dh_inline_job():
+    import os
+    raw = os.environ.pop('DOCKHAND_JOB', None)
+    if raw is None:
+        return None
+    import json
+    return json.loads(raw)
+_dh_job = _dh_inline_job()
+def _dh_text(name):
+    if _dh_job is not None:
+        return _dh_job['inputs'][name]
     with open(_DH_IN + '/' + name, encoding='utf-8') as f:
         return f.read()
 def _dh_report(status):
@@ -191,15 +205,21 @@ const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
         pass
 "#;
 
-const RUNNER_EXEC: &str = r#"with open(_DH_CONTROL + '/main.py', encoding='utf-8') as _dh_f:
-    _dh_code = compile(_dh_f.read(), 'main.py', 'exec')
+const RUNNER_EXEC: &str = r#"if _dh_job is not None:
+    _dh_src = _dh_job['main']
+else:
+    with open(_DH_CONTROL + '/main.py', encoding='utf-8') as _dh_f:
+        _dh_src = _dh_f.read()
+_dh_code = compile(_dh_src, 'main.py', 'exec')
 try:
     exec(_dh_code, _dh_ns)
 except SystemExit:
     raise
 except BaseException as _dh_e:
     # Drop the runner's own frame: the traceback starts in the user's code.
-    import traceback as _dh_traceback
+    import traceback as _dh_traceback, linecache as _dh_linecache
+    # The traceback shows the user's lines wherever main.py came from.
+    _dh_linecache.cache['main.py'] = (len(_dh_src), None, _dh_src.splitlines(True), 'main.py')
     _dh_tb = ''.join(_dh_traceback.format_exception(type(_dh_e), _dh_e, _dh_e.__traceback__.tb_next))
     _dh_sys.stderr.write(_dh_tb)
     _dh_report({'error': {'type': type(_dh_e).__name__, 'message': str(_dh_e), 'traceback': _dh_tb}})
@@ -306,6 +326,47 @@ mod tests {
         assert_eq!(frame["bytes"], 2 + 5 + 5);
         // The files are written as before, for when the frame does not arrive.
         assert_eq!(std::fs::read_to_string(o.join("y")).unwrap(), "42");
+    }
+
+    #[test]
+    fn an_inline_job_needs_no_files_and_leaves_no_trace_in_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nothing-here");
+        let runner = with_frame(
+            render(
+                &[p("x", Type::Int)],
+                &[p("y", Type::Int), p("seen", Type::Bool)],
+                missing.to_str().unwrap(),
+                dir.path().to_str().unwrap(),
+            ),
+            "|M|",
+        );
+        let job = serde_json::json!({
+            "main": "import os\ny = x * 2\nseen = 'DOCKHAND_JOB' in os.environ\n",
+            "inputs": {"x": "21"},
+        });
+        let run = |job: &serde_json::Value| {
+            Command::new("python3")
+                .arg("-c")
+                .arg(&runner)
+                .env("DOCKHAND_JOB", job.to_string())
+                .output()
+        };
+        let Ok(out) = run(&job) else {
+            return; // no python3 on this host
+        };
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let frame: serde_json::Value =
+            serde_json::from_str(text.split_once("|M|").unwrap().1).unwrap();
+        assert_eq!(frame["outputs"], serde_json::json!({"y": "42", "seen": "false"}));
+
+        // A failure's traceback still shows the user's own line.
+        let failing = serde_json::json!({"main": "a = 1\nb = a / 0\n", "inputs": {"x": "1"}});
+        let out = run(&failing).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("File \"main.py\", line 2"), "{stderr}");
+        assert!(stderr.contains("b = a / 0"), "{stderr}");
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub(super) struct Prepared {
     pub(super) inputs_tar: Bytes,
     /// Where the runner's outputs frame starts on stdout, if it sends one.
     pub(super) frame_marker: Option<String>,
+    /// For a cold container, the command and the job in its environment
+    /// instead of an inputs upload (see [`inputs::inline_job`]).
+    pub(super) inline: Option<(Vec<String>, String)>,
     pub(super) secrets: Vec<(String, String)>,
     pub(super) secrets_tar: Option<Bytes>,
     /// Images not built by dockhand may lack a writable /var/outputs.
@@ -217,6 +220,7 @@ impl Client {
         };
         let cmd = inputs::command_line(sandbox, &inputs);
         let frame_marker = inputs::frame_marker(sandbox);
+        let inline = inputs::inline_job(sandbox, &inputs, frame_marker.as_deref());
         // File and Dir inputs are read from disk: off the async threads.
         let inputs_tar = {
             let (sandbox, cmd, marker) = (sandbox.clone(), cmd.clone(), frame_marker.clone());
@@ -233,6 +237,7 @@ impl Client {
             cmd,
             inputs_tar,
             frame_marker,
+            inline,
             secrets,
             secrets_tar,
         };
@@ -348,9 +353,11 @@ impl Client {
                 let id = container.id().to_string();
                 let launch = async {
                     let uploads = async {
-                        engine
-                            .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
-                            .await?;
+                        if prepared.inline.is_none() {
+                            engine
+                                .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
+                                .await?;
+                        }
                         if prepared.needs_outputs_dir {
                             let tar = Bytes::from(inputs::writable_root()?);
                             engine.upload_archive(&id, OUTPUTS_DIR, tar).await?;
