@@ -13,12 +13,18 @@ use crate::engine::ContainerGuard;
 use crate::error::Result;
 use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value};
 
-/// What a warm container runs until it is handed a job: wait for the
-/// attempt number on stdin, then source the command the inputs brought
-/// (`exec` of the program, as a cold container would run it). A closed stdin
-/// (the pool shutting down) ends it.
-const WAITER: &str = "read -r attempt || exit 0; \
+/// What a warm container runs until it is handed a job: wait for a line on
+/// stdin, the attempt number and, for an inline job (see
+/// `inputs::inline_job`), the job's JSON; then `exec` the program as a cold
+/// container would run it: the inline runner kept in the environment, or the
+/// command the uploaded inputs brought. A closed stdin (the pool shutting
+/// down) ends it.
+const WAITER: &str = "read -r attempt job || exit 0; \
     DOCKHAND_ATTEMPT=$attempt; export DOCKHAND_ATTEMPT; \
+    if [ -n \"$job\" ]; then \
+        DOCKHAND_JOB=$job; export DOCKHAND_JOB; \
+        exec python3 -c \"$DOCKHAND_RUNNER\" </dev/null; \
+    fi; \
     . /var/inputs/.dockhand/cmd.sh";
 
 /// How long making one warm container may take before it counts as failed.
@@ -98,6 +104,10 @@ async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<ContainerG
     let cmd = ["/bin/sh", "-c", WAITER].map(String::from).to_vec();
     let mut spec = crate::sandbox::container_spec(sandbox, &image.reference, cmd);
     spec.open_stdin = true;
+    if let Some(runner) = crate::sandbox::inline_runner(sandbox) {
+        spec.env
+            .push(format!("{}={runner}", crate::sandbox::INLINE_RUNNER_ENV));
+    }
     spec.extra_labels
         .insert("dev.dockhand.pool".into(), sandbox.name().to_string());
     let engine = client.engine();

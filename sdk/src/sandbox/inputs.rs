@@ -130,7 +130,7 @@ pub fn archive(
             let mut runner =
                 preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
             if let Some(marker) = frame_marker {
-                runner = preamble::with_frame(runner, marker);
+                runner = preamble::with_frame(runner, Some(marker));
             }
             files.push(archive::TarFile::new(
                 format!("{CONTROL_DIR}/{RUNNER_FILE}"),
@@ -181,37 +181,46 @@ pub const INLINE_JOB_ENV: &str = "DOCKHAND_JOB";
 /// limit on one environment string.
 const INLINE_LIMIT: usize = 96 << 10;
 
+/// The environment variable a pool's warm container keeps the inline
+/// runner in, for its waiter to run once handed a job.
+pub const INLINE_RUNNER_ENV: &str = "DOCKHAND_RUNNER";
+
+/// The runner for inline jobs of `sandbox`: auto-IO code whose inputs are
+/// all values. It reads the job from [`INLINE_JOB_ENV`] and sends the
+/// outputs frame when the job names a marker.
+pub fn inline_runner(sandbox: &Sandbox) -> Option<String> {
+    let auto_io = matches!(sandbox.program, Program::Code { auto_io: true, .. });
+    if !auto_io || sandbox.inputs.iter().any(|p| p.ty.is_path()) {
+        return None;
+    }
+    let runner = preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
+    Some(preamble::with_frame(runner, None))
+}
+
 /// A job that needs no upload: auto-IO code whose inputs are all values
-/// travels as `python3 -c <runner>` with the code and the inputs' texts in
-/// [`INLINE_JOB_ENV`], which saves the inputs upload (an Engine API call that
-/// re-executes dockerd to extract). File and Dir inputs, other modes and big
-/// jobs are uploaded as before. Returns the command and the job's JSON.
+/// travels as `python3 -c <runner>` with the code, the inputs' texts and the
+/// frame marker as JSON in [`INLINE_JOB_ENV`] (a cold container's
+/// environment, or a warm one's stdin), which saves the inputs upload (an
+/// Engine API call that re-executes dockerd to extract). File and Dir
+/// inputs, other modes and big jobs are uploaded as before. Returns the
+/// command and the job.
 pub fn inline_job(
     sandbox: &Sandbox,
     inputs: &[(Param, Value)],
     frame_marker: Option<&str>,
 ) -> Option<(Vec<String>, String)> {
-    let Program::Code {
-        source,
-        auto_io: true,
-    } = &sandbox.program
-    else {
+    let runner = inline_runner(sandbox)?;
+    let Program::Code { source, .. } = &sandbox.program else {
         return None;
     };
     let mut texts = serde_json::Map::new();
     for (p, value) in inputs {
-        if p.ty.is_path() {
-            return None;
-        }
         texts.insert(p.name.clone(), value.to_text()?.into());
     }
-    let job = serde_json::json!({"main": source, "inputs": texts}).to_string();
+    let job =
+        serde_json::json!({"main": source, "inputs": texts, "frame": frame_marker}).to_string();
     if job.len() > INLINE_LIMIT {
         return None;
-    }
-    let mut runner = preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
-    if let Some(marker) = frame_marker {
-        runner = preamble::with_frame(runner, marker);
     }
     Some((vec!["python3".into(), "-c".into(), runner], job))
 }

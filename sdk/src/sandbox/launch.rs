@@ -64,8 +64,9 @@ pub(crate) fn container_spec(sandbox: &Sandbox, image: &str, cmd: Vec<String>) -
 type OutputStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<LogChunk>> + Send>>;
 type Stdin = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
-/// Gives a warm container its job: the inputs (with the command to run),
-/// then the attempt number on its stdin, which starts it. The stdin is kept
+/// Gives a warm container its job: the attempt number on its stdin, which
+/// starts it, with the inline job on the same line, or after uploading the
+/// inputs (with the command to run). The stdin is kept
 /// open until the run ends (the program itself reads an empty one).
 pub(super) async fn hand_over(
     engine: &Engine,
@@ -75,11 +76,19 @@ pub(super) async fn hand_over(
 ) -> Result<(OutputStream, Stdin)> {
     use tokio::io::AsyncWriteExt;
     let id = container.id();
-    let upload = engine.upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone());
-    let ((), attached) = tokio::try_join!(upload, engine.attach(id))?;
+    // An inline job goes on the handover line itself; anything else is
+    // uploaded first (see `inputs::inline_job`).
+    let (line, attached) = match &prepared.inline {
+        Some((_, job)) => (format!("{number} {job}\n"), engine.attach(id).await?),
+        None => {
+            let upload = engine.upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone());
+            let ((), attached) = tokio::try_join!(upload, engine.attach(id))?;
+            (format!("{number}\n"), attached)
+        }
+    };
     let mut stdin = attached.input;
     let go = async {
-        stdin.write_all(format!("{number}\n").as_bytes()).await?;
+        stdin.write_all(line.as_bytes()).await?;
         stdin.flush().await
     };
     go.await.map_err(|e| Error::Docker {

@@ -116,6 +116,8 @@ pub fn render(inputs: &[Param], outputs: &[Param], inputs_dir: &str, outputs_dir
 
 const RUNNER_HELPERS: &str = r#"def _dh_inline_job():
     import os
+    # The pool's waiter hands the runner over in the environment too.
+    os.environ.pop('DOCKHAND_RUNNER', None)
     raw = os.environ.pop('DOCKHAND_JOB', None)
     if raw is None:
         return None
@@ -165,11 +167,11 @@ def _dh_write(name, type_name, convert):
 ///
 /// The frame is the code's own report, like the files: forging it can only
 /// claim outputs the code could have assigned anyway.
-pub fn with_frame(runner: String, marker: &str) -> String {
-    format!(
-        "{runner}{FRAME_EPILOGUE}_dh_send_frame({})\n",
-        py_str(marker)
-    )
+/// Without a `marker` here, the runner takes it from the inline job's
+/// `frame` field, and sends no frame when there is none.
+pub fn with_frame(runner: String, marker: Option<&str>) -> String {
+    let marker = marker.map(py_str).unwrap_or_else(|| "None".into());
+    format!("{runner}{FRAME_EPILOGUE}_dh_send_frame({marker})\n")
 }
 
 /// Sends `{"outputs": {name: text}, "bytes": size of /var/outputs}` after the
@@ -177,6 +179,10 @@ pub fn with_frame(runner: String, marker: &str) -> String {
 /// host keep its outputs limit: past it, the outputs are downloaded (and
 /// refused) as before.
 const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
+    if marker is None and _dh_job is not None:
+        marker = _dh_job.get('frame')
+    if not marker:
+        return
     import os, json
     total, stack = 0, [_DH_OUT]
     while stack:
@@ -304,7 +310,7 @@ mod tests {
                 i.to_str().unwrap(),
                 o.to_str().unwrap(),
             ),
-            "\u{1e}M\u{1e}",
+            Some("\u{1e}M\u{1e}"),
         );
         let Ok(out) = Command::new("python3").arg("-c").arg(runner).output() else {
             return; // no python3 on this host
@@ -339,11 +345,12 @@ mod tests {
                 missing.to_str().unwrap(),
                 dir.path().to_str().unwrap(),
             ),
-            "|M|",
+            None,
         );
         let job = serde_json::json!({
             "main": "import os\ny = x * 2\nseen = 'DOCKHAND_JOB' in os.environ\n",
             "inputs": {"x": "21"},
+            "frame": "|M|",
         });
         let run = |job: &serde_json::Value| {
             Command::new("python3")
@@ -355,11 +362,18 @@ mod tests {
         let Ok(out) = run(&job) else {
             return; // no python3 on this host
         };
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         let frame: serde_json::Value =
             serde_json::from_str(text.split_once("|M|").unwrap().1).unwrap();
-        assert_eq!(frame["outputs"], serde_json::json!({"y": "42", "seen": "false"}));
+        assert_eq!(
+            frame["outputs"],
+            serde_json::json!({"y": "42", "seen": "false"})
+        );
 
         // A failure's traceback still shows the user's own line.
         let failing = serde_json::json!({"main": "a = 1\nb = a / 0\n", "inputs": {"x": "1"}});
