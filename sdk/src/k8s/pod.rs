@@ -166,8 +166,14 @@ pub(super) fn mount(path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-/// The container for `spec`, named `name`, running `opts.image`.
-pub(super) fn container(name: &str, spec: &ContainerSpec, opts: &KubeOptions) -> Result<Container> {
+/// The container for `spec`, named `name`, running `opts.image`, with the
+/// `mounts` of its [`scratch`] volumes.
+pub(super) fn container(
+    name: &str,
+    spec: &ContainerSpec,
+    mounts: Vec<VolumeMount>,
+    opts: &KubeOptions,
+) -> Result<Container> {
     if let Some(m) = spec.mounts.first() {
         return Err(Error::spec(
             "kubernetes",
@@ -185,7 +191,6 @@ pub(super) fn container(name: &str, spec: &ContainerSpec, opts: &KubeOptions) ->
         Some(entry) => (Some(entry.clone()), Some(spec.cmd.clone())),
         None => (None, Some(spec.cmd.clone())),
     };
-    let (_, mounts) = scratch(spec, opts);
     Ok(Container {
         name: name.to_string(),
         image: Some(opts.image.clone()),

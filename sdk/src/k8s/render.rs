@@ -211,18 +211,15 @@ where
     K: Into<String>,
     V: Into<Value>,
 {
-    let given = inputs
-        .into_iter()
-        .map(|(k, v)| (k.into(), v.into()))
-        .collect();
+    let given = crate::sandbox::named_inputs(inputs);
     let bound = crate::sandbox::validate_inputs(sandbox, given)?;
     let cmd = crate::sandbox::command_line(sandbox, &bound);
     let spec = crate::sandbox::container_spec(sandbox, &opts.image, cmd);
     let naming = Naming::new("sandbox", sandbox.name(), &spec, opts);
     let rt = sandbox.runtime();
 
-    let (mut volumes, _) = pod::scratch(&spec, opts);
-    let mut program = pod::container("program", &spec, opts)?;
+    let (mut volumes, mounts) = pod::scratch(&spec, opts);
+    let mut program = pod::container("program", &spec, mounts, opts)?;
     program.env.get_or_insert_with(Vec::new).push(EnvVar {
         name: "DOCKHAND_ATTEMPT".into(),
         value: Some("1".into()),
@@ -324,8 +321,8 @@ pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifest
     let launch = config.launch()?;
     let spec = crate::codemode::host_spec(&launch, &opts.image)?;
     let naming = Naming::new("code-host", "monty", &spec, opts);
-    let (volumes, _) = pod::scratch(&spec, opts);
-    let main = pod::container("bridge", &spec, opts)?;
+    let (volumes, mounts) = pod::scratch(&spec, opts);
+    let main = pod::container("bridge", &spec, mounts, opts)?;
     // A prebuilt image gets the bridge mounted; dockhand's own has it baked in.
     let programs: &[(&str, &str)] = if launch.image.is_prebuilt() {
         &crate::codemode::PROGRAMS
@@ -347,8 +344,8 @@ pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> 
         &spec,
         opts,
     );
-    let (mut volumes, _) = pod::scratch(&spec, opts);
-    let mut main = pod::container("agent", &spec, opts)?;
+    let (mut volumes, mounts) = pod::scratch(&spec, opts);
+    let mut main = pod::container("agent", &spec, mounts, opts)?;
     {
         // Docker writes the workspace into the container (owned by the
         // session's user); here it is a volume, writable whatever the image has.

@@ -151,10 +151,7 @@ impl SandboxPool {
         K: Into<String>,
         V: Into<Value>,
     {
-        let given = inputs
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
+        let given = crate::sandbox::named_inputs(inputs);
         self.client
             .run_inner(&self.sandbox, given, options, Some(&self.warm))
             .await

@@ -8,6 +8,19 @@ use super::value::Value;
 use crate::archive;
 use crate::error::{Error, Result};
 
+/// Inputs as the public API takes them (`[("x", 21)]`, `inputs!{..}`), named values.
+pub fn named<I, K, V>(inputs: I) -> Vec<(String, Value)>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<String>,
+    V: Into<Value>,
+{
+    inputs
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
+}
+
 /// Checks given inputs against the declaration: every declared input given
 /// once, nothing undeclared, each of its type (ints widen to floats and JSON).
 /// Returns them in declared order.

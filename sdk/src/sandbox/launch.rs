@@ -3,7 +3,7 @@
 
 use super::inputs::INLINE_JOB_ENV;
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::run::{Prepared, SECRETS_DIR};
+use super::run::{JobDelivery, Prepared, SECRETS_DIR};
 use super::runtime::confine;
 use super::secret::SecretMount;
 use super::spec::Sandbox;
@@ -14,13 +14,10 @@ use crate::error::{Error, Result};
 /// and secrets in its environment.
 pub(super) fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> ContainerSpec {
     let rt = &sandbox.runtime;
-    let cmd = match &prepared.inline {
-        Some((cmd, _)) => cmd.clone(),
-        None => prepared.cmd.clone(),
-    };
-    let mut spec = container_spec(sandbox, &prepared.image.reference, cmd);
+    let (JobDelivery::Inline { command, .. } | JobDelivery::Upload { command, .. }) = &prepared.job;
+    let mut spec = container_spec(sandbox, &prepared.image.reference, command.clone());
     spec.env.push(format!("DOCKHAND_ATTEMPT={number}"));
-    if let Some((_, job)) = &prepared.inline {
+    if let JobDelivery::Inline { job, .. } = &prepared.job {
         spec.env.push(format!("{INLINE_JOB_ENV}={job}"));
     }
     for (s, (name, value)) in rt.secrets.iter().zip(&prepared.secrets) {
@@ -78,10 +75,10 @@ pub(super) async fn hand_over(
     let id = container.id();
     // An inline job goes on the handover line itself; anything else is
     // uploaded first (see `inputs::inline_job`).
-    let (line, attached) = match &prepared.inline {
-        Some((_, job)) => (format!("{number} {job}\n"), engine.attach(id).await?),
-        None => {
-            let upload = engine.upload_archive(id, INPUTS_DIR, prepared.inputs_tar.clone());
+    let (line, attached) = match &prepared.job {
+        JobDelivery::Inline { job, .. } => (format!("{number} {job}\n"), engine.attach(id).await?),
+        JobDelivery::Upload { tar, .. } => {
+            let upload = engine.upload_archive(id, INPUTS_DIR, tar.clone());
             let ((), attached) = tokio::try_join!(upload, engine.attach(id))?;
             (format!("{number}\n"), attached)
         }

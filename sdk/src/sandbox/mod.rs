@@ -52,7 +52,9 @@ pub(crate) use inputs::{command_line, validate as validate_inputs};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
-pub(crate) use inputs::{inline_runner, secrets_archive, writable_root, INLINE_RUNNER_ENV};
+pub(crate) use inputs::{
+    inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
+};
 pub(crate) use launch::container_spec;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;

@@ -98,16 +98,22 @@ impl RunOutput {
     }
 }
 
+/// How a run's code and inputs reach its container.
+pub(super) enum JobDelivery {
+    /// As JSON in a cold container's environment, or on a warm one's
+    /// handover line, run by `command` (see [`inputs::inline_job`]).
+    Inline { command: Vec<String>, job: String },
+    /// As an archive uploaded into `/var/inputs`, run by `command`.
+    Upload { command: Vec<String>, tar: Bytes },
+}
+
 /// Everything an attempt needs, prepared once per call.
 pub(super) struct Prepared {
     pub(super) image: ResolvedImage,
-    pub(super) cmd: Vec<String>,
-    pub(super) inputs_tar: Bytes,
+    /// How the code and inputs reach the container.
+    pub(super) job: JobDelivery,
     /// Where the runner's outputs frame starts on stdout, if it sends one.
     pub(super) frame_marker: Option<String>,
-    /// For a cold container, the command and the job in its environment
-    /// instead of an inputs upload (see [`inputs::inline_job`]).
-    pub(super) inline: Option<(Vec<String>, String)>,
     pub(super) secrets: Vec<(String, String)>,
     pub(super) secrets_tar: Option<Bytes>,
     /// Images not built by dockhand may lack a writable /var/outputs.
@@ -151,11 +157,8 @@ impl Client {
         K: Into<String>,
         V: Into<Value>,
     {
-        let given: Vec<(String, Value)> = inputs
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        self.run_inner(sandbox, given, options, None).await
+        self.run_inner(sandbox, inputs::named(inputs), options, None)
+            .await
     }
 
     /// A run, through `pool`'s warm containers when it has one ready.
@@ -218,26 +221,32 @@ impl Client {
             let owner = rt.hardening.owner_ids();
             Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
         };
-        let cmd = inputs::command_line(sandbox, &inputs);
         let frame_marker = inputs::frame_marker(sandbox);
-        let inline = inputs::inline_job(sandbox, &inputs, frame_marker.as_deref());
-        // File and Dir inputs are read from disk: off the async threads.
-        let inputs_tar = {
-            let (sandbox, cmd, marker) = (sandbox.clone(), cmd.clone(), frame_marker.clone());
-            tokio::task::spawn_blocking(move || {
-                inputs::archive(&sandbox, &inputs, &cmd, marker.as_deref())
-            })
-            .await
-            .map_err(|e| Error::io("building the inputs archive", std::io::Error::other(e)))??
+        let job = match inputs::inline_job(sandbox, &inputs, frame_marker.as_deref()) {
+            Some((command, job)) => JobDelivery::Inline { command, job },
+            None => {
+                let command = inputs::command_line(sandbox, &inputs);
+                // File and Dir inputs are read from disk: off the async threads.
+                let (sandbox, cmd, marker) =
+                    (sandbox.clone(), command.clone(), frame_marker.clone());
+                let tar = tokio::task::spawn_blocking(move || {
+                    inputs::archive(&sandbox, &inputs, &cmd, marker.as_deref())
+                })
+                .await
+                .map_err(|e| {
+                    Error::io("building the inputs archive", std::io::Error::other(e))
+                })??;
+                JobDelivery::Upload {
+                    command,
+                    tar: Bytes::from(tar),
+                }
+            }
         };
-        let inputs_tar = Bytes::from(inputs_tar);
         let mut prepared = Prepared {
             needs_outputs_dir: sandbox.image.is_prebuilt(),
             image,
-            cmd,
-            inputs_tar,
+            job,
             frame_marker,
-            inline,
             secrets,
             secrets_tar,
         };
@@ -353,10 +362,8 @@ impl Client {
                 let id = container.id().to_string();
                 let launch = async {
                     let uploads = async {
-                        if prepared.inline.is_none() {
-                            engine
-                                .upload_archive(&id, INPUTS_DIR, prepared.inputs_tar.clone())
-                                .await?;
+                        if let JobDelivery::Upload { tar, .. } = &prepared.job {
+                            engine.upload_archive(&id, INPUTS_DIR, tar.clone()).await?;
                         }
                         if prepared.needs_outputs_dir {
                             let tar = Bytes::from(inputs::writable_root()?);

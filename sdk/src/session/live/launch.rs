@@ -102,8 +102,8 @@ impl Session {
 }
 
 /// Bad settings, found before anything is resolved or created.
-fn validate(c: &SessionConfig) -> Result<()> {
-    c.checked_resources()?;
+fn validate(c: &SessionConfig) -> Result<crate::sandbox::Resources> {
+    let resources = c.checked_resources()?;
     for m in &c.mounts {
         if !m.container_path.starts_with('/') || !m.host_path.starts_with('/') {
             return Err(Error::spec(
@@ -124,14 +124,13 @@ fn validate(c: &SessionConfig) -> Result<()> {
             ),
         ));
     }
-    Ok(())
+    Ok(resources)
 }
 
 /// The container every session of `c` is made with, secrets aside (their
 /// values are added at start; a Kubernetes rendering refers to them instead).
 pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<ContainerSpec> {
-    validate(c)?;
-    let resources = c.checked_resources()?;
+    let resources = validate(c)?;
     let mut env = vec![
         "HOME=/tmp".to_string(),
         "PYTHONUNBUFFERED=1".to_string(),
