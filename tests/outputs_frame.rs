@@ -86,4 +86,51 @@ async fn auto_io_outputs_leave_the_program_s_stdout_untouched() {
     let out = client.run(&closed, [("x", 1)]).await.unwrap();
     assert_eq!(out.get::<i64>("y").unwrap(), 2);
     assert_eq!(out.stdout.total_bytes, 0);
+
+    // Once the frame is in, the answer does not wait for the exit; what the
+    // program wrote to stderr up to the end still all comes back, however
+    // the daemon interleaves the two streams.
+    let ended_at_frame = log
+        .text()
+        .matches("the runner's frame ended the run")
+        .count();
+    assert!(
+        ended_at_frame >= 2,
+        "no run ended at its frame:\n{}",
+        log.text()
+    );
+    let noisy = Sandbox::code(
+        "frame-stderr",
+        "import sys\nfor i in range(2000):\n    sys.stderr.write('e%04d ' % i + 'x' * 40 + '\\n')\nsys.stderr.write('END')\ny = x\n",
+    )
+    .input("x", Type::Int)
+    .output("y", Type::Int)
+    .cache(dockhand::CacheMode::Disable)
+    .build()
+    .unwrap();
+    for round in 0..5 {
+        let out = client.run(&noisy, [("x", round)]).await.unwrap();
+        assert_eq!(out.get::<i64>("y").unwrap(), round);
+        assert_eq!(out.stderr.total_bytes, 2000 * 47 + 3, "round {round}");
+        assert!(out.stderr.text.ends_with("\nEND"), "round {round}");
+    }
+    // A closed stderr sends no end marker: the run waits for the exit, as before.
+    let no_stderr = Sandbox::code("frame-no-stderr", "import os\nos.close(2)\ny = x + 5\n")
+        .input("x", Type::Int)
+        .output("y", Type::Int)
+        .cache(dockhand::CacheMode::Disable)
+        .build()
+        .unwrap();
+    let before = log
+        .text()
+        .matches("the runner's frame ended the run")
+        .count();
+    let out = client.run(&no_stderr, [("x", 1)]).await.unwrap();
+    assert_eq!(out.get::<i64>("y").unwrap(), 6);
+    assert_eq!(
+        log.text()
+            .matches("the runner's frame ended the run")
+            .count(),
+        before
+    );
 }

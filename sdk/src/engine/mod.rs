@@ -16,7 +16,7 @@ mod image;
 pub mod labels;
 mod watchdog;
 
-pub use container::{ContainerSpec, ExitStatus, LogChunk, Mount};
+pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount};
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;
 pub(crate) use endpoint::{Choice, Environment, Target};

@@ -9,23 +9,45 @@ use futures::FutureExt;
 use super::warm::{Discard, Fill, PoolStats, WarmPool};
 use super::PoolConfig;
 use crate::client::Client;
-use crate::engine::ContainerGuard;
 use crate::error::Result;
-use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value};
+use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, WarmContainer};
 
 /// What a warm container runs until it is handed a job: wait for a line on
-/// stdin, the attempt number and, for an inline job (see
-/// `inputs::inline_job`), the job's JSON; then `exec` the program as a cold
-/// container would run it: the inline runner kept in the environment, or the
-/// command the uploaded inputs brought. A closed stdin (the pool shutting
-/// down) ends it.
-const WAITER: &str = "read -r attempt job || exit 0; \
+/// stdin with the attempt number, then `exec` the program as a cold
+/// container would run it (the command the uploaded inputs brought). A
+/// closed stdin (the pool shutting down) ends it.
+const SHELL_WAITER: &str = "read -r attempt || exit 0; \
     DOCKHAND_ATTEMPT=$attempt; export DOCKHAND_ATTEMPT; \
-    if [ -n \"$job\" ]; then \
-        DOCKHAND_JOB=$job; export DOCKHAND_JOB; \
-        exec python3 -c \"$DOCKHAND_RUNNER\" </dev/null; \
-    fi; \
     . /var/inputs/.dockhand/cmd.sh";
+
+/// The waiter of a sandbox whose jobs may travel inline (see
+/// `inputs::inline_job`): the interpreter itself, started, with the runner
+/// from its environment compiled and the modules it uses loaded before the
+/// job comes, so a handover costs no interpreter start. The line carries the
+/// attempt number and the inline job's JSON; a line with the number alone
+/// means the inputs were uploaded, and their command is run as by
+/// [`SHELL_WAITER`]. Stdin is then `/dev/null`, as in a cold container.
+/// Nothing here is a boundary: the container is one job's, and the code
+/// that runs next may read all of this.
+const PYTHON_WAITER: &str = r#"import os, sys, json, atexit
+runner = compile(os.environ.pop('DOCKHAND_RUNNER'), '<dockhand-runner>', 'exec')
+line = b''
+while not line.endswith(b'\n'):
+    chunk = os.read(0, 1 << 16)
+    if not chunk:
+        sys.exit(0)
+    line += chunk
+attempt, _, job = line[:-1].decode('utf-8').partition(' ')
+os.environ['DOCKHAND_ATTEMPT'] = attempt
+null = os.open('/dev/null', os.O_RDONLY)
+os.dup2(null, 0)
+os.close(null)
+if not job:
+    os.execv('/bin/sh', ['/bin/sh', '/var/inputs/.dockhand/cmd.sh'])
+os.environ['DOCKHAND_JOB'] = job
+del line, chunk, job
+exec(runner, {'__name__': '__main__', '__builtins__': __builtins__})
+"#;
 
 /// How long making one warm container may take before it counts as failed.
 const FILL_LIMIT: Duration = Duration::from_secs(60);
@@ -35,7 +57,7 @@ const FILL_LIMIT: Duration = Duration::from_secs(60);
 pub struct SandboxPool {
     client: Client,
     sandbox: Sandbox,
-    warm: WarmPool<ContainerGuard>,
+    warm: WarmPool<WarmContainer>,
 }
 
 impl std::fmt::Debug for SandboxPool {
@@ -62,7 +84,7 @@ impl Client {
             );
             0
         };
-        let fill: Fill<ContainerGuard> = {
+        let fill: Fill<WarmContainer> = {
             let (client, sandbox) = (self.clone(), sandbox.clone());
             Arc::new(move || {
                 let (client, sandbox) = (client.clone(), sandbox.clone());
@@ -80,9 +102,9 @@ impl Client {
                 .boxed()
             })
         };
-        let discard: Discard<ContainerGuard> = Arc::new(|container: ContainerGuard| {
+        let discard: Discard<WarmContainer> = Arc::new(|warm: WarmContainer| {
             async move {
-                if let Err(e) = container.remove().await {
+                if let Err(e) = warm.container.remove().await {
                     tracing::warn!(error = %e, "removing a pooled container");
                 }
             }
@@ -98,13 +120,18 @@ impl Client {
     }
 }
 
-/// Creates and starts one container that waits for its job.
-async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<ContainerGuard> {
+/// Creates, attaches and starts one container that waits for its job.
+async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContainer> {
     let image = client.images().resolve(sandbox.image()).await?;
-    let cmd = ["/bin/sh", "-c", WAITER].map(String::from).to_vec();
-    let mut spec = crate::sandbox::container_spec(sandbox, &image.reference, cmd);
+    let runner = crate::sandbox::inline_runner(sandbox);
+    let cmd = match runner {
+        Some(_) => ["python3", "-c", PYTHON_WAITER],
+        None => ["/bin/sh", "-c", SHELL_WAITER],
+    };
+    let mut spec =
+        crate::sandbox::container_spec(sandbox, &image.reference, cmd.map(String::from).to_vec());
     spec.open_stdin = true;
-    if let Some(runner) = crate::sandbox::inline_runner(sandbox) {
+    if let Some(runner) = runner {
         spec.env
             .push(format!("{}={runner}", crate::sandbox::INLINE_RUNNER_ENV));
     }
@@ -120,10 +147,17 @@ async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<ContainerG
                 .upload_archive(&id, crate::sandbox::OUTPUTS_DIR, Bytes::from(tar))
                 .await?;
         }
-        engine.start_container(&id).await
+        // Attached before the start, so nothing the program says is missed
+        // and the handover is a write on a stream already open.
+        let attached = engine.attach(&id).await?;
+        engine.start_container(&id).await?;
+        Ok(attached)
     };
     match started.await {
-        Ok(()) => Ok(container),
+        Ok(attached) => Ok(WarmContainer {
+            container,
+            attached,
+        }),
         Err(e) => {
             let _ = container.remove().await;
             Err(e)

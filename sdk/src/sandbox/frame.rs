@@ -55,6 +55,12 @@ impl FrameSplitter {
         data
     }
 
+    /// Whether a whole frame has arrived: the stream has ended as far as
+    /// the runner is concerned.
+    pub(crate) fn is_complete(&self) -> bool {
+        !self.overflow && self.frame.as_ref().is_some_and(|f| f.ends_with(b"\n"))
+    }
+
     /// The program's last bytes (a held-back tail that was no marker after
     /// all) and the frame, if a whole one arrived.
     pub(crate) fn finish(self) -> (Vec<u8>, Option<Vec<u8>>) {
@@ -140,11 +146,24 @@ mod tests {
     }
 
     #[test]
+    fn the_frame_is_complete_only_once_its_newline_arrives() {
+        let mut s = FrameSplitter::new(M);
+        s.feed(b"out");
+        assert!(!s.is_complete());
+        s.feed(M.as_bytes());
+        s.feed(b"{\"y\": ");
+        assert!(!s.is_complete());
+        s.feed(b"1}\n");
+        assert!(s.is_complete());
+    }
+
+    #[test]
     fn an_oversized_frame_is_dropped() {
         let mut s = FrameSplitter::new(M);
         s.feed(M.as_bytes());
         s.feed(&vec![b'x'; MAX_FRAME]);
         s.feed(b"more\n");
+        assert!(!s.is_complete());
         assert_eq!(s.finish().1, None);
     }
 }

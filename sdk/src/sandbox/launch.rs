@@ -7,7 +7,7 @@ use super::run::{JobDelivery, Prepared, SECRETS_DIR};
 use super::runtime::confine;
 use super::secret::SecretMount;
 use super::spec::Sandbox;
-use crate::engine::{ContainerGuard, ContainerSpec, Engine, LogChunk};
+use crate::engine::{Attached, ContainerGuard, ContainerSpec, Engine, LogChunk};
 use crate::error::{Error, Result};
 
 /// The container of a cold attempt: the command itself, the attempt number
@@ -61,26 +61,36 @@ pub(crate) fn container_spec(sandbox: &Sandbox, image: &str, cmd: Vec<String>) -
 type OutputStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<LogChunk>> + Send>>;
 type Stdin = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
+/// A pool's started container, attached since before its start (so the
+/// handover is one write on its stdin), waiting for its one job.
+pub(crate) struct WarmContainer {
+    /// Owns the container: dropping it removes the container.
+    pub(crate) container: ContainerGuard,
+    /// Its stdin, stdout and stderr.
+    pub(crate) attached: Attached,
+}
+
 /// Gives a warm container its job: the attempt number on its stdin, which
 /// starts it, with the inline job on the same line, or after uploading the
-/// inputs (with the command to run). The stdin is kept
-/// open until the run ends (the program itself reads an empty one).
+/// inputs (with the command to run). The stdin is kept open until the run
+/// ends (the program itself reads an empty one).
 pub(super) async fn hand_over(
     engine: &Engine,
     container: &ContainerGuard,
+    attached: Attached,
     prepared: &Prepared,
     number: u32,
 ) -> Result<(OutputStream, Stdin)> {
     use tokio::io::AsyncWriteExt;
-    let id = container.id();
     // An inline job goes on the handover line itself; anything else is
     // uploaded first (see `inputs::inline_job`).
-    let (line, attached) = match &prepared.job {
-        JobDelivery::Inline { job, .. } => (format!("{number} {job}\n"), engine.attach(id).await?),
+    let line = match &prepared.job {
+        JobDelivery::Inline { job, .. } => format!("{number} {job}\n"),
         JobDelivery::Upload { tar, .. } => {
-            let upload = engine.upload_archive(id, INPUTS_DIR, tar.clone());
-            let ((), attached) = tokio::try_join!(upload, engine.attach(id))?;
-            (format!("{number}\n"), attached)
+            engine
+                .upload_archive(container.id(), INPUTS_DIR, tar.clone())
+                .await?;
+            format!("{number}\n")
         }
     };
     let mut stdin = attached.input;

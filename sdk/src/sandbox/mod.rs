@@ -55,7 +55,7 @@ pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
 pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
-pub(crate) use launch::container_spec;
+pub(crate) use launch::{container_spec, WarmContainer};
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;

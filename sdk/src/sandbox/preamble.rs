@@ -175,15 +175,27 @@ pub fn with_frame(runner: String, marker: Option<&str>) -> String {
 }
 
 /// Sends `{"outputs": {name: text}, "bytes": size of /var/outputs}` after the
-/// marker, written straight to fd 1 past Python's buffers. The size lets the
-/// host keep its outputs limit: past it, the outputs are downloaded (and
-/// refused) as before.
+/// marker, written straight to fd 1 past Python's buffers, and the marker
+/// alone on fd 2 just before it. The size lets the host keep its outputs
+/// limit: past it, the outputs are downloaded (and refused) as before.
+///
+/// The host answers as soon as both streams have ended in their markers,
+/// without waiting for the container to exit (the exit's report costs tens
+/// of milliseconds). So nothing may follow the frame: the runner first
+/// finishes as the interpreter would at exit (non-daemon threads joined,
+/// `atexit` handlers run, streams flushed), then ends at once with 0. An
+/// `os._exit` of the code's own before that sends no frame, and the exit
+/// code decides as ever.
 const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
     if marker is None and _dh_job is not None:
         marker = _dh_job.get('frame')
     if not marker:
         return
-    import os, json
+    import os, json, atexit
+    _dh_threading = _dh_sys.modules.get('threading')
+    if _dh_threading is not None:
+        _dh_threading._shutdown()
+    atexit._run_exitfuncs()
     total, stack = 0, [_DH_OUT]
     while stack:
         try:
@@ -204,11 +216,13 @@ const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
     except Exception:
         pass
     frame = (marker + json.dumps({'outputs': _dh_texts, 'bytes': total}) + '\n').encode('utf-8', 'surrogatepass')
-    try:
-        while frame:
-            frame = frame[os.write(1, frame):]
-    except OSError:
-        pass
+    for fd, data in ((2, (marker + '\n').encode('utf-8')), (1, frame)):
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            pass
+    os._exit(0)
 "#;
 
 const RUNNER_EXEC: &str = r#"if _dh_job is not None:
@@ -440,6 +454,66 @@ mod tests {
             let s: serde_json::Value = serde_json::from_str(&status(&out)).unwrap();
             assert_eq!(s["bad_output"]["name"], "result");
             assert_eq!(s["bad_output"]["expected"], "int");
+        }
+    }
+
+    /// Runs `code` through the framed runner (output `y` = 1) on the host.
+    fn run_framed(code: &str) -> Option<std::process::Output> {
+        let dir = tempfile::tempdir().unwrap();
+        let (i, o) = (dir.path().join("in"), dir.path().join("out"));
+        std::fs::create_dir_all(i.join(CONTROL_DIR)).unwrap();
+        std::fs::create_dir_all(&o).unwrap();
+        std::fs::write(i.join(CONTROL_DIR).join(MAIN_FILE), code).unwrap();
+        let runner = with_frame(
+            render(
+                &[],
+                &[p("y", Type::Int)],
+                i.to_str().unwrap(),
+                o.to_str().unwrap(),
+            ),
+            Some("|M|"),
+        );
+        Command::new("python3").arg("-c").arg(runner).output().ok()
+    }
+
+    #[test]
+    fn nothing_follows_the_frame_and_stderr_ends_in_the_marker() {
+        // A thread still running and an atexit handler: both finish first,
+        // as they would at the interpreter's own exit.
+        let code = "import atexit, sys, threading, time\n\
+            atexit.register(lambda: sys.stderr.write('bye\\n'))\n\
+            threading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()\n\
+            y = 1\n";
+        let Some(out) = run_framed(code) else {
+            return; // no python3 on this host
+        };
+        assert_eq!(out.status.code(), Some(0));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            stdout,
+            "late\n|M|{\"outputs\": {\"y\": \"1\"}, \"bytes\": 1}\n"
+        );
+        assert_eq!(String::from_utf8(out.stderr).unwrap(), "bye\n|M|\n");
+    }
+
+    #[test]
+    fn code_that_ends_the_process_itself_sends_no_frame() {
+        for code in [
+            "import os\ny = 1\nos._exit(3)\n",
+            "import sys\ny = 1\nsys.exit(4)\n",
+        ] {
+            let Some(out) = run_framed(code) else {
+                return;
+            };
+            assert!(!out.status.success(), "{code}");
+            assert!(
+                !String::from_utf8_lossy(&out.stdout).contains("|M|"),
+                "{code}"
+            );
+            assert!(
+                !String::from_utf8_lossy(&out.stderr).contains("|M|"),
+                "{code}"
+            );
         }
     }
 }

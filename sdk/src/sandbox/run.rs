@@ -11,7 +11,7 @@ use super::cache;
 use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
 use super::frame::FrameSplitter;
 use super::inputs;
-use super::launch::{cold_spec, hand_over};
+use super::launch::{cold_spec, hand_over, WarmContainer};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::runtime::{CacheMode, Network};
@@ -20,8 +20,7 @@ use super::spec::Sandbox;
 use super::value::Value;
 use super::verdict::{verdict, Ended};
 use crate::client::Client;
-use crate::engine::ContainerGuard;
-use crate::engine::LogChunk;
+use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
 use crate::pool::WarmPool;
@@ -167,7 +166,7 @@ impl Client {
         sandbox: &Sandbox,
         given: Vec<(String, Value)>,
         options: RunOptions,
-        pool: Option<&WarmPool<ContainerGuard>>,
+        pool: Option<&WarmPool<WarmContainer>>,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         // Everything about the inputs is checked before any container exists.
@@ -326,7 +325,7 @@ impl Client {
         prepared: &Prepared,
         number: u32,
         options: &RunOptions,
-        pool: Option<&WarmPool<ContainerGuard>>,
+        pool: Option<&WarmPool<WarmContainer>>,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         let engine = self.engine();
@@ -337,8 +336,12 @@ impl Client {
             .timeout
             .map(|limit| (tokio::time::Instant::now() + limit, limit));
         let warm = match pool.and_then(WarmPool::take) {
-            Some(container) => {
-                match within(deadline, hand_over(engine, &container, prepared, number)).await {
+            Some(WarmContainer {
+                container,
+                attached,
+            }) => {
+                let handed = hand_over(engine, &container, attached, prepared, number);
+                match within(deadline, handed).await {
                     Ok(attached) => Some((container, attached)),
                     Err(e @ Error::Timeout { .. }) => {
                         container.remove_in_background();
@@ -410,24 +413,33 @@ impl Client {
             let handler = handler.as_ref();
             let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
             let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
+            // With a frame, stdout ends in the frame and stderr in the bare
+            // marker; once both have, the runner has finished (see
+            // `preamble::with_frame`) and the answer does not wait for the exit.
             let mut splitter = prepared.frame_marker.as_deref().map(FrameSplitter::new);
+            let mut stderr_end = prepared.frame_marker.as_deref().map(FrameSplitter::new);
             let run = async {
                 let mut wait = std::pin::pin!(engine.wait_container(&id));
-                let mut take = |chunk: Result<LogChunk>| -> Result<()> {
-                    match chunk? {
-                        LogChunk::Stdout(b) => match &mut splitter {
-                            Some(splitter) => stdout.push(&splitter.feed(&b), handler),
-                            None => stdout.push(&b, handler),
-                        },
-                        LogChunk::Stderr(b) => stderr.push(&b, handler),
+                let mut take = |chunk: Result<LogChunk>| -> Result<bool> {
+                    let (buffer, end, bytes) = match chunk? {
+                        LogChunk::Stdout(b) => (&mut stdout, &mut splitter, b),
+                        LogChunk::Stderr(b) => (&mut stderr, &mut stderr_end, b),
+                    };
+                    match end {
+                        Some(end) => buffer.push(&end.feed(&bytes), handler),
+                        None => buffer.push(&bytes, handler),
                     }
-                    Ok(())
+                    Ok(splitter.as_ref().is_some_and(FrameSplitter::is_complete)
+                        && stderr_end.as_ref().is_some_and(FrameSplitter::is_complete))
                 };
                 let status = loop {
                     tokio::select! {
                         status = &mut wait => break status?,
                         chunk = output.next() => match chunk {
-                            Some(chunk) => take(chunk)?,
+                            Some(chunk) => if take(chunk)? {
+                                tracing::debug!(container = %id, "the runner's frame ended the run");
+                                return Ok(ExitStatus { code: 0, oom_killed: false, gone: false });
+                            },
                             None => break wait.await?,
                         },
                     }
@@ -449,6 +461,9 @@ impl Client {
                         if let Some(splitter) = splitter.take() {
                             stdout.push(&splitter.finish().0, handler);
                         }
+                        if let Some(end) = stderr_end.take() {
+                            stderr.push(&end.finish().0, handler);
+                        }
                         let (out, err) = (stdout.finish(handler), stderr.finish(handler));
                         return Err(Error::Timeout {
                             timeout: limit,
@@ -463,6 +478,9 @@ impl Client {
                 stdout.push(&rest, handler);
                 frame
             });
+            if let Some(end) = stderr_end.take() {
+                stderr.push(&end.finish().0, handler);
+            }
             let mut stdout = stdout.finish(handler);
             let mut stderr = stderr.finish(handler);
             stdout.text = redact(&stdout.text, &prepared.secrets);

@@ -55,6 +55,11 @@ pub fn from_frame(frame: &[u8], declared: &[Param], limit: u64) -> Option<Collec
         let text = frame.outputs.remove(&p.name)?;
         texts.push((p.name.clone(), text.into_bytes()));
     }
+    // `bytes` is the code's own word; the texts themselves are counted too.
+    let carried: u64 = texts.iter().map(|(_, t)| t.len() as u64).sum();
+    if carried > limit {
+        return None;
+    }
     Some(Collected {
         texts,
         ..Default::default()

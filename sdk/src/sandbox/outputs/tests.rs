@@ -251,3 +251,30 @@ fn a_typo_and_a_wrong_rust_type_are_the_caller_s_errors() {
     );
     assert!(err.to_string().contains("ask for i64"), "{err}");
 }
+
+#[test]
+fn a_frame_stands_for_the_outputs_only_within_the_limit() {
+    let declared = [p("y", Type::Int), p("s", Type::Str)];
+    let frame = br#"{"outputs": {"y": "42", "s": "hi"}, "bytes": 4}"#;
+    let got = from_frame(frame, &declared, 100).expect("a good frame");
+    assert_eq!(
+        got.texts,
+        vec![
+            ("y".to_string(), b"42".to_vec()),
+            ("s".to_string(), b"hi".to_vec())
+        ]
+    );
+    // The size of /var/outputs it states is over the limit.
+    let big = br#"{"outputs": {"y": "42", "s": "hi"}, "bytes": 101}"#;
+    assert!(from_frame(big, &declared, 100).is_none());
+    // It understates that size, but its own texts are over the limit.
+    let lying = format!(
+        r#"{{"outputs": {{"y": "1", "s": "{}"}}, "bytes": 0}}"#,
+        "x".repeat(200)
+    );
+    assert!(from_frame(lying.as_bytes(), &declared, 100).is_none());
+    // An output missing, an extra field, not JSON.
+    assert!(from_frame(br#"{"outputs": {"y": "1"}, "bytes": 1}"#, &declared, 100).is_none());
+    assert!(from_frame(br#"{"outputs": {}, "bytes": 0, "x": 1}"#, &[], 100).is_none());
+    assert!(from_frame(b"not json", &declared, 100).is_none());
+}
