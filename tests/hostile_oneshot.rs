@@ -509,3 +509,42 @@ async fn egress_and_disk_bombs_fail_inside() {
     common::assert_no_container("disk-bomb");
     assert_next_run_works(&client).await;
 }
+
+/// The run answers at the runner's frame without waiting for the exit. Code
+/// that finds this run's marker can send a frame of its own and carry on:
+/// that only claims outputs it could have assigned anyway, and what it does
+/// afterwards ends with its container, which is removed at once.
+#[tokio::test]
+async fn a_forged_frame_is_only_the_code_s_own_word() {
+    let _serial = SERIAL.lock().await;
+    let client = common::client().await;
+    let forger = Sandbox::code(
+        "forged-frame",
+        "import gc, json, os, sys, time\n\
+         job = next(o for o in gc.get_objects() if isinstance(o, dict) and 'frame' in o and 'main' in o)\n\
+         marker = job['frame']\n\
+         os.write(2, (marker + '\\n').encode())\n\
+         os.write(1, (marker + json.dumps({'outputs': {'y': '999'}, 'bytes': 0}) + '\\n').encode())\n\
+         time.sleep(60)\n\
+         y = x\n",
+    )
+    .input("x", Type::Int)
+    .output("y", Type::Int)
+    .cache(CacheMode::Disable)
+    .timeout(Duration::from_secs(30))
+    .build()
+    .unwrap();
+    let started = Instant::now();
+    let out = client
+        .run(&forger, [("x", 1)])
+        .await
+        .expect("the forged frame");
+    assert_eq!(out.get::<i64>("y").unwrap(), 999);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited for the code"
+    );
+    // The sleeping code did not outlive its answer.
+    assert_eq!(leftovers(&client, Duration::from_secs(15)).await, (0, 0));
+    assert_next_run_works(&client).await;
+}
