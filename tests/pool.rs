@@ -74,6 +74,87 @@ fn sandboxes() -> Vec<Sandbox> {
     vec![auto, verbatim, command]
 }
 
+/// Auto-IO code whose job cannot travel inline (a File input: uploaded,
+/// then the started interpreter hands over to the uploaded command), and
+/// code that fails: the same outcome warm as cold, traceback included.
+#[tokio::test]
+async fn pooled_uploads_and_failures_match_cold_runs() {
+    let client = common::client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.txt");
+    std::fs::write(&file, "shout\n").unwrap();
+    let upload = Sandbox::code(
+        "pool-upload",
+        "import os, sys\ntext = open(data).read().upper()\nattempt = os.environ['DOCKHAND_ATTEMPT']\nstdin = sys.stdin.read()\nprint('read', len(text))",
+    )
+    .input("data", Type::File)
+    .output("text", Type::Str)
+    .output("attempt", Type::Str)
+    .output("stdin", Type::Str)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let failing = Sandbox::code(
+        "pool-failing",
+        "import sys\nprint('before')\nsys.stderr.write('warned\\n')\n\ndef f(v):\n    return 1 / v\n\ny = f(x)\n",
+    )
+    .input("x", Type::Int)
+    .output("y", Type::Float)
+    .cache(CacheMode::Disable)
+    .build()
+    .unwrap();
+    let inputs = || [("data", Value::File(file.clone()))];
+    let cold = client.run(&upload, inputs()).await.unwrap();
+    let pool = client.pool(&upload, PoolConfig::new(1)).await.unwrap();
+    assert!(pool.wait_ready(FILL).await, "{:?}", pool.stats());
+    let warm = pool.run(inputs()).await.unwrap();
+    assert_eq!(pool.stats().handed_over, 1, "{:?}", pool.stats());
+    for out in [&cold, &warm] {
+        assert_eq!(out.get::<String>("text").unwrap(), "SHOUT\n");
+        assert_eq!(out.get::<String>("attempt").unwrap(), "1");
+        assert_eq!(out.get::<String>("stdin").unwrap(), "");
+        assert_eq!(out.stdout.text, "read 6\n");
+    }
+    pool.shutdown().await;
+    gone("pool-upload").await;
+
+    let cold = client.run(&failing, [("x", 0)]).await.unwrap_err();
+    let pool = client.pool(&failing, PoolConfig::new(1)).await.unwrap();
+    assert!(pool.wait_ready(FILL).await, "{:?}", pool.stats());
+    let warm = pool.run([("x", 0)]).await.unwrap_err();
+    assert_eq!(pool.stats().handed_over, 1, "{:?}", pool.stats());
+    let python = |e: &dockhand::Error| match e {
+        dockhand::Error::NonZeroExit {
+            exit_code,
+            python,
+            stdout_tail,
+            ..
+        } => (
+            *exit_code,
+            python.clone().expect("a Python error"),
+            stdout_tail.clone(),
+        ),
+        other => panic!("expected NonZeroExit, got {other:?}"),
+    };
+    let (cold, warm) = (python(&cold), python(&warm));
+    assert_eq!(cold, warm);
+    assert_eq!(cold.1.exception_type, "ZeroDivisionError");
+    assert!(cold.1.traceback.contains("line 8"), "{}", cold.1.traceback);
+    assert!(
+        cold.1.traceback.contains("return 1 / v"),
+        "{}",
+        cold.1.traceback
+    );
+    assert!(
+        !cold.1.traceback.contains("dockhand"),
+        "{}",
+        cold.1.traceback
+    );
+    assert_eq!(cold.2, "before\n");
+    pool.shutdown().await;
+    gone("pool-failing").await;
+}
+
 #[tokio::test]
 async fn pooled_runs_match_cold_runs_in_every_mode() {
     let client = common::client().await;
