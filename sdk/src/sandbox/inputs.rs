@@ -253,7 +253,7 @@ pub fn frame_marker(sandbox: &Sandbox) -> Option<String> {
     }
 }
 
-/// The file a warm container's waiter sources once handed the job.
+/// The script a warm container's waiter runs once handed an uploaded job.
 pub const HANDOVER_FILE: &str = "cmd.sh";
 
 /// `exec`s the command as a cold container would run it: as the process the
