@@ -336,3 +336,90 @@ async fn a_pool_dropped_while_filling_leaves_nothing() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     gone("pool-dropped").await;
 }
+
+/// Waits up to 10 s for exactly `n` containers labelled for pool `name`.
+async fn settles_at(name: &str, n: usize) {
+    for _ in 0..50 {
+        if pool_containers(name) == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "pool `{name}` holds {} containers, not {n}",
+        pool_containers(name)
+    );
+}
+
+/// Pooled runs that are dropped, stop themselves or kill their own
+/// interpreter end typed and take their container with them; the next
+/// pooled run gets a fresh one and its own result.
+#[tokio::test]
+async fn hostile_and_dropped_pooled_runs_leave_nothing() {
+    let client = common::client().await;
+    let sandbox = Sandbox::code(
+        "pool-hostile",
+        "import os, signal, time\n\
+         if mode == 'sleep':\n    time.sleep(60)\n\
+         elif mode == 'stop':\n    os.kill(os.getpid(), signal.SIGSTOP)\n\
+         elif mode == 'kill':\n    os.kill(os.getpid(), signal.SIGKILL)\n\
+         elif mode == 'parent':\n    os.kill(os.getppid(), signal.SIGKILL)\n    time.sleep(60)\n\
+         host = os.environ['HOSTNAME']\n",
+    )
+    .input("mode", Type::Str)
+    .output("host", Type::Str)
+    .cache(CacheMode::Disable)
+    .timeout(Duration::from_secs(4))
+    .build()
+    .unwrap();
+    let pool = client.pool(&sandbox, PoolConfig::new(1)).await.unwrap();
+    let mut hosts = HashSet::new();
+    let fresh_run = async |hosts: &mut HashSet<String>| {
+        assert!(pool.wait_ready(FILL).await, "{:?}", pool.stats());
+        let out = pool.run([("mode", "ok")]).await.expect("a fresh run");
+        assert!(hosts.insert(out.get::<String>("host").unwrap()), "reused");
+        settles_at("pool-hostile", 1).await;
+    };
+    fresh_run(&mut hosts).await;
+
+    // Dropped mid-run: the guard removes the container.
+    assert!(pool.wait_ready(FILL).await);
+    let dropped = tokio::time::timeout(Duration::from_millis(700), pool.run([("mode", "sleep")]));
+    assert!(dropped.await.is_err(), "the sleeping run finished");
+    settles_at("pool-hostile", 1).await;
+    fresh_run(&mut hosts).await;
+
+    // Stopped: the host-side deadline answers.
+    let started = std::time::Instant::now();
+    let stopped = pool.run([("mode", "stop")]).await.unwrap_err();
+    assert!(
+        matches!(stopped, dockhand::Error::Timeout { .. }),
+        "{stopped:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(8));
+    settles_at("pool-hostile", 1).await;
+    fresh_run(&mut hosts).await;
+
+    // Killed by its own hand, or its parent (the container's init) killed:
+    // a typed end either way.
+    let killed = pool.run([("mode", "kill")]).await.unwrap_err();
+    assert!(
+        matches!(killed, dockhand::Error::Killed { signal: 9, .. }),
+        "{killed:?}"
+    );
+    settles_at("pool-hostile", 1).await;
+    fresh_run(&mut hosts).await;
+    let orphaned = pool.run([("mode", "parent")]).await.unwrap_err();
+    assert!(
+        matches!(
+            orphaned,
+            dockhand::Error::Killed { .. } | dockhand::Error::Timeout { .. }
+        ),
+        "{orphaned:?}"
+    );
+    settles_at("pool-hostile", 1).await;
+    fresh_run(&mut hosts).await;
+    assert_eq!(hosts.len(), 5);
+    pool.shutdown().await;
+    gone("pool-hostile").await;
+}
