@@ -29,8 +29,9 @@ const SHELL_WAITER: &str = "read -r attempt || exit 0; \
 /// [`SHELL_WAITER`]. Stdin is then `/dev/null`, as in a cold container.
 /// Nothing here is a boundary: the container is one job's, and the code
 /// that runs next may read all of this.
-const PYTHON_WAITER: &str = r#"import os, sys, json, atexit
+const PYTHON_WAITER: &str = r#"import os, sys, json, atexit, gc
 runner = compile(os.environ.pop('DOCKHAND_RUNNER'), '<dockhand-runner>', 'exec')
+gc.freeze()
 line = b''
 while not line.endswith(b'\n'):
     chunk = os.read(0, 1 << 16)

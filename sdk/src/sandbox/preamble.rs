@@ -183,7 +183,9 @@ pub fn with_frame(runner: String, marker: Option<&str>) -> String {
 /// without waiting for the container to exit (the exit's report costs tens
 /// of milliseconds). So nothing may follow the frame: the runner first
 /// finishes as the interpreter would at exit (non-daemon threads joined,
-/// `atexit` handlers run, streams flushed), then ends at once with 0. An
+/// `atexit` handlers run, the code's globals dropped and garbage collected so
+/// files it left open are flushed and closed, streams flushed), then ends at
+/// once with 0. An
 /// `os._exit` of the code's own before that sends no frame, and the exit
 /// code decides as ever.
 const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
@@ -196,6 +198,11 @@ const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
     if _dh_threading is not None:
         _dh_threading._shutdown()
     atexit._run_exitfuncs()
+    # What the interpreter's own teardown would still finalize (files left
+    # open with data in their buffers, say) is finalized now.
+    _dh_ns.clear()
+    import gc
+    gc.collect()
     total, stack = 0, [_DH_OUT]
     while stack:
         try:
@@ -210,11 +217,11 @@ const FRAME_EPILOGUE: &str = r#"def _dh_send_frame(marker):
                         pass
         except OSError:
             pass
-    try:
-        _dh_sys.stdout.flush()
-        _dh_sys.stderr.flush()
-    except Exception:
-        pass
+    for stream in (_dh_sys.stdout, _dh_sys.stderr, _dh_sys.__stdout__, _dh_sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
     frame = (marker + json.dumps({'outputs': _dh_texts, 'bytes': total}) + '\n').encode('utf-8', 'surrogatepass')
     for fd, data in ((2, (marker + '\n').encode('utf-8')), (1, frame)):
         try:
@@ -231,6 +238,10 @@ else:
     with open(_DH_CONTROL + '/main.py', encoding='utf-8') as _dh_f:
         _dh_src = _dh_f.read()
 _dh_code = compile(_dh_src, 'main.py', 'exec')
+# What exists now lives as long as the process: kept out of the collections,
+# so the one before the outputs frame only looks at what the code made.
+import gc as _dh_gc
+_dh_gc.freeze()
 try:
     exec(_dh_code, _dh_ns)
 except SystemExit:
@@ -483,6 +494,8 @@ mod tests {
         let code = "import atexit, sys, threading, time\n\
             atexit.register(lambda: sys.stderr.write('bye\\n'))\n\
             threading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()\n\
+            left_open = open('/dev/stdout', 'w')\n\
+            left_open.write('unclosed\\n')\n\
             y = 1\n";
         let Some(out) = run_framed(code) else {
             return; // no python3 on this host
@@ -491,7 +504,7 @@ mod tests {
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert_eq!(
             stdout,
-            "late\n|M|{\"outputs\": {\"y\": \"1\"}, \"bytes\": 1}\n"
+            "late\nunclosed\n|M|{\"outputs\": {\"y\": \"1\"}, \"bytes\": 1}\n"
         );
         assert_eq!(String::from_utf8(out.stderr).unwrap(), "bye\n|M|\n");
     }
