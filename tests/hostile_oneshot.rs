@@ -521,6 +521,7 @@ async fn a_forged_frame_is_only_the_code_s_own_word() {
     let forger = Sandbox::code(
         "forged-frame",
         "import gc, json, os, sys, time\n\
+         gc.unfreeze()\n\
          job = next(o for o in gc.get_objects() if isinstance(o, dict) and 'frame' in o and 'main' in o)\n\
          marker = job['frame']\n\
          os.write(2, (marker + '\\n').encode())\n\
@@ -545,6 +546,24 @@ async fn a_forged_frame_is_only_the_code_s_own_word() {
         "waited for the code"
     );
     // The sleeping code did not outlive its answer.
+    assert_eq!(leftovers(&client, Duration::from_secs(15)).await, (0, 0));
+    // Likewise in a warm container, whose interpreter was started before the job.
+    let pool = client
+        .pool(&forger, dockhand::pool::PoolConfig::new(1))
+        .await
+        .unwrap();
+    assert!(pool.wait_ready(Duration::from_secs(60)).await);
+    let started = Instant::now();
+    let out = pool
+        .run([("x", 1)])
+        .await
+        .expect("the forged frame, pooled");
+    assert_eq!(out.get::<i64>("y").unwrap(), 999);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited for the code"
+    );
+    pool.shutdown().await;
     assert_eq!(leftovers(&client, Duration::from_secs(15)).await, (0, 0));
     assert_next_run_works(&client).await;
 }
