@@ -5,7 +5,10 @@
 //! program's own output and is passed on unchanged, byte for byte; the frame
 //! is kept apart, bounded. Only the longest tail that could still begin the
 //! marker is held back, so live lines are not delayed in practice (the marker
-//! starts with an ASCII record separator).
+//! starts with an ASCII record separator). The runner ends stderr with the
+//! marker alone; [`RunnerEnds`] watches both streams for their ends.
+
+use super::capture::StreamKind;
 
 /// The most bytes a frame may have; a bigger one is dropped and the outputs
 /// are downloaded instead.
@@ -66,6 +69,45 @@ impl FrameSplitter {
     pub(crate) fn finish(self) -> (Vec<u8>, Option<Vec<u8>>) {
         let frame = self.frame.filter(|f| !self.overflow && f.ends_with(b"\n"));
         (self.held, frame)
+    }
+}
+
+/// Both of the runner's streams: the frame at the end of stdout, the bare
+/// marker at the end of stderr. Once both have arrived the runner has
+/// finished (see `preamble::with_frame`).
+#[derive(Debug)]
+pub(crate) struct RunnerEnds {
+    stdout: FrameSplitter,
+    stderr: FrameSplitter,
+}
+
+impl RunnerEnds {
+    pub(crate) fn new(marker: &str) -> Self {
+        RunnerEnds {
+            stdout: FrameSplitter::new(marker),
+            stderr: FrameSplitter::new(marker),
+        }
+    }
+
+    /// Takes the next chunk of `stream`; returns what of it (and of what was
+    /// held back) is the program's output.
+    pub(crate) fn feed(&mut self, stream: StreamKind, bytes: &[u8]) -> Vec<u8> {
+        match stream {
+            StreamKind::Stdout => self.stdout.feed(bytes),
+            StreamKind::Stderr => self.stderr.feed(bytes),
+        }
+    }
+
+    /// Whether both streams have ended in their markers.
+    pub(crate) fn both_ended(&self) -> bool {
+        self.stdout.is_complete() && self.stderr.is_complete()
+    }
+
+    /// The program's last stdout and stderr bytes, and the frame if a whole
+    /// one arrived.
+    pub(crate) fn finish(self) -> (Vec<u8>, Vec<u8>, Option<Vec<u8>>) {
+        let (stdout, frame) = self.stdout.finish();
+        (stdout, self.stderr.finish().0, frame)
     }
 }
 
@@ -155,6 +197,20 @@ mod tests {
         assert!(!s.is_complete());
         s.feed(b"1}\n");
         assert!(s.is_complete());
+    }
+
+    #[test]
+    fn the_runner_has_ended_once_both_streams_have() {
+        let mut ends = RunnerEnds::new(M);
+        assert_eq!(ends.feed(StreamKind::Stderr, b"warn\n"), b"warn\n");
+        ends.feed(StreamKind::Stdout, format!("out{M}{{}}\n").as_bytes());
+        assert!(!ends.both_ended());
+        ends.feed(StreamKind::Stderr, format!("{M}\n").as_bytes());
+        assert!(ends.both_ended());
+        assert_eq!(
+            ends.finish(),
+            (Vec::new(), Vec::new(), Some(b"{}\n".to_vec()))
+        );
     }
 
     #[test]

@@ -316,6 +316,16 @@ mod tests {
         Some((status.code().unwrap_or(-1), o, dir))
     }
 
+    /// The stdout of a run that must have succeeded.
+    fn stdout_of_success(out: std::process::Output) -> String {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     #[test]
     fn the_frame_repeats_the_outputs_after_the_program_s_own_stdout() {
         let dir = tempfile::tempdir().unwrap();
@@ -340,12 +350,7 @@ mod tests {
         let Ok(out) = Command::new("python3").arg("-c").arg(runner).output() else {
             return; // no python3 on this host
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = stdout_of_success(out);
         let (own, frame) = text.split_once("\u{1e}M\u{1e}").expect("a frame");
         assert_eq!(own, "no newline");
         let frame: serde_json::Value = serde_json::from_str(frame).unwrap();
@@ -387,12 +392,7 @@ mod tests {
         let Ok(out) = run(&job) else {
             return; // no python3 on this host
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = stdout_of_success(out);
         let frame: serde_json::Value =
             serde_json::from_str(text.split_once("|M|").unwrap().1).unwrap();
         assert_eq!(

@@ -9,7 +9,7 @@ use futures::StreamExt;
 
 use super::cache;
 use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
-use super::frame::FrameSplitter;
+use super::frame::RunnerEnds;
 use super::inputs;
 use super::launch::{cold_spec, hand_over, WarmContainer};
 use super::outputs::{self, Outputs};
@@ -413,24 +413,20 @@ impl Client {
             let handler = handler.as_ref();
             let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
             let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
-            // With a frame, stdout ends in the frame and stderr in the bare
-            // marker; once both have, the runner has finished (see
-            // `preamble::with_frame`) and the answer does not wait for the exit.
-            let mut splitter = prepared.frame_marker.as_deref().map(FrameSplitter::new);
-            let mut stderr_end = prepared.frame_marker.as_deref().map(FrameSplitter::new);
+            // With a frame, the answer need not wait for the exit: see `RunnerEnds`.
+            let mut ends = prepared.frame_marker.as_deref().map(RunnerEnds::new);
             let run = async {
                 let mut wait = std::pin::pin!(engine.wait_container(&id));
                 let mut take = |chunk: Result<LogChunk>| -> Result<bool> {
-                    let (buffer, end, bytes) = match chunk? {
-                        LogChunk::Stdout(b) => (&mut stdout, &mut splitter, b),
-                        LogChunk::Stderr(b) => (&mut stderr, &mut stderr_end, b),
+                    let (buffer, kind, bytes) = match chunk? {
+                        LogChunk::Stdout(b) => (&mut stdout, StreamKind::Stdout, b),
+                        LogChunk::Stderr(b) => (&mut stderr, StreamKind::Stderr, b),
                     };
-                    match end {
-                        Some(end) => buffer.push(&end.feed(&bytes), handler),
+                    match &mut ends {
+                        Some(ends) => buffer.push(&ends.feed(kind, &bytes), handler),
                         None => buffer.push(&bytes, handler),
                     }
-                    Ok(splitter.as_ref().is_some_and(FrameSplitter::is_complete)
-                        && stderr_end.as_ref().is_some_and(FrameSplitter::is_complete))
+                    Ok(ends.as_ref().is_some_and(RunnerEnds::both_ended))
                 };
                 let status = loop {
                     tokio::select! {
@@ -458,12 +454,7 @@ impl Client {
                 Some((at, limit)) => match tokio::time::timeout_at(at, run).await {
                     Ok(status) => status?,
                     Err(_) => {
-                        if let Some(splitter) = splitter.take() {
-                            stdout.push(&splitter.finish().0, handler);
-                        }
-                        if let Some(end) = stderr_end.take() {
-                            stderr.push(&end.finish().0, handler);
-                        }
+                        finish_ends(ends.take(), &mut stdout, &mut stderr, handler);
                         let (out, err) = (stdout.finish(handler), stderr.finish(handler));
                         return Err(Error::Timeout {
                             timeout: limit,
@@ -473,14 +464,7 @@ impl Client {
                     }
                 },
             };
-            let frame = splitter.take().and_then(|splitter| {
-                let (rest, frame) = splitter.finish();
-                stdout.push(&rest, handler);
-                frame
-            });
-            if let Some(end) = stderr_end.take() {
-                stderr.push(&end.finish().0, handler);
-            }
+            let frame = finish_ends(ends.take(), &mut stdout, &mut stderr, handler);
             let mut stdout = stdout.finish(handler);
             let mut stderr = stderr.finish(handler);
             stdout.text = redact(&stdout.text, &prepared.secrets);
@@ -550,6 +534,20 @@ impl Client {
             attempts: Vec::new(),
         })
     }
+}
+
+/// Passes on what the runner's ends still held back; returns the frame, if a
+/// whole one arrived.
+fn finish_ends(
+    ends: Option<RunnerEnds>,
+    stdout: &mut StreamBuffer,
+    stderr: &mut StreamBuffer,
+    handler: Option<&OutputHandler>,
+) -> Option<Vec<u8>> {
+    let (out, err, frame) = ends?.finish();
+    stdout.push(&out, handler);
+    stderr.push(&err, handler);
+    frame
 }
 
 /// Reads the outputs archive as it arrives, on a blocking thread: File and
