@@ -1,15 +1,18 @@
 //! The code host's container and the bridge program attached to it.
 //!
-//! The bridge (`images/codehost/bridge.py`, with the product rules of
-//! `rules.py`) runs Monty, pydantic's sandboxed Python interpreter, in the
+//! The bridge runs Monty, pydantic's sandboxed Python interpreter, in the
 //! hardened, offline container; the host speaks JSON lines with it over the
-//! container's attach stream.
+//! container's attach stream. Images dockhand builds carry the compiled
+//! bridge (`images/codehost/bridge`, see [`super::native`]); prebuilt images
+//! get the Python bridge (`images/codehost/bridge.py` with `rules.py`)
+//! uploaded, which speaks the same protocol through pydantic-monty's client.
 
 use std::collections::VecDeque;
 
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::native;
 use super::protocol::{self, BridgeConfig, FromRunner, LineBuffer, ToRunner};
 use crate::client::Client;
 use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
@@ -39,8 +42,6 @@ pub const PROGRAMS: [(&str, &str); 4] = [
 /// against its API, and the image tag follows it).
 pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
 
-/// Where images dockhand builds carry the bridge.
-const BAKED_DIR: &str = "/opt/dockhand/codehost";
 /// Where it is uploaded into containers of prebuilt images.
 const UPLOAD_DIR: &str = "/var/inputs";
 
@@ -59,14 +60,19 @@ pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> 
     let config = serde_json::to_string(&how.bridge)
         .map_err(|e| Error::spec("code host settings", e.to_string()))?;
     let upload = how.image.is_prebuilt();
-    let program = if upload {
-        format!("{UPLOAD_DIR}/.dockhand/bridge.py")
+    let cmd = if upload {
+        vec![
+            "python3".into(),
+            "-u".into(),
+            format!("{UPLOAD_DIR}/.dockhand/bridge.py"),
+            config,
+        ]
     } else {
-        format!("{BAKED_DIR}/bridge.py")
+        vec![native::BINARY.into(), config]
     };
     let mut spec = ContainerSpec {
         image: image.to_string(),
-        cmd: vec!["python3".into(), "-u".into(), program, config],
+        cmd,
         entrypoint: Some(Vec::new()),
         env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
         working_dir: Some("/tmp".into()),
@@ -141,8 +147,9 @@ impl Runner {
     }
 }
 
-/// `spec` with Monty added (unless it names Monty already) and the bridge
-/// baked in, so a start needs no upload. Prebuilt images are used as they are.
+/// `spec` with Monty added (unless it names Monty already) and the compiled
+/// bridge built in, so a start needs no upload. Prebuilt images are used as
+/// they are.
 pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
     let mut spec = spec.clone();
     if spec.is_prebuilt() {
@@ -155,29 +162,19 @@ pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
     if !named {
         spec.pip_packages.push(MONTY_PACKAGE.into());
     }
-    spec.commands.push(bake_command());
+    spec.commands.push(native::build_command());
     spec
 }
 
-/// A shell command writing the bridge's files into the image.
-fn bake_command() -> String {
-    use base64::Engine as _;
-    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    let mut command = format!("mkdir -p {BAKED_DIR}");
-    for (name, text) in PROGRAMS {
-        command.push_str(&format!(
-            " && printf %s '{}' | base64 -d > {BAKED_DIR}/{name}",
-            b64(text)
-        ));
-    }
-    command
-}
-
-/// Creates the container, uploads the bridge, attaches, starts it and waits
-/// for the bridge's `ready`; all of it within `start_timeout`.
+/// Makes the image if needed, then creates the container, uploads the
+/// bridge, attaches, starts it and waits for the bridge's `ready`, all of
+/// that within `start_timeout`.
 pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
+    // The image first, outside the start limit: the first build on a
+    // machine compiles the bridge (minutes), under the builder's own limits.
+    let image = client.images().resolve(&with_monty(how.image)).await?;
     let limit = how.start_timeout;
-    match tokio::time::timeout(limit, launch_unbounded(client, how)).await {
+    match tokio::time::timeout(limit, launch_unbounded(client, how, image.reference)).await {
         Ok(result) => result,
         Err(_) => Err(Error::CodeHostUnavailable {
             reason: format!("the code host did not become ready within {limit:?}"),
@@ -185,11 +182,14 @@ pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, 
     }
 }
 
-async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
-    let image = client.images().resolve(&with_monty(how.image)).await?;
+async fn launch_unbounded(
+    client: &Client,
+    how: Launch<'_>,
+    image: String,
+) -> Result<(Runner, String)> {
     let engine = client.engine();
     let upload = how.image.is_prebuilt();
-    let spec = host_spec(&how, &image.reference)?;
+    let spec = host_spec(&how, &image)?;
     let container = engine.create_container(&spec).await?;
     if upload {
         let programs = crate::archive::build_tar(
@@ -218,7 +218,7 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
     };
     loop {
         match runner.next().await {
-            Some(Ok(FromRunner::Ready { .. })) => return Ok((runner, image.reference)),
+            Some(Ok(FromRunner::Ready { .. })) => return Ok((runner, image)),
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e),
             None => return Err(bridge_exited(&runner.stderr)),
@@ -229,7 +229,9 @@ async fn launch_unbounded(client: &Client, how: Launch<'_>) -> Result<(Runner, S
 /// Why the bridge did not come up, with the fix where it is known.
 fn bridge_exited(stderr: &str) -> Error {
     let stderr = stderr.trim();
-    let hint = if stderr.contains("No module named 'pydantic_monty'") {
+    let hint = if stderr.contains("No module named 'pydantic_monty'")
+        || stderr.contains("`monty` worker binary is not on PATH")
+    {
         format!(
             "; the image has no Monty: install `{MONTY_PACKAGE}` in it (specs that are built get it automatically)"
         )
@@ -249,28 +251,12 @@ mod tests {
     fn monty_and_the_bridge_go_into_built_images() {
         let spec = with_monty(&ImageSpec::default());
         assert_eq!(spec.pip_packages, vec![MONTY_PACKAGE.to_string()]);
-        assert_eq!(spec.commands, vec![bake_command()]);
-        assert!(spec.render_dockerfile().contains(BAKED_DIR));
+        assert_eq!(spec.commands, vec![native::build_command()]);
+        assert!(spec.render_dockerfile().contains(native::BINARY));
         let pinned = ImageSpec::default().pip(["pydantic-monty==1.3.0"]);
         assert_eq!(with_monty(&pinned).pip_packages, pinned.pip_packages);
         let prebuilt = ImageSpec::prebuilt("mine:1");
         assert_eq!(with_monty(&prebuilt), prebuilt);
-    }
-
-    #[test]
-    fn the_baked_files_decode_to_the_programs() {
-        use base64::Engine as _;
-        let command = bake_command();
-        let pieces: Vec<&str> = command.split('\'').collect();
-        let decode = |b64: &str| {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .expect("base64");
-            String::from_utf8(bytes).expect("utf-8")
-        };
-        for (i, (_, text)) in PROGRAMS.iter().enumerate() {
-            assert_eq!(decode(pieces[1 + 2 * i]), *text);
-        }
     }
 
     #[test]

@@ -148,7 +148,9 @@ impl CodeHostConfig {
         self
     }
 
-    /// How long starting may take, an image build included (default 300 s).
+    /// How long starting the container and its bridge may take (default
+    /// 300 s). Making the image, the first time on a machine, is not counted:
+    /// it compiles the bridge, which takes minutes on a small machine.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
         self

@@ -47,6 +47,7 @@ mod config;
 mod errors;
 mod handles;
 mod host;
+mod native;
 pub(crate) mod protocol;
 mod schema;
 mod tools;

@@ -1,0 +1,366 @@
+//! One execution: feeds the prepared code to a Monty session and answers its
+//! suspensions (tool calls, futures, undefined names, OS calls) until it
+//! completes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use monty_pool::{on_print_sync, Checkout, PoolError, ResumeValue, TurnEvent};
+use monty_types::{ExcType, MontyException, MontyObject, NameLookupResult};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use crate::failures::{frame_of, runtime_error, typing_error, Failed};
+use crate::rules::{self, thousands, Prepared};
+use crate::values::{from_wire, ref_to_wire, to_wire};
+use crate::{lock, Bridge};
+
+/// How an execution ended other than with a value.
+pub enum Outcome {
+    Failed(Failed),
+    Cancelled,
+}
+
+impl From<Failed> for Outcome {
+    fn from(f: Failed) -> Self {
+        Outcome::Failed(f)
+    }
+}
+
+/// print() output, kept up to the print limit (in characters).
+struct Printed {
+    text: String,
+    chars: usize,
+    limit: usize,
+    cut: bool,
+}
+
+impl Printed {
+    fn push(&mut self, text: &str) {
+        if self.cut {
+            return;
+        }
+        let room = self.limit - self.chars;
+        let count = text.chars().count();
+        if count > room {
+            self.text.extend(text.chars().take(room));
+            self.chars = self.limit;
+            self.cut = true;
+        } else {
+            self.text.push_str(text);
+            self.chars += count;
+        }
+    }
+}
+
+pub struct Execution {
+    bridge: Arc<Bridge>,
+    id: String,
+    code: String,
+    inputs: Map<String, Value>,
+    tools: HashSet<String>,
+    printed: Arc<Mutex<Printed>>,
+    prepared: Option<Prepared>,
+    tool_errors: HashSet<String>,
+    calls: u64,
+    inbox_tx: mpsc::UnboundedSender<(u64, Value)>,
+    inbox: mpsc::UnboundedReceiver<(u64, Value)>,
+    /// Host call number -> reply not consumed yet.
+    answered: HashMap<u64, Value>,
+    /// Monty call id -> host call number.
+    waiting: HashMap<u32, u64>,
+}
+
+impl Execution {
+    pub fn new(bridge: Arc<Bridge>, request: &Value) -> Self {
+        let (inbox_tx, inbox) = mpsc::unbounded_channel();
+        let limit = bridge.config.print_limit;
+        Self {
+            bridge,
+            id: request["id"].as_str().unwrap_or_default().to_string(),
+            code: request["code"].as_str().unwrap_or_default().to_string(),
+            inputs: request["inputs"].as_object().cloned().unwrap_or_default(),
+            tools: request["tools"]
+                .as_array()
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|n| n.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            printed: Arc::new(Mutex::new(Printed {
+                text: String::new(),
+                chars: 0,
+                limit,
+                cut: false,
+            })),
+            prepared: None,
+            tool_errors: HashSet::new(),
+            calls: 0,
+            inbox_tx,
+            inbox,
+            answered: HashMap::new(),
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// What the code printed, and whether it was cut at the limit.
+    pub fn printed(&self) -> (String, bool) {
+        let p = lock(&self.printed);
+        (p.text.clone(), p.cut)
+    }
+
+    pub async fn run(&mut self, session: &mut Checkout) -> Result<Value, Outcome> {
+        let limits = rules::Limits {
+            max_literal: 10_000,
+            max_code_bytes: 1 << 20,
+        };
+        let prepared = rules::prepare(&self.code, &self.tools, &limits).map_err(Failed::from)?;
+        let code = prepared.code.clone();
+        self.prepared = Some(prepared);
+        let mut inputs = Vec::with_capacity(self.inputs.len());
+        for (name, value) in &self.inputs {
+            let value = from_wire(value)
+                .map_err(|e| Failed::new("value", format!("input `{name}`: {e}")))?;
+            inputs.push((name.clone(), value));
+        }
+        let printed = self.printed.clone();
+        let mut on_print = on_print_sync(move |_, text| lock(&printed).push(text));
+        let skip_type_check = false;
+        let mut event = session
+            .feed(code, inputs, Vec::new(), skip_type_check, &mut on_print)
+            .await;
+        loop {
+            let answered = match event {
+                Ok(TurnEvent::Complete(value)) => return self.finish(&value),
+                Ok(event) => self.answer(event)?,
+                Err(e) => return Err(self.failure(e).into()),
+            };
+            let answer = match answered {
+                Answer::Resume(v) => Step::Resume(v),
+                Answer::Wait(number) => {
+                    let reply = self.wait_for(&[number]).await?;
+                    let reply = reply.into_values().next().unwrap_or(Value::Null);
+                    Step::Resume(self.result_of(&reply))
+                }
+                Answer::Settle(pending) => Step::Futures(self.settle(&pending).await?),
+                Answer::Lookup => Step::Lookup,
+            };
+            event = match answer {
+                Step::Resume(v) => session.resume(v, &mut on_print).await,
+                Step::Futures(results) => session.resume_futures(results, &mut on_print).await,
+                Step::Lookup => {
+                    session
+                        .resume_name_lookup(NameLookupResult::Undefined, &mut on_print)
+                        .await
+                }
+            };
+        }
+    }
+
+    fn finish(&self, value: &MontyObject) -> Result<Value, Outcome> {
+        let wire = to_wire(value).map_err(|e| Failed::new("value", e.0))?;
+        let size = serde_json::to_vec(&wire).map_or(usize::MAX, |v| v.len());
+        let limit = self.bridge.config.value_limit;
+        if size > limit {
+            return Err(Failed::new(
+                "output_limit",
+                format!(
+                    "the final value is {} bytes of JSON; the limit is {}",
+                    thousands(size),
+                    thousands(limit)
+                ),
+            )
+            .into());
+        }
+        Ok(wire)
+    }
+
+    fn failure(&self, error: PoolError) -> Failed {
+        let prepared = self.prepared.as_ref();
+        match error {
+            PoolError::Runtime(e) if e.exc_type() == ExcType::SyntaxError => {
+                let (line, col) = frame_of(&e, None);
+                let message = e.message().unwrap_or("invalid syntax").to_string();
+                Failed::validation("syntax", message).at(line, col)
+            }
+            PoolError::Runtime(e) => runtime_error(
+                &e,
+                prepared,
+                &self.tool_errors,
+                self.bridge.config.loop_limit,
+            ),
+            PoolError::Typing(report) => typing_error(&report, prepared),
+            PoolError::Timeout { .. } => Failed::new(
+                "timeout",
+                format!(
+                    "the execution ran longer than {}",
+                    self.bridge.config.timeout_text()
+                ),
+            ),
+            PoolError::Crashed { cause, .. } => {
+                Failed::new("crash", format!("the interpreter's worker died: {cause:?}"))
+            }
+            other => Failed::new("crash", other.to_string()),
+        }
+    }
+
+    fn answer(&mut self, event: TurnEvent) -> Result<Answer, Outcome> {
+        match event {
+            TurnEvent::NameLookup { .. } => Ok(Answer::Lookup),
+            TurnEvent::ResolveFutures {
+                pending_call_ids, ..
+            } => Ok(Answer::Settle(pending_call_ids)),
+            TurnEvent::OsCall { .. } => Ok(Answer::Resume(ResumeValue::NotHandled)),
+            TurnEvent::FunctionCall {
+                function_name,
+                args,
+                call_id,
+                position,
+                ..
+            } => self.tool_call(&function_name, &args, call_id, position.start),
+            TurnEvent::Complete(_) => Err(Failed::new("crash", "completed twice").into()),
+        }
+    }
+
+    fn tool_call(
+        &mut self,
+        name: &str,
+        args: &monty_types::CallArgs,
+        call_id: u32,
+        at: u32,
+    ) -> Result<Answer, Outcome> {
+        if !self.tools.contains(name) {
+            return Ok(Answer::Resume(ResumeValue::Error(MontyException::new(
+                ExcType::NameError,
+                Some(format!("name '{name}' is not defined")),
+            ))));
+        }
+        self.calls += 1;
+        let limit = self.bridge.config.max_tool_calls;
+        if self.calls > limit {
+            return Err(Failed::new(
+                "tool_limit",
+                format!(
+                    "the code made more than {} tool calls",
+                    thousands(limit as usize)
+                ),
+            )
+            .into());
+        }
+        let (positional, keywords) = match wire_args(args) {
+            Ok(parts) => parts,
+            Err(e) => {
+                return Ok(Answer::Resume(ResumeValue::Error(MontyException::new(
+                    ExcType::TypeError,
+                    Some(format!("{name}(): {e}")),
+                ))))
+            }
+        };
+        let number = self
+            .bridge
+            .call_tool(&self.id, &self.inbox_tx, name, positional, keywords);
+        let sync = self
+            .prepared
+            .as_ref()
+            .is_some_and(|p| p.sync_calls.contains(&at));
+        if sync {
+            return Ok(Answer::Wait(number));
+        }
+        self.waiting.insert(call_id, number);
+        Ok(Answer::Resume(ResumeValue::Future))
+    }
+
+    /// Replies to at least one of the host calls `numbers`, and every other
+    /// one of them that has arrived.
+    async fn wait_for(&mut self, numbers: &[u64]) -> Result<HashMap<u64, Value>, Outcome> {
+        loop {
+            let ready: HashMap<u64, Value> = numbers
+                .iter()
+                .filter_map(|n| self.answered.remove(n).map(|v| (*n, v)))
+                .collect();
+            if !ready.is_empty() {
+                return Ok(ready);
+            }
+            let Some((number, reply)) = self.inbox.recv().await else {
+                return Err(Outcome::Cancelled);
+            };
+            self.answered.insert(number, reply);
+            // Take whatever else is queued, so gathered calls resume together.
+            while let Ok((number, reply)) = self.inbox.try_recv() {
+                self.answered.insert(number, reply);
+            }
+        }
+    }
+
+    async fn settle(&mut self, pending: &[u32]) -> Result<Vec<(u32, ResumeValue)>, Outcome> {
+        let by_number: HashMap<u64, u32> = pending
+            .iter()
+            .filter_map(|id| self.waiting.get(id).map(|n| (*n, *id)))
+            .collect();
+        if by_number.is_empty() {
+            return Err(
+                Failed::new("crash", "the code waits on a call the bridge never made").into(),
+            );
+        }
+        let numbers: Vec<u64> = by_number.keys().copied().collect();
+        let mut settled = Vec::new();
+        for (number, reply) in self.wait_for(&numbers).await? {
+            let call_id = by_number[&number];
+            self.waiting.remove(&call_id);
+            settled.push((call_id, self.result_of(&reply)));
+        }
+        Ok(settled)
+    }
+
+    fn result_of(&mut self, reply: &Value) -> ResumeValue {
+        if reply["ok"].as_bool() == Some(true) {
+            return match from_wire(&reply["value"]) {
+                Ok(v) => ResumeValue::Return(v),
+                Err(e) => self.tool_failed(format!("the tool's result could not be read: {e}")),
+            };
+        }
+        let message = reply["error"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .unwrap_or("the tool failed")
+            .to_string();
+        self.tool_failed(message)
+    }
+
+    fn tool_failed(&mut self, message: String) -> ResumeValue {
+        self.tool_errors.insert(message.clone());
+        ResumeValue::Error(MontyException::new(ExcType::RuntimeError, Some(message)))
+    }
+}
+
+/// What a suspension needs before the session can go on.
+enum Answer {
+    Resume(ResumeValue),
+    /// A synchronous tool call: its reply.
+    Wait(u64),
+    /// Every task waits on futures: at least one of them.
+    Settle(Vec<u32>),
+    /// An undefined name.
+    Lookup,
+}
+
+enum Step {
+    Resume(ResumeValue),
+    Futures(Vec<(u32, ResumeValue)>),
+    Lookup,
+}
+
+/// A call's arguments as JSON: positional, and keyword by name.
+fn wire_args(args: &monty_types::CallArgs) -> Result<(Vec<Value>, Map<String, Value>), String> {
+    let positional = args
+        .args()
+        .map(|a| ref_to_wire(a).map_err(|e| e.0))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut keywords = Map::new();
+    for (k, v) in args.kwargs() {
+        let key = k.as_str().ok_or("keyword names must be str")?.to_string();
+        keywords.insert(key, ref_to_wire(v).map_err(|e| e.0)?);
+    }
+    Ok((positional, keywords))
+}

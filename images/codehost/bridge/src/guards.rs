@@ -1,0 +1,180 @@
+//! Loop guards and synchronous tool calls: what `rules::prepare` inserts
+//! into the code and which calls it answers with a value.
+//!
+//! Every `for` loop and comprehension iterates through `_dh_loop(it, line)`
+//! and every `while` test starts with `_dh_tick(n, line)` (both defined by
+//! the prelude). A tool call that is neither awaited nor inside `gather(...)`
+//! is synchronous: the bridge waits for its value instead of handing Monty a
+//! future.
+
+use std::collections::HashSet;
+
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{self as ast, Expr, Stmt};
+use ruff_text_size::{Ranged, TextRange};
+
+use crate::rules::{Lines, Prepared};
+
+/// The guards and synchronous calls of `body` applied to `code`.
+pub fn rewrite(code: &str, lines: &Lines<'_>, tools: &HashSet<String>, body: &[Stmt]) -> Prepared {
+    let mut rewriter = Rewriter {
+        lines,
+        tools,
+        insertions: Vec::new(),
+        sync_calls: Vec::new(),
+        loops: 0,
+        gather_depth: 0,
+        awaited: HashSet::new(),
+    };
+    rewriter.visit_body(body);
+    apply(code, lines, rewriter)
+}
+
+fn is_gather(func: &Expr) -> bool {
+    match func {
+        Expr::Name(n) => n.id.as_str() == "gather",
+        Expr::Attribute(a) => {
+            a.attr.id.as_str() == "gather"
+                && matches!(&*a.value, Expr::Name(n) if n.id.as_str() == "asyncio")
+        }
+        _ => false,
+    }
+}
+
+/// One piece of text the loop guards insert.
+struct Insertion {
+    at: usize,
+    depth: usize,
+    text: String,
+    is_close: bool,
+}
+
+/// Collects loop-guard insertions and synchronous tool calls.
+struct Rewriter<'a> {
+    lines: &'a Lines<'a>,
+    tools: &'a HashSet<String>,
+    insertions: Vec<Insertion>,
+    sync_calls: Vec<usize>,
+    loops: usize,
+    gather_depth: usize,
+    awaited: HashSet<usize>,
+}
+
+impl Rewriter<'_> {
+    fn wrap(&mut self, range: TextRange, before: String, after: String) {
+        // How far the expression reaches: outer loops reach further.
+        let depth = range.len().to_usize();
+        self.insertions.push(Insertion {
+            at: range.start().to_usize(),
+            depth,
+            text: before,
+            is_close: false,
+        });
+        self.insertions.push(Insertion {
+            at: range.end().to_usize(),
+            depth,
+            text: after,
+            is_close: true,
+        });
+    }
+
+    fn guard_for(&mut self, iter: &Expr) {
+        let (line, _) = self.lines.position(iter.start().to_usize());
+        self.wrap(iter.range(), "_dh_loop(".into(), format!(", {line})"));
+    }
+}
+
+impl<'a> Visitor<'a> for Rewriter<'_> {
+    fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        match stmt {
+            Stmt::For(f) => self.guard_for(&f.iter),
+            Stmt::While(w) => {
+                self.loops += 1;
+                let (line, _) = self.lines.position(w.start().to_usize());
+                self.wrap(
+                    w.test.range(),
+                    format!("_dh_tick({}, {line}) and (", self.loops),
+                    ")".into(),
+                );
+            }
+            _ => {}
+        }
+        visitor::walk_stmt(self, stmt);
+    }
+
+    fn visit_comprehension(&mut self, comprehension: &'a ast::Comprehension) {
+        self.guard_for(&comprehension.iter);
+        visitor::walk_comprehension(self, comprehension);
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        match expr {
+            Expr::Await(a) => {
+                if let Expr::Call(c) = &*a.value {
+                    self.awaited.insert(c.start().to_usize());
+                }
+                visitor::walk_expr(self, expr);
+            }
+            Expr::Call(c) => {
+                let start = c.start().to_usize();
+                if let Expr::Name(n) = &*c.func {
+                    if self.tools.contains(n.id.as_str())
+                        && self.gather_depth == 0
+                        && !self.awaited.contains(&start)
+                    {
+                        self.sync_calls.push(start);
+                    }
+                }
+                let gather = is_gather(&c.func);
+                self.gather_depth += usize::from(gather);
+                visitor::walk_expr(self, expr);
+                self.gather_depth -= usize::from(gather);
+            }
+            _ => visitor::walk_expr(self, expr),
+        }
+    }
+}
+
+fn apply(code: &str, lines: &Lines<'_>, rewriter: Rewriter<'_>) -> Prepared {
+    let mut insertions = rewriter.insertions;
+    // Text inserted at one offset goes in this order: closing texts first
+    // (inner loops before outer ones), then opening texts (outer before inner).
+    insertions.sort_by_key(|i| {
+        let rank = if i.is_close {
+            (0, i.depth as isize)
+        } else {
+            (1, -(i.depth as isize))
+        };
+        (i.at, rank)
+    });
+    let mut out = String::with_capacity(code.len() + insertions.len() * 16);
+    let mut inserted = Vec::with_capacity(insertions.len());
+    let mut copied = 0;
+    for i in &insertions {
+        out.push_str(&code[copied..i.at]);
+        copied = i.at;
+        out.push_str(&i.text);
+        let (line, col) = lines.position(i.at);
+        inserted.push((line, col, i.text.chars().count()));
+    }
+    out.push_str(&code[copied..]);
+    // A call's offset in the fed code: everything inserted at or before its
+    // start precedes it.
+    let sync_calls = rewriter
+        .sync_calls
+        .iter()
+        .map(|&start| {
+            let shift: usize = insertions
+                .iter()
+                .filter(|i| i.at <= start)
+                .map(|i| i.text.len())
+                .sum();
+            (start + shift) as u32
+        })
+        .collect();
+    Prepared {
+        code: out,
+        sync_calls,
+        inserted,
+    }
+}

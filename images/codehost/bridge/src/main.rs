@@ -1,0 +1,445 @@
+//! dockhand code-host bridge: runs model-written Python in Monty for the host.
+//!
+//! Runs as the main process of the long-lived code-host container and speaks
+//! JSON lines on stdin/stdout with the host (see
+//! `sdk/src/codemode/protocol.rs`):
+//!
+//! ```text
+//! host -> bridge  {"type": "execute", "id", "code", "inputs", "tools", "session", "type_stubs"}
+//!                 {"type": "tool_result", "call", "ok", "value" | "error"}
+//!                 {"type": "cancel", "id"}
+//!                 {"type": "close_session", "session"}
+//! bridge -> host  {"type": "ready", "pid"}
+//!                 {"type": "tool_call", "call", "name", "args", "kwargs"}
+//!                 {"type": "result", "id", "ok", "value" | "error", "stdout", "stdout_truncated"}
+//!                 {"type": "session_closed", "session"}
+//! ```
+//!
+//! The code runs in Monty's worker processes (the `monty` binary of the
+//! pinned `pydantic-monty-runtime`), driven through monty-pool: Monty is the
+//! sandbox, the container around it the second wall, and a worker that
+//! crashes takes only itself down. Every execution gets a fresh Monty session
+//! (a few are checked out and given the prelude ahead of time, so an
+//! execution costs one feed); a REPL session keeps one Monty session per id.
+//! Limits (time, memory, recursion) are Monty's; the bridge adds a
+//! wall-clock limit that includes time spent in tools, and the product rules
+//! of `rules.rs`.
+//!
+//! Tool calls are Monty external function calls: a call that the code
+//! awaits, or that sits inside gather(...), is answered with a future and
+//! runs concurrently on the host; a plain `x = tool(a)` waits for its value.
+
+mod execution;
+mod failures;
+mod guards;
+mod prelude;
+mod rules;
+mod values;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use monty_pool::{on_print_sync, Checkout, Pool, PoolConfig, ReplConfig, TurnEvent};
+use monty_types::{ResourceLimits, TypeCheckingConfig, TypeCheckingFormat};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, Notify};
+
+use crate::execution::{Execution, Outcome};
+use crate::failures::Failed;
+
+/// Interpreters checked out ahead, so an execution waits for none.
+const SPARES: usize = 2;
+
+/// The host's settings for this bridge (its first argument, JSON).
+pub struct Config {
+    pub loop_limit: u64,
+    pub print_limit: usize,
+    pub value_limit: usize,
+    pub timeout: Duration,
+    pub max_tool_calls: u64,
+    pub max_sessions: usize,
+    pub memory_bytes: usize,
+    pub recursion_limit: usize,
+}
+
+impl Config {
+    fn from_json(v: &Value) -> Self {
+        let int = |key: &str, default: u64| v.get(key).and_then(Value::as_u64).unwrap_or(default);
+        let timeout = v.get("timeout_s").and_then(Value::as_f64).unwrap_or(30.0);
+        Self {
+            loop_limit: int("loop_limit", 10_000),
+            print_limit: int("print_limit", 16 * 1024) as usize,
+            value_limit: int("value_limit", 1 << 20) as usize,
+            timeout: Duration::from_secs_f64(timeout.clamp(0.001, 1e7)),
+            max_tool_calls: int("max_tool_calls", 10_000),
+            max_sessions: int("max_sessions", 8) as usize,
+            memory_bytes: int("memory_bytes", 256 << 20) as usize,
+            recursion_limit: int("recursion_limit", 200) as usize,
+        }
+    }
+
+    fn limits(&self) -> ResourceLimits {
+        ResourceLimits {
+            max_feed_duration: Some(self.timeout),
+            max_memory: Some(self.memory_bytes),
+            max_recursion_depth: self.recursion_limit,
+            // Each tool call may cost a call and a future resolution; the prelude a few more.
+            max_suspensions: 2 * self.max_tool_calls as usize + 100,
+            ..ResourceLimits::default()
+        }
+    }
+
+    /// The timeout as the messages print it (`30.0s`, `0.5s`).
+    pub fn timeout_text(&self) -> String {
+        let s = self.timeout.as_secs_f64();
+        if s.fract() == 0.0 {
+            format!("{s:.1}s")
+        } else {
+            format!("{s}s")
+        }
+    }
+}
+
+/// Where a tool call's reply goes: the execution's inbox.
+pub type Inbox = mpsc::UnboundedSender<(u64, Value)>;
+
+/// A REPL session's Monty session; `None` once a failure ended it.
+type SessionSlot = Arc<tokio::sync::Mutex<Option<Checkout>>>;
+
+/// Everything the bridge's tasks share.
+pub struct Bridge {
+    pub config: Config,
+    pool: Pool,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    calls: AtomicU64,
+    /// Host call number -> (execution id, the execution's inbox).
+    owners: Mutex<HashMap<u64, (String, Inbox)>>,
+    /// Execution id -> its cancel signal.
+    running: Mutex<HashMap<String, Arc<Notify>>>,
+    sessions: Mutex<HashMap<String, SessionSlot>>,
+    spares: tokio::sync::Mutex<mpsc::Receiver<Checkout>>,
+}
+
+impl Bridge {
+    pub fn send(&self, message: &Value) {
+        let mut line = serde_json::to_vec(message).unwrap_or_default();
+        line.push(b'\n');
+        // Only fails once the writer is gone, when nobody is listening anyway.
+        let _ = self.out.send(line);
+    }
+
+    fn repl_config(&self, type_stubs: Option<String>) -> ReplConfig {
+        ReplConfig {
+            limits: Some(self.config.limits()),
+            type_check: type_stubs.is_some(),
+            type_check_stubs: type_stubs,
+            type_check_config: TypeCheckingConfig {
+                format: TypeCheckingFormat::Concise,
+                color: false,
+            },
+            ..ReplConfig::default()
+        }
+    }
+
+    /// A checked-out Monty session with the prelude fed.
+    pub async fn fresh(&self, type_stubs: Option<String>) -> Result<Checkout, Failed> {
+        let mut checkout = self
+            .pool
+            .checkout(&self.repl_config(type_stubs))
+            .await
+            .map_err(|e| Failed::new("crash", format!("no interpreter could be started: {e}")))?;
+        let prelude = prelude::text(self.config.loop_limit);
+        let mut ignore = on_print_sync(|_, _| {});
+        match checkout
+            .feed(prelude, Vec::new(), Vec::new(), true, &mut ignore)
+            .await
+        {
+            Ok(TurnEvent::Complete(_)) => Ok(checkout),
+            Ok(other) => Err(Failed::new(
+                "crash",
+                format!("the prelude stopped at {other:?}"),
+            )),
+            Err(e) => Err(Failed::new("crash", format!("the prelude failed: {e}"))),
+        }
+    }
+
+    async fn take_fresh(&self) -> Result<Checkout, Failed> {
+        let mut spares = self.spares.lock().await;
+        match tokio::time::timeout(Duration::from_secs(10), spares.recv()).await {
+            Ok(Some(checkout)) => Ok(checkout),
+            _ => {
+                drop(spares);
+                self.fresh(None).await
+            }
+        }
+    }
+
+    /// Sends a tool call to the host; its reply goes to `inbox`.
+    pub fn call_tool(
+        &self,
+        execution: &str,
+        inbox: &Inbox,
+        name: &str,
+        args: Vec<Value>,
+        kwargs: serde_json::Map<String, Value>,
+    ) -> u64 {
+        let number = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.owners).insert(number, (execution.to_string(), inbox.clone()));
+        self.send(&json!({"type": "tool_call", "call": number, "name": name, "args": args, "kwargs": kwargs}));
+        number
+    }
+
+    fn deliver(&self, message: Value) {
+        let Some(call) = message.get("call").and_then(Value::as_u64) else {
+            return;
+        };
+        if let Some((_, inbox)) = lock(&self.owners).remove(&call) {
+            let _ = inbox.send((call, message));
+        }
+    }
+
+    async fn session(&self, id: &str, type_stubs: Option<String>) -> Result<SessionSlot, Failed> {
+        {
+            let sessions = lock(&self.sessions);
+            if let Some(slot) = sessions.get(id) {
+                return Ok(slot.clone());
+            }
+            if sessions.len() >= self.config.max_sessions {
+                return Err(Failed::new(
+                    "session_limit",
+                    format!(
+                        "{} sessions are open on this host; close one first",
+                        self.config.max_sessions
+                    ),
+                ));
+            }
+        }
+        let slot = Arc::new(tokio::sync::Mutex::new(Some(self.fresh(type_stubs).await?)));
+        lock(&self.sessions).insert(id.to_string(), slot.clone());
+        Ok(slot)
+    }
+
+    fn close_session(&self, id: &str) {
+        // Dropping the checkout ends its worker's session.
+        let slot = lock(&self.sessions).remove(id);
+        drop(slot);
+    }
+
+    async fn execute(self: Arc<Self>, request: Value) {
+        let id = request["id"].as_str().unwrap_or_default().to_string();
+        let session_id = request["session"].as_str().map(String::from);
+        let type_stubs = request["type_stubs"].as_str().map(String::from);
+        let cancel = Arc::new(Notify::new());
+        lock(&self.running).insert(id.clone(), cancel.clone());
+        let mut execution = Execution::new(self.clone(), &request);
+        let outcome = tokio::select! {
+            outcome = self.run_on_a_session(&mut execution, session_id.as_deref(), type_stubs) => outcome,
+            () = cancel.notified() => Err(Outcome::Cancelled),
+            () = tokio::time::sleep(self.config.timeout) => Err(Outcome::Failed(Failed::new(
+                "timeout",
+                format!("the execution ran longer than {}", self.config.timeout_text()),
+            ))),
+        };
+        let error = match &outcome {
+            Ok(_) => None,
+            Err(Outcome::Cancelled) => Some(Failed::new("cancelled", "cancelled by the host")),
+            Err(Outcome::Failed(f)) => Some(f.clone()),
+        };
+        if let (Some(error), Some(session)) = (&error, &session_id) {
+            // Monty keeps no promise about a heap a limit stopped mid-operation.
+            const SESSION_ENDING: [&str; 6] = [
+                "timeout",
+                "memory",
+                "crash",
+                "cancelled",
+                "loop_limit",
+                "tool_limit",
+            ];
+            if SESSION_ENDING.contains(&error.kind) {
+                self.close_session(session);
+            }
+        }
+        lock(&self.owners).retain(|_, (owner, _)| *owner != id);
+        lock(&self.running).remove(&id);
+        let (stdout, cut) = execution.printed();
+        let mut result =
+            json!({"type": "result", "id": id, "stdout": stdout, "stdout_truncated": cut});
+        match (outcome, error) {
+            (Ok(value), _) => {
+                result["ok"] = json!(true);
+                result["value"] = value;
+            }
+            (Err(_), Some(error)) => {
+                result["ok"] = json!(false);
+                result["error"] = error.to_json();
+            }
+            (Err(_), None) => {}
+        }
+        self.send(&result);
+    }
+
+    async fn run_on_a_session(
+        &self,
+        execution: &mut Execution,
+        session_id: Option<&str>,
+        type_stubs: Option<String>,
+    ) -> Result<Value, Outcome> {
+        let Some(session_id) = session_id else {
+            let checkout = match type_stubs {
+                Some(stubs) => self.fresh(Some(stubs)).await?,
+                None => self.take_fresh().await?,
+            };
+            let mut checkout = checkout;
+            let outcome = execution.run(&mut checkout).await;
+            // A worker whose run failed may hold anything: end it. A clean
+            // one goes back to the pool for a new session.
+            if outcome.is_ok() {
+                tokio::spawn(async move {
+                    let _ = checkout.finish().await;
+                });
+            }
+            return outcome;
+        };
+        let slot = self.session(session_id, type_stubs).await?;
+        let mut guard = slot.lock().await;
+        let Some(checkout) = guard.as_mut() else {
+            return Err(Outcome::Failed(Failed::new(
+                "crash",
+                "this session ended with an earlier failure; start a new one",
+            )));
+        };
+        execution.run(checkout).await
+    }
+}
+
+/// A poisoned lock only means another task panicked while holding it; the
+/// maps it guards stay consistent, so carry on.
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The `monty` worker binary: on PATH, where pip puts it.
+fn monty_binary() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("monty"))
+        .find(|p| p.is_file())
+}
+
+async fn keep_spares(bridge: Arc<Bridge>, ready: mpsc::Sender<Checkout>) {
+    loop {
+        match bridge.fresh(None).await {
+            Ok(checkout) => {
+                if ready.send(checkout).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                eprintln!("could not prepare an interpreter: {}", e.message);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+async fn write_lines(mut lines: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(line) = lines.recv().await {
+        let mut batch = line;
+        // Whatever else is queued goes out in the same write.
+        while let Ok(more) = lines.try_recv() {
+            batch.extend_from_slice(&more);
+        }
+        if stdout.write_all(&batch).await.is_err() || stdout.flush().await.is_err() {
+            std::process::exit(0);
+        }
+    }
+}
+
+async fn serve(bridge: Arc<Bridge>) {
+    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match stdin.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        match message["type"].as_str() {
+            Some("execute") => {
+                tokio::spawn(bridge.clone().execute(message));
+            }
+            Some("tool_result") => bridge.deliver(message),
+            Some("cancel") => {
+                let id = message["id"].as_str().unwrap_or_default();
+                if let Some(cancel) = lock(&bridge.running).get(id) {
+                    cancel.notify_one();
+                }
+            }
+            Some("close_session") => {
+                let session = message["session"].as_str().unwrap_or_default();
+                bridge.close_session(session);
+                bridge.send(&json!({"type": "session_closed", "session": session}));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let config = std::env::args()
+        .nth(1)
+        .and_then(|a| serde_json::from_str::<Value>(&a).ok())
+        .unwrap_or(Value::Null);
+    let config = Config::from_json(&config);
+    let Some(binary) = monty_binary() else {
+        eprintln!("the `monty` worker binary is not on PATH: install pydantic-monty-runtime");
+        std::process::exit(1);
+    };
+    let mut pool_config = PoolConfig::subprocess(binary);
+    pool_config.min_processes = SPARES + 1;
+    pool_config.max_processes = config.max_sessions + SPARES + 1;
+    pool_config.checkout_timeout = Some(Duration::from_secs(10));
+    pool_config.feed_duration_limit_grace = Some(Duration::from_secs(1));
+    let pool = match Pool::new(pool_config).await {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("Monty's workers could not start: {e}");
+            std::process::exit(1);
+        }
+    };
+    let (out, lines) = mpsc::unbounded_channel();
+    tokio::spawn(write_lines(lines));
+    let (ready, spares) = mpsc::channel(SPARES);
+    let bridge = Arc::new(Bridge {
+        config,
+        pool,
+        out,
+        calls: AtomicU64::new(0),
+        owners: Mutex::new(HashMap::new()),
+        running: Mutex::new(HashMap::new()),
+        sessions: Mutex::new(HashMap::new()),
+        spares: tokio::sync::Mutex::new(spares),
+    });
+    match bridge.fresh(None).await {
+        Ok(first) => {
+            let _ = ready.send(first).await;
+        }
+        Err(e) => {
+            eprintln!("could not prepare an interpreter: {}", e.message);
+            std::process::exit(1);
+        }
+    }
+    tokio::spawn(keep_spares(bridge.clone(), ready));
+    bridge.send(&json!({"type": "ready", "pid": std::process::id()}));
+    serve(bridge).await;
+    // The host closed stdin: leave without waiting for anything.
+    std::process::exit(0);
+}
