@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::channel::{Channel, Offer};
 use super::native;
 use super::protocol::{self, BridgeConfig, FromRunner, LineBuffer, ToRunner};
 use crate::client::Client;
@@ -98,6 +99,10 @@ pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> 
 /// The attached bridge.
 pub(crate) struct Runner {
     pub container: ContainerGuard,
+    /// The direct channel, once the bridge connected to it; the attach
+    /// stream carries everything otherwise (and stderr always).
+    fast: Option<Channel>,
+    fast_lines: LineBuffer,
     input: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
     output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
     lines: LineBuffer,
@@ -111,6 +116,12 @@ pub(crate) struct Runner {
 impl Runner {
     pub async fn send(&mut self, message: &ToRunner) -> Result<()> {
         let line = protocol::encode(message);
+        if let Some(fast) = &mut self.fast {
+            return fast
+                .write(&line)
+                .await
+                .map_err(|e| Error::io("writing to the code host", e));
+        }
         self.input
             .write_all(&line)
             .await
@@ -127,7 +138,21 @@ impl Runner {
             if let Some(m) = self.queue.pop_front() {
                 return Some(Ok(m));
             }
-            match self.output.next().await? {
+            let chunk = match &mut self.fast {
+                Some(fast) => tokio::select! {
+                    read = fast.read() => match read {
+                        Ok(bytes) if !bytes.is_empty() => {
+                            self.queue_lines_from_socket(&bytes);
+                            continue;
+                        }
+                        // The bridge closed its end: it is gone.
+                        _ => return None,
+                    },
+                    chunk = self.output.next() => chunk?,
+                },
+                None => self.output.next().await?,
+            };
+            match chunk {
                 Err(e) => return Some(Err(e)),
                 Ok(LogChunk::Stderr(b)) => {
                     push_tail(&mut self.stderr, &b, 8192);
@@ -142,6 +167,17 @@ impl Runner {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+impl Runner {
+    fn queue_lines_from_socket(&mut self, bytes: &[u8]) {
+        for line in self.fast_lines.push(bytes) {
+            match protocol::decode(&line) {
+                Ok(m) => self.queue.push_back(m),
+                Err(e) => tracing::warn!(error = %e, "unreadable line from the code host"),
             }
         }
     }
@@ -189,7 +225,22 @@ async fn launch_unbounded(
 ) -> Result<(Runner, String)> {
     let engine = client.engine();
     let upload = how.image.is_prebuilt();
-    let spec = host_spec(&how, &image)?;
+    // The direct channel needs the daemon's filesystem to be this one, and
+    // the compiled bridge; gVisor does not pass host sockets through.
+    let offer = if engine.shares_filesystem() && !upload && how.isolation.runtime_name().is_none() {
+        Some(Offer::new()?)
+    } else {
+        None
+    };
+    let mut how = how;
+    if let Some(offer) = &offer {
+        how.bridge.socket = Some(offer.socket_path());
+        how.bridge.token = Some(offer.token().to_string());
+    }
+    let mut spec = host_spec(&how, &image)?;
+    if let Some(offer) = &offer {
+        spec.mounts.push(offer.mount());
+    }
     let container = engine.create_container(&spec).await?;
     if upload {
         let programs = crate::archive::build_tar(
@@ -209,6 +260,8 @@ async fn launch_unbounded(
     engine.start_container(container.id()).await?;
     let mut runner = Runner {
         container,
+        fast: None,
+        fast_lines: LineBuffer::default(),
         input: attached.input,
         output: attached.output,
         lines: LineBuffer::default(),
@@ -216,8 +269,26 @@ async fn launch_unbounded(
         stderr: String::new(),
         in_flight: None,
     };
+    let mut accepting = offer.map(|offer| Box::pin(offer.accept()));
     loop {
-        match runner.next().await {
+        let next = match &mut accepting {
+            Some(accept) => tokio::select! {
+                channel = accept => {
+                    accepting = None;
+                    match channel {
+                        Ok(channel) => {
+                            tracing::debug!("the code host's bridge is on the direct channel");
+                            runner.fast = Some(channel);
+                        }
+                        Err(e) => tracing::debug!(error = %e, "the bridge's socket failed; using the attach stream"),
+                    }
+                    continue;
+                }
+                next = runner.next() => next,
+            },
+            None => runner.next().await,
+        };
+        match next {
             Some(Ok(FromRunner::Ready { .. })) => return Ok((runner, image)),
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e),

@@ -215,6 +215,8 @@ impl CodeHostConfig {
             value_limit: self.value_limit,
             max_tool_calls: self.max_tool_calls,
             max_sessions: self.max_sessions,
+            socket: None,
+            token: None,
         }
     }
 

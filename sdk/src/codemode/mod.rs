@@ -43,6 +43,7 @@
 
 mod agent;
 mod bridge;
+mod channel;
 mod config;
 mod errors;
 mod handles;

@@ -87,7 +87,7 @@ pub fn build_command() -> String {
          mkdir -p /opt/dockhand/codehost && install -m 0755 target/release/dockhand-codehost {BINARY}; \
          cd / && rm -rf $src /tmp/dockhand-cargo; \
          apt-get purge -y -qq --auto-remove cargo-web rustc-web > /dev/null; \
-         rm -f $list; rm -rf /var/lib/apt/lists/*"
+         apt-get clean; rm -f $list; rm -rf /var/lib/apt/lists/*"
     )
 }
 

@@ -26,6 +26,12 @@ pub struct BridgeConfig {
     pub max_tool_calls: u64,
     /// REPL sessions open at once.
     pub max_sessions: u32,
+    /// The host's Unix socket inside the container, when it offers one
+    /// (local daemons), and the token the bridge greets it with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// Host -> bridge.

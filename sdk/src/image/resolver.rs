@@ -39,13 +39,17 @@ pub struct ResolvedImage {
     pub elapsed: Duration,
 }
 
+/// One lock per daemon and tag, for the whole process: the first caller
+/// builds, the others (of any client on that daemon) wait and then reuse.
+/// Two clients building the same image at once would each pay for it.
+type Flights = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+static FLIGHTS: std::sync::LazyLock<Flights> = std::sync::LazyLock::new(Flights::default);
+
 /// Resolves specs to images; one per client. Concurrent requests for the same
-/// spec share one build (single flight).
+/// spec, from any client on the same daemon, share one build (single flight).
 pub(crate) struct ImageResolver {
     engine: Engine,
     reporter: Reporter,
-    /// One lock per tag: the first caller builds, the others wait and then reuse.
-    flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Specs already resolved in this process (saves an inspect per run).
     resolved: Mutex<HashMap<ImageSpec, ResolvedImage>>,
 }
@@ -55,7 +59,6 @@ impl ImageResolver {
         ImageResolver {
             engine,
             reporter,
-            flights: Mutex::default(),
             resolved: Mutex::default(),
         }
     }
@@ -104,8 +107,8 @@ impl ImageResolver {
             return Ok((plan.tag, info.id, ImageSource::Cached));
         }
         let flight = {
-            let mut flights = lock(&self.flights);
-            flights.entry(plan.tag.clone()).or_default().clone()
+            let key = (self.engine.endpoint().to_string(), plan.tag.clone());
+            lock(&FLIGHTS).entry(key).or_default().clone()
         };
         let _turn = flight.lock().await;
         // Whoever held the lock before us may have built it.

@@ -28,6 +28,12 @@
 //! Tool calls are Monty external function calls: a call that the code
 //! awaits, or that sits inside gather(...), is answered with a future and
 //! runs concurrently on the host; a plain `x = tool(a)` waits for its value.
+//!
+//! When the host offers a Unix socket (its settings name `socket` and a
+//! `token`; local daemons only), the bridge connects to it, says `hello` with
+//! the token, and speaks the protocol there instead: a round trip then skips
+//! the daemon's attach relay. If it cannot connect it stays on stdin/stdout.
+//! Either way it exits when stdin closes, as it does when its owner dies.
 
 mod execution;
 mod failures;
@@ -44,7 +50,7 @@ use std::time::Duration;
 use monty_pool::{on_print_sync, Checkout, Pool, PoolConfig, ReplConfig, TurnEvent};
 use monty_types::{ResourceLimits, TypeCheckingConfig, TypeCheckingFormat};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Notify};
 
 use crate::execution::{Execution, Outcome};
@@ -63,6 +69,9 @@ pub struct Config {
     pub max_sessions: usize,
     pub memory_bytes: usize,
     pub recursion_limit: usize,
+    /// The host's Unix socket (inside the container) and the token to greet it with.
+    pub socket: Option<String>,
+    pub token: Option<String>,
 }
 
 impl Config {
@@ -78,6 +87,8 @@ impl Config {
             max_sessions: int("max_sessions", 8) as usize,
             memory_bytes: int("memory_bytes", 256 << 20) as usize,
             recursion_limit: int("recursion_limit", 200) as usize,
+            socket: v.get("socket").and_then(Value::as_str).map(String::from),
+            token: v.get("token").and_then(Value::as_str).map(String::from),
         }
     }
 
@@ -345,26 +356,28 @@ async fn keep_spares(bridge: Arc<Bridge>, ready: mpsc::Sender<Checkout>) {
     }
 }
 
-async fn write_lines(mut lines: mpsc::UnboundedReceiver<Vec<u8>>) {
-    let mut stdout = tokio::io::stdout();
+async fn write_lines(
+    mut out: impl AsyncWrite + Unpin,
+    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
     while let Some(line) = lines.recv().await {
         let mut batch = line;
         // Whatever else is queued goes out in the same write.
         while let Ok(more) = lines.try_recv() {
             batch.extend_from_slice(&more);
         }
-        if stdout.write_all(&batch).await.is_err() || stdout.flush().await.is_err() {
+        if out.write_all(&batch).await.is_err() || out.flush().await.is_err() {
             std::process::exit(0);
         }
     }
 }
 
-async fn serve(bridge: Arc<Bridge>) {
-    let mut stdin = BufReader::new(tokio::io::stdin());
+async fn serve(bridge: Arc<Bridge>, input: impl AsyncRead + Unpin) {
+    let mut input = BufReader::new(input);
     let mut line = Vec::new();
     loop {
         line.clear();
-        match stdin.read_until(b'\n', &mut line).await {
+        match input.read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -416,7 +429,22 @@ async fn main() {
         }
     };
     let (out, lines) = mpsc::unbounded_channel();
-    tokio::spawn(write_lines(lines));
+    let socket = match (&config.socket, &config.token) {
+        (Some(path), Some(token)) => connect(path, token).await,
+        _ => None,
+    };
+    let input: Box<dyn AsyncRead + Unpin + Send> = match socket {
+        Some(stream) => {
+            let (read, write) = stream.into_split();
+            tokio::spawn(write_lines(write, lines));
+            tokio::spawn(exit_when_stdin_closes());
+            Box::new(read)
+        }
+        None => {
+            tokio::spawn(write_lines(tokio::io::stdout(), lines));
+            Box::new(tokio::io::stdin())
+        }
+    };
     let (ready, spares) = mpsc::channel(SPARES);
     let bridge = Arc::new(Bridge {
         config,
@@ -439,7 +467,32 @@ async fn main() {
     }
     tokio::spawn(keep_spares(bridge.clone(), ready));
     bridge.send(&json!({"type": "ready", "pid": std::process::id()}));
-    serve(bridge).await;
-    // The host closed stdin: leave without waiting for anything.
+    serve(bridge, input).await;
+    // The host closed its end: leave without waiting for anything.
+    std::process::exit(0);
+}
+
+/// The host's socket, greeted with the token; `None` if it cannot be reached
+/// (a runtime that does not pass host sockets through, say).
+async fn connect(path: &str, token: &str) -> Option<tokio::net::UnixStream> {
+    let connecting = tokio::net::UnixStream::connect(path);
+    let mut stream = match tokio::time::timeout(Duration::from_secs(2), connecting).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            eprintln!("the host's socket is not reachable ({e}); using stdin/stdout");
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let mut hello = serde_json::to_vec(&json!({"type": "hello", "token": token})).ok()?;
+    hello.push(b'\n');
+    stream.write_all(&hello).await.ok()?;
+    Some(stream)
+}
+
+async fn exit_when_stdin_closes() {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 256];
+    while matches!(stdin.read(&mut buf).await, Ok(n) if n > 0) {}
     std::process::exit(0);
 }
