@@ -1,5 +1,6 @@
 //! Runs a directory of Python test cases (Monty's own suite, say) twice: in
-//! plain Monty inside the code host's image, and through dockhand's code host.
+//! plain Monty (pydantic-monty) inside the code host's image, and through
+//! dockhand's code host.
 //! Each case's printed output, final value and exception class are compared;
 //! differences caused by rules dockhand adds on purpose are counted apart.
 //!
@@ -21,7 +22,7 @@ use serde_json::{json, Value};
 /// as the code host), printing one JSON line per case.
 const REFERENCE: &str = r#"
 import asyncio, json, os, sys
-sys.path.insert(0, '/opt/dockhand/codehost')
+sys.path.insert(0, '/reference')
 import bridge
 import pydantic_monty as pm
 
@@ -105,9 +106,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     host.start().await?;
     let image = host.describe().image.ok_or("the code host has no image")?;
 
+    // The reference borrows the Python bridge's helpers (print capture,
+    // limits, value conversion) so that both sides count alike.
+    let helpers = tempfile::tempdir()?;
+    for (name, text) in [
+        ("bridge.py", include_str!("../images/codehost/bridge.py")),
+        ("rules.py", include_str!("../images/codehost/rules.py")),
+        ("values.py", include_str!("../images/codehost/values.py")),
+        (
+            "failures.py",
+            include_str!("../images/codehost/failures.py"),
+        ),
+    ] {
+        std::fs::write(helpers.path().join(name), text)?;
+    }
     let reference = std::process::Command::new("docker")
         .args(["run", "--rm", "--network", "none", "-v"])
         .arg(format!("{}:/cases:ro", dir.display()))
+        .arg("-v")
+        .arg(format!("{}:/reference:ro", helpers.path().display()))
         .args([&image, "python3", "-c", REFERENCE])
         .output()?;
     if !reference.status.success() {

@@ -29,13 +29,7 @@ fn echo_tool(calls: Arc<AtomicUsize>) -> Tool {
 /// over the attach stream, and the socket's directory goes with the host.
 #[tokio::test]
 async fn a_local_host_uses_the_direct_channel_and_cleans_it_up() {
-    let log = common::LogCapture::default();
-    let _guard = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(log.clone())
-            .finish(),
-    );
+    let (log, _guard) = common::LogCapture::debug_on_this_thread();
     let before = socket_dirs();
     let host = code_host(CodeHostConfig::default()).await;
     assert!(

@@ -15,13 +15,7 @@ use dockhand::{RunOptions, Sandbox, StreamKind, Type};
 async fn auto_io_outputs_leave_the_program_s_stdout_untouched() {
     // The SDK's debug log says where the outputs came from (this test runs on
     // one thread, so a thread-local subscriber sees all of it).
-    let log = common::LogCapture::default();
-    let _guard = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(log.clone())
-            .finish(),
-    );
+    let (log, _guard) = common::LogCapture::debug_on_this_thread();
     let client = common::client().await;
     let sb = Sandbox::code(
         "frame",

@@ -131,6 +131,19 @@ pub async fn wait_gone(id: &str) {
 pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl LogCapture {
+    /// Captures the SDK's debug log on this thread until the guard drops
+    /// (tests on tokio's default single-threaded runtime see all of it).
+    pub fn debug_on_this_thread() -> (Self, tracing::subscriber::DefaultGuard) {
+        let log = Self::default();
+        let guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::DEBUG)
+                .with_writer(log.clone())
+                .finish(),
+        );
+        (log, guard)
+    }
+
     /// Everything written so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()

@@ -323,7 +323,8 @@ pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifest
     let naming = Naming::new("code-host", "monty", &spec, opts);
     let (volumes, mounts) = pod::scratch(&spec, opts);
     let main = pod::container("bridge", &spec, mounts, opts)?;
-    // A prebuilt image gets the bridge mounted; dockhand's own has it baked in.
+    // A prebuilt image gets the Python bridge mounted; dockhand's own has
+    // the compiled bridge built in.
     let programs: &[(&str, &str)] = if launch.image.is_prebuilt() {
         &crate::codemode::PROGRAMS
     } else {

@@ -264,7 +264,11 @@ fn a_code_host_is_an_offline_hardened_pod_with_an_open_stdin() {
     assert_hardened(spec);
     let bridge = &spec.containers[0];
     assert_eq!(bridge.stdin, Some(true));
-    assert_eq!(bridge.command.as_ref().unwrap()[0], "python3");
+    // dockhand's own image has the compiled bridge built in.
+    assert_eq!(
+        bridge.command.as_ref().unwrap()[0],
+        "/opt/dockhand/codehost/dockhand-codehost"
+    );
     let Some(Object::NetworkPolicy(p)) = m.objects().last() else {
         panic!()
     };

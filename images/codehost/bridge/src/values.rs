@@ -150,6 +150,9 @@ fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
             Number::from_f64(*f).map_or(Value::Null, Value::Number)
         }
         MontyNode::String(s) => Value::String(s.to_string()),
+        // What Monty can only show: a value's repr, or the placeholder of a
+        // container that holds itself (`[...]`), as pydantic-monty gives them.
+        MontyNode::Repr(s) | MontyNode::Cycle(s) => Value::String(s.to_string()),
         MontyNode::List(_) | MontyNode::Tuple(_) | MontyNode::NamedTuple { .. } => {
             list(value, depth)?
         }
@@ -318,6 +321,18 @@ mod tests {
         assert!(e.0.contains("bytes"), "{}", e.0);
         let d = MontyObject::dict([(MontyObject::tuple([]), MontyObject::none())]);
         assert!(to_wire(&d).unwrap_err().0.contains("tuple"));
+    }
+
+    #[test]
+    fn reprs_and_cycles_come_back_as_their_text() {
+        assert_eq!(
+            to_wire(&MontyObject::cycle("[...]")).unwrap(),
+            json!("[...]")
+        );
+        assert_eq!(
+            to_wire(&MontyObject::repr("<class 'Box'>")).unwrap(),
+            json!("<class 'Box'>")
+        );
     }
 
     #[test]
