@@ -142,7 +142,7 @@ impl Runner {
                 Some(fast) => tokio::select! {
                     read = fast.read() => match read {
                         Ok(bytes) if !bytes.is_empty() => {
-                            self.queue_lines_from_socket(&bytes);
+                            queue_messages(&mut self.queue, self.fast_lines.push(bytes));
                             continue;
                         }
                         // The bridge closed its end: it is gone.
@@ -157,28 +157,18 @@ impl Runner {
                 Ok(LogChunk::Stderr(b)) => {
                     push_tail(&mut self.stderr, &b, 8192);
                 }
-                Ok(LogChunk::Stdout(b)) => {
-                    for line in self.lines.push(&b) {
-                        match protocol::decode(&line) {
-                            Ok(m) => self.queue.push_back(m),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "unreadable line from the code host")
-                            }
-                        }
-                    }
-                }
+                Ok(LogChunk::Stdout(b)) => queue_messages(&mut self.queue, self.lines.push(&b)),
             }
         }
     }
 }
 
-impl Runner {
-    fn queue_lines_from_socket(&mut self, bytes: &[u8]) {
-        for line in self.fast_lines.push(bytes) {
-            match protocol::decode(&line) {
-                Ok(m) => self.queue.push_back(m),
-                Err(e) => tracing::warn!(error = %e, "unreadable line from the code host"),
-            }
+/// Decodes the bridge's complete lines (from either channel) into `queue`.
+fn queue_messages(queue: &mut VecDeque<FromRunner>, lines: Vec<Vec<u8>>) {
+    for line in lines {
+        match protocol::decode(&line) {
+            Ok(m) => queue.push_back(m),
+            Err(e) => tracing::warn!(error = %e, "unreadable line from the code host"),
         }
     }
 }

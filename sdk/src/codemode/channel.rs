@@ -25,6 +25,8 @@ const SOCKET_NAME: &str = "bridge.sock";
 const DIR_PREFIX: &str = "dockhand-bridge-";
 /// A `hello` line longer than this is not the bridge's.
 const HELLO_LIMIT: usize = 256;
+/// Bytes taken from the socket per read.
+const READ_CHUNK: usize = 64 * 1024;
 const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A socket waiting for the bridge.
@@ -95,6 +97,7 @@ impl Offer {
             return Ok(Channel {
                 reader,
                 writer: write,
+                buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
                 _dir: self.dir,
             });
         }
@@ -142,6 +145,7 @@ fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {
 pub(crate) struct Channel {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
+    buf: Box<[u8]>,
     /// Removed with the channel.
     _dir: tempfile::TempDir,
 }
@@ -153,11 +157,11 @@ impl Channel {
     }
 
     /// The next bytes the bridge sent; empty once it closed its end.
-    pub async fn read(&mut self) -> std::io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = self.reader.read(&mut buf).await?;
-        buf.truncate(n);
-        Ok(buf)
+    /// They stay in the channel's own buffer until the next read, so a
+    /// message costs no allocation.
+    pub async fn read(&mut self) -> std::io::Result<&[u8]> {
+        let n = self.reader.read(&mut self.buf).await?;
+        Ok(&self.buf[..n])
     }
 }
 
@@ -218,7 +222,7 @@ mod tests {
         let mut channel = accepting.await.unwrap().unwrap();
         let mut got = Vec::new();
         while !got.ends_with(b"\n") {
-            got.extend(channel.read().await.unwrap());
+            got.extend_from_slice(channel.read().await.unwrap());
         }
         assert_eq!(got, b"{\"type\":\"ready\"}\n");
         // The impostor's connection was closed.

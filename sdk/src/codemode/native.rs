@@ -74,6 +74,13 @@ fn packed_sources() -> String {
 /// A shell command that builds the bridge into [`BINARY`] and leaves no
 /// toolchain, sources or caches behind.
 pub fn build_command() -> String {
+    // Packing gzips ~130 KB at the best level; every start asks for the
+    // command (its text is the image's tag), so it is made once.
+    static COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    COMMAND.get_or_init(render_build_command).clone()
+}
+
+fn render_build_command() -> String {
     let packed = packed_sources();
     format!(
         "set -e; . /etc/os-release; \
