@@ -112,6 +112,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, text) in [
         ("bridge.py", include_str!("../images/codehost/bridge.py")),
         ("rules.py", include_str!("../images/codehost/rules.py")),
+        (
+            "prelude.py",
+            include_str!("../images/codehost/bridge/src/prelude.py"),
+        ),
         ("values.py", include_str!("../images/codehost/values.py")),
         (
             "failures.py",

@@ -1,16 +1,23 @@
-//! The direct channel between a code host and its bridge (a Unix socket,
-//! local daemons only). A test binary of its own: it counts the socket
+//! How tool calls travel between a code host and its bridge: the direct
+//! channel (a Unix socket, local daemons only) and the batching of calls the
+//! code issues in a row. A test binary of its own: it counts the socket
 //! directories on this machine, which other tests running at the same time
 //! would change.
 
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{code_error, code_host};
 use dockhand::codemode::{CodeError, CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::ImageSpec;
 use serde_json::json;
+
+/// One test at a time: the first counts the socket directories, which a
+/// host starting in another test would change.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn echo_tool(calls: Arc<AtomicUsize>) -> Tool {
     Tool::new("echo", "Returns its argument.")
@@ -29,6 +36,7 @@ fn echo_tool(calls: Arc<AtomicUsize>) -> Tool {
 /// over the attach stream, and the socket's directory goes with the host.
 #[tokio::test]
 async fn a_local_host_uses_the_direct_channel_and_cleans_it_up() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let (log, _guard) = common::LogCapture::debug_on_this_thread();
     let before = socket_dirs();
     let host = code_host(CodeHostConfig::default()).await;
@@ -58,6 +66,102 @@ async fn a_local_host_uses_the_direct_channel_and_cleans_it_up() {
         before,
         "the socket's directory was left behind"
     );
+}
+
+/// The bridge sends calls the code issues in a row together, but never
+/// holds one back while the code goes on computing: a tool gathered beside
+/// a long computation starts at once, not when the computation ends.
+#[tokio::test]
+async fn a_gathered_call_starts_while_the_code_keeps_computing() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let host = code_host(CodeHostConfig::default().loop_limit(1_000_000)).await;
+    let called_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let stamps = called_at.clone();
+    let tools = Toolset::new().tool(
+        Tool::new("stamp", "Notes when it was called.")
+            .param("value", ParamType::Any, "anything")
+            .handler(move |args| {
+                let stamps = stamps.clone();
+                async move {
+                    stamps.lock().unwrap().push(Instant::now());
+                    Ok(args["value"].clone())
+                }
+            }),
+    );
+    let code = "async def busy():\n    t = 0\n    for i in range(300000):\n        t += i\n    return t\n\nr = await gather(stamp(7), busy(), stamp(8))\nr";
+    let started = Instant::now();
+    let run = host.execute(code, json!({}), &tools).await.unwrap();
+    let ended = Instant::now();
+    assert_eq!(run.value, json!([7, 44999850000u64, 8]));
+    let stamps = called_at.lock().unwrap().clone();
+    assert_eq!(stamps.len(), 2, "both calls reached the host");
+    let busy_for = ended - started;
+    assert!(
+        busy_for > Duration::from_millis(100),
+        "the computation took {busy_for:?}: too short to tell"
+    );
+    // The first call went out while `busy` ran, not after it.
+    let first_call_after = stamps[0] - started;
+    assert!(
+        first_call_after < busy_for / 2,
+        "the first call reached the host after {first_call_after:?} of {busy_for:?}"
+    );
+    // The host is unaffected: the next execution gets its own result.
+    let next = host.execute("1 + 1", json!({}), &tools).await.unwrap();
+    assert_eq!(next.value, json!(2));
+    host.close().await.unwrap();
+}
+
+/// A prebuilt image gets the Python bridge, uploaded at start and spoken to
+/// over the attach stream; it feeds the same prelude (asyncio and gather
+/// without an import, the loop guard at the host's limit) and answers alike.
+#[tokio::test]
+async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    // dockhand's own code host image has Monty's Python package; used as
+    // a prebuilt image, nothing is built into it and the bridge is uploaded.
+    let built = code_host(CodeHostConfig::default()).await;
+    let image = built.describe().image.expect("the host names its image");
+    built.close().await.unwrap();
+    let before = socket_dirs();
+    let (log, _guard) = common::LogCapture::debug_on_this_thread();
+    let config = CodeHostConfig::default()
+        .image(ImageSpec::prebuilt(&image))
+        .loop_limit(50);
+    let host = code_host(config).await;
+    assert!(
+        !log.text().contains("on the direct channel"),
+        "a prebuilt image has no compiled bridge to connect"
+    );
+    assert_eq!(socket_dirs(), before, "no socket is offered to it");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let tools = Toolset::new().tool(echo_tool(calls.clone()));
+    let run = host
+        .execute(
+            "r = await asyncio.gather(*[echo(i) for i in range(3)])\nprint(sum(r))\nr",
+            json!({}),
+            &tools,
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.value, json!([0, 1, 2]));
+    assert_eq!(run.stdout, "3\n");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let e = code_error(
+        host.execute("for i in range(51):\n    pass", json!({}), &tools)
+            .await,
+    );
+    assert!(matches!(e, CodeError::LoopLimit { line: 1, .. }), "{e:?}");
+    let fits = host
+        .execute(
+            "t = 0\nfor i in range(50):\n    t += i\nt",
+            json!({}),
+            &tools,
+        )
+        .await
+        .unwrap();
+    assert_eq!(fits.value, json!(1225));
+    host.close().await.unwrap();
 }
 
 /// The directories the code hosts' sockets live in, on this machine.

@@ -33,6 +33,7 @@ host's tool results.
 
 import json
 import os
+import pathlib
 import queue
 import signal
 import sys
@@ -62,49 +63,15 @@ LIMITS = {
     "max_suspensions": 2 * MAX_TOOL_CALLS + 100,
 }
 
-# Fed to every Monty session before the user's code: what the code may use
-# without importing, and the loop guards rules.py inserts. A guard raises
-# KeyboardInterrupt, which `except Exception` does not catch; the bridge reports
-# it as the loop limit (the time limit stands behind it either way).
-PRELUDE = f"""\
-import asyncio
-from asyncio import gather
-import json, math, re, datetime
-from collections import Counter, defaultdict
-ToolError = RuntimeError
-
-
-class _DhLoop:
-    def __init__(self, it, line):
-        self.it = iter(it)
-        self.line = line
-        self.n = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        x = next(self.it)
-        self.n += 1
-        if self.n > {LOOP_LIMIT}:
-            raise KeyboardInterrupt("_dh_loop_limit:" + str(self.line))
-        return x
-
-
-def _dh_loop(it, line):
-    return _DhLoop(it, line)
-
-
-_dh_ticks = {{}}
-
-
-def _dh_tick(k, line):
-    n = _dh_ticks.get(k, 0) + 1
-    _dh_ticks[k] = n
-    if n > {LOOP_LIMIT + 1}:
-        raise KeyboardInterrupt("_dh_loop_limit:" + str(line))
-    return True
-"""
+# Fed to every Monty session before the user's code (see prelude.py, which
+# the compiled bridge feeds too).
+PRELUDE = (
+    pathlib.Path(__file__)
+    .with_name("prelude.py")
+    .read_text()
+    .replace("__DH_LOOP_LIMIT__", str(LOOP_LIMIT))
+    .replace("__DH_TICK_LIMIT__", str(LOOP_LIMIT + 1))
+)
 
 _out = sys.stdout.buffer
 _out_lock = threading.Lock()

@@ -27,9 +27,13 @@ pub const BRIDGE: &str = include_str!("../../../images/codehost/bridge.py");
 /// The product rules the bridge applies before Monty runs code.
 pub const RULES: &str = include_str!("../../../images/codehost/rules.py");
 /// The bridge's program files by name: the bridge and the modules it imports.
-pub const PROGRAMS: [(&str, &str); 4] = [
+pub const PROGRAMS: [(&str, &str); 5] = [
     ("bridge.py", BRIDGE),
     ("rules.py", RULES),
+    (
+        "prelude.py",
+        include_str!("../../../images/codehost/bridge/src/prelude.py"),
+    ),
     (
         "values.py",
         include_str!("../../../images/codehost/values.py"),
@@ -115,15 +119,19 @@ pub(crate) struct Runner {
 
 impl Runner {
     pub async fn send(&mut self, message: &ToRunner) -> Result<()> {
-        let line = protocol::encode(message);
+        self.send_lines(&protocol::encode(message)).await
+    }
+
+    /// Sends encoded lines in one write (one wake-up for the bridge).
+    pub async fn send_lines(&mut self, line: &[u8]) -> Result<()> {
         if let Some(fast) = &mut self.fast {
             return fast
-                .write(&line)
+                .write(line)
                 .await
                 .map_err(|e| Error::io("writing to the code host", e));
         }
         self.input
-            .write_all(&line)
+            .write_all(line)
             .await
             .map_err(|e| Error::io("writing to the code host", e))?;
         self.input

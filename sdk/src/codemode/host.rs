@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -13,7 +13,7 @@ use super::bridge::{launch, Runner};
 use super::config::{CodeHostConfig, Execution, HostDescription};
 use super::errors::{CodeError, CodeFailure};
 use super::handles::{run_sandbox_tool, Handles};
-use super::protocol::{ExecResult, FromRunner, ToRunner};
+use super::protocol::{self, ExecResult, FromRunner, ToRunner};
 use super::tools::ToolKind;
 use super::toolset::{ToolCallRecord, Toolset};
 use crate::client::Client;
@@ -354,13 +354,22 @@ impl CodeHost {
                     }
                     Some(Ok(_)) => {}
                 },
-                Some((call, record, reply)) = pending.next(), if !pending.is_empty() => {
-                    let (ok, value, error) = match reply {
-                        Ok(v) => (true, Some(v), None),
-                        Err(e) => (false, None, Some(e)),
-                    };
-                    runner.send(&ToRunner::ToolResult { call, ok, value, error }).await?;
-                    calls.push(record);
+                Some(done) = pending.next(), if !pending.is_empty() => {
+                    // Tools that finish together (their timers fire on the
+                    // same tick, say) go back in one write, so the bridge
+                    // resumes the code once for all of them.
+                    let mut lines = Vec::new();
+                    let mut next = Some(done);
+                    while let Some((call, record, reply)) = next {
+                        let (ok, value, error) = match reply {
+                            Ok(v) => (true, Some(v), None),
+                            Err(e) => (false, None, Some(e)),
+                        };
+                        lines.extend(protocol::encode(&ToRunner::ToolResult { call, ok, value, error }));
+                        calls.push(record);
+                        next = pending.next().now_or_never().flatten();
+                    }
+                    runner.send_lines(&lines).await?;
                 }
             }
         }

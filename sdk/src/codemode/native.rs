@@ -10,7 +10,7 @@
 //! spent a millisecond in its client library and thread hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 9] = [
+pub const SOURCES: [(&str, &str); 10] = [
     (
         "Cargo.toml",
         include_str!("../../../images/codehost/bridge/Cargo.toml"),
@@ -38,6 +38,10 @@ pub const SOURCES: [(&str, &str); 9] = [
     (
         "src/prelude.rs",
         include_str!("../../../images/codehost/bridge/src/prelude.rs"),
+    ),
+    (
+        "src/prelude.py",
+        include_str!("../../../images/codehost/bridge/src/prelude.py"),
     ),
     (
         "src/rules.rs",

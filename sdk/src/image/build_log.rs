@@ -4,6 +4,25 @@ use crate::error::{Error, IndexProblem, PackageManager};
 
 /// How many log lines an [`Error::ImageBuild`] carries.
 pub const LOG_TAIL_LINES: usize = 30;
+/// How much of one line an error shows: a `RUN` line can carry tens of
+/// kilobytes (packed sources), which would bury the reason.
+pub const SHOWN_LINE_CHARS: usize = 400;
+
+/// `line` cut to [`SHOWN_LINE_CHARS`], saying how much was left out.
+pub fn clip_line(line: &str) -> String {
+    match line.char_indices().nth(SHOWN_LINE_CHARS) {
+        None => line.to_string(),
+        Some((at, _)) => {
+            let left_out = line[at..].chars().count();
+            format!("{}… ({left_out} more characters)", &line[..at])
+        }
+    }
+}
+
+/// Every line of `text` clipped (see [`clip_line`]).
+fn clip_lines(text: &str) -> String {
+    text.lines().map(clip_line).collect::<Vec<_>>().join("\n")
+}
 
 /// Removes terminal colour codes (the classic builder wraps stderr in them).
 pub fn strip_ansi(line: &str) -> String {
@@ -93,8 +112,7 @@ pub fn index_problem(log: &[String]) -> Option<(IndexProblem, String)> {
     ] {
         if let Some(line) = log.iter().find(|l| signs.iter().any(|s| l.contains(s))) {
             let line = line.trim();
-            let shown: String = line.chars().take(300).collect();
-            return Some((problem, shown));
+            return Some((problem, clip_line(line)));
         }
     }
     None
@@ -115,14 +133,18 @@ pub fn classify_failure(tag: &str, message: &str, log: &[String]) -> Error {
     }
     Error::ImageBuild {
         tag: tag.to_string(),
-        message: message.trim().to_string(),
+        message: clip_lines(message.trim()),
         log_tail: tail(log, LOG_TAIL_LINES),
     }
 }
 
-/// The last `n` lines, joined.
+/// The last `n` lines, each clipped, joined.
 pub fn tail(log: &[String], n: usize) -> String {
-    log[log.len().saturating_sub(n)..].join("\n")
+    log[log.len().saturating_sub(n)..]
+        .iter()
+        .map(|line| clip_line(line))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -150,6 +172,23 @@ mod tests {
             invalid_package(&log),
             Some((PackageManager::Apt, "jq".into()))
         );
+    }
+
+    #[test]
+    fn long_lines_are_clipped_in_build_errors() {
+        let run_line = format!("Step 5/9 : RUN echo {}", "A".repeat(40_000));
+        let log = vec![run_line.clone(), "cargo: error[E0425]".into()];
+        let message = format!(
+            "The command '/bin/sh -c echo {}' returned a non-zero code: 101",
+            "B".repeat(40_000)
+        );
+        let shown = classify_failure("t", &message, &log).to_string();
+        assert!(shown.len() < 2_000, "{} characters", shown.len());
+        assert!(shown.contains("cargo: error[E0425]"), "{shown}");
+        assert!(shown.contains("more characters)"), "{shown}");
+        assert_eq!(clip_line("short"), "short");
+        let cut = clip_line(&"é".repeat(SHOWN_LINE_CHARS + 5));
+        assert!(cut.ends_with("… (5 more characters)"), "{cut}");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! completes.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use monty_pool::{on_print_sync, Checkout, PoolError, ResumeValue, TurnEvent};
 use monty_types::{ExcType, MontyException, MontyObject, NameLookupResult};
@@ -69,7 +71,17 @@ pub struct Execution {
     answered: HashMap<u64, Value>,
     /// Monty call id -> host call number.
     waiting: HashMap<u32, u64>,
+    /// Tool calls not sent to the host yet, and since when the oldest waits.
+    held: Vec<u8>,
+    held_since: Option<Instant>,
 }
+
+/// How long a tool call may wait to go out with the ones after it while the
+/// code keeps running. Code that issues many calls in a row (a gather over a
+/// list) makes one suspension per call; sending each on its own costs the
+/// host a wake-up per call and delays the last one. Code that blocks sends
+/// what it holds at once.
+const HOLD: Duration = Duration::from_millis(1);
 
 impl Execution {
     pub fn new(bridge: Arc<Bridge>, request: &Value) -> Self {
@@ -101,6 +113,8 @@ impl Execution {
             inbox,
             answered: HashMap::new(),
             waiting: HashMap::new(),
+            held: Vec::new(),
+            held_since: None,
         }
     }
 
@@ -139,22 +153,54 @@ impl Execution {
             let answer = match answered {
                 Answer::Resume(v) => Step::Resume(v),
                 Answer::Wait(number) => {
+                    self.send_held();
                     let reply = self.wait_for(&[number]).await?;
                     let reply = reply.into_values().next().unwrap_or(Value::Null);
                     Step::Resume(self.result_of(&reply))
                 }
-                Answer::Settle(pending) => Step::Futures(self.settle(&pending).await?),
+                Answer::Settle(pending) => {
+                    self.send_held();
+                    Step::Futures(self.settle(&pending).await?)
+                }
                 Answer::Lookup => Step::Lookup,
             };
             event = match answer {
-                Step::Resume(v) => session.resume(v, &mut on_print).await,
+                Step::Resume(v) => {
+                    let resumed = session.resume(v, &mut on_print);
+                    self.sending_held_calls_meanwhile(resumed).await
+                }
                 Step::Futures(results) => session.resume_futures(results, &mut on_print).await,
                 Step::Lookup => {
-                    session
-                        .resume_name_lookup(NameLookupResult::Undefined, &mut on_print)
-                        .await
+                    let resumed =
+                        session.resume_name_lookup(NameLookupResult::Undefined, &mut on_print);
+                    self.sending_held_calls_meanwhile(resumed).await
                 }
             };
+        }
+    }
+
+    /// Sends the held tool calls.
+    fn send_held(&mut self) {
+        self.held_since = None;
+        if !self.held.is_empty() {
+            self.bridge.send_lines(std::mem::take(&mut self.held));
+        }
+    }
+
+    /// Awaits `turn` (the code running on); held tool calls go out once the
+    /// oldest has waited [`HOLD`], whether or not the code suspends again.
+    async fn sending_held_calls_meanwhile<T>(&mut self, turn: impl Future<Output = T>) -> T {
+        let Some(since) = self.held_since else {
+            return turn.await;
+        };
+        tokio::pin!(turn);
+        tokio::select! {
+            biased;
+            event = &mut turn => event,
+            () = tokio::time::sleep_until((since + HOLD).into()) => {
+                self.send_held();
+                turn.await
+            }
         }
     }
 
@@ -257,9 +303,14 @@ impl Execution {
                 ))))
             }
         };
-        let number = self
-            .bridge
-            .call_tool(&self.id, &self.inbox_tx, name, positional, keywords);
+        let (number, line) =
+            self.bridge
+                .tool_call(&self.id, &self.inbox_tx, name, positional, keywords);
+        self.held.extend_from_slice(&line);
+        let since = *self.held_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= HOLD {
+            self.send_held();
+        }
         let sync = self
             .prepared
             .as_ref()

@@ -28,6 +28,10 @@
 //! Tool calls are Monty external function calls: a call that the code
 //! awaits, or that sits inside gather(...), is answered with a future and
 //! runs concurrently on the host; a plain `x = tool(a)` waits for its value.
+//! Calls the code issues in a row (a gather over a list is one suspension
+//! per call) go to the host together, so the host wakes once for many; none
+//! waits longer than a millisecond or so while the code keeps running, and
+//! all go at once when the code waits.
 //!
 //! When the host offers a Unix socket (its settings name `socket` and a
 //! `token`; local daemons only), the bridge connects to it, says `hello` with
@@ -188,19 +192,28 @@ impl Bridge {
         }
     }
 
-    /// Sends a tool call to the host; its reply goes to `inbox`.
-    pub fn call_tool(
+    /// Registers a tool call and returns its number and the line that asks
+    /// the host for it; the caller sends the line (see [`Bridge::send_lines`]).
+    /// Its reply goes to `inbox`.
+    pub fn tool_call(
         &self,
         execution: &str,
         inbox: &Inbox,
         name: &str,
         args: Vec<Value>,
         kwargs: serde_json::Map<String, Value>,
-    ) -> u64 {
+    ) -> (u64, Vec<u8>) {
         let number = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         lock(&self.owners).insert(number, (execution.to_string(), inbox.clone()));
-        self.send(&json!({"type": "tool_call", "call": number, "name": name, "args": args, "kwargs": kwargs}));
-        number
+        let message = json!({"type": "tool_call", "call": number, "name": name, "args": args, "kwargs": kwargs});
+        let mut line = serde_json::to_vec(&message).unwrap_or_default();
+        line.push(b'\n');
+        (number, line)
+    }
+
+    /// Sends complete protocol lines as they are.
+    pub fn send_lines(&self, lines: Vec<u8>) {
+        let _ = self.out.send(lines);
     }
 
     fn deliver(&self, message: Value) {

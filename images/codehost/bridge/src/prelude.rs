@@ -1,49 +1,27 @@
 //! Fed to every Monty session before the user's code: what the code may use
-//! without importing, and the loop guards `rules.rs` inserts. A guard raises
-//! KeyboardInterrupt, which `except Exception` does not catch; the bridge
-//! reports it as the loop limit (the time limit stands behind it either way).
+//! without importing, and the loop guards `rules.rs` inserts. The text is
+//! `prelude.py`, which the Python bridge (prebuilt images) feeds too.
+
+/// The prelude's text, with its limits as placeholders.
+pub const TEMPLATE: &str = include_str!("prelude.py");
 
 /// The prelude for a loop limit of `loop_limit` iterations.
 pub fn text(loop_limit: u64) -> String {
-    let tick_limit = loop_limit + 1;
-    format!(
-        r#"import asyncio
-from asyncio import gather
-import json, math, re, datetime
-from collections import Counter, defaultdict
-ToolError = RuntimeError
+    TEMPLATE
+        .replace("__DH_LOOP_LIMIT__", &loop_limit.to_string())
+        .replace("__DH_TICK_LIMIT__", &(loop_limit + 1).to_string())
+}
 
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-class _DhLoop:
-    def __init__(self, it, line):
-        self.it = iter(it)
-        self.line = line
-        self.n = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        x = next(self.it)
-        self.n += 1
-        if self.n > {loop_limit}:
-            raise KeyboardInterrupt("_dh_loop_limit:" + str(self.line))
-        return x
-
-
-def _dh_loop(it, line):
-    return _DhLoop(it, line)
-
-
-_dh_ticks = {{}}
-
-
-def _dh_tick(k, line):
-    n = _dh_ticks.get(k, 0) + 1
-    _dh_ticks[k] = n
-    if n > {tick_limit}:
-        raise KeyboardInterrupt("_dh_loop_limit:" + str(line))
-    return True
-"#
-    )
+    #[test]
+    fn the_limits_are_filled_in() {
+        let text = text(25);
+        assert!(text.contains("if self.n > 25:"), "{text}");
+        assert!(text.contains("if n > 26:"), "{text}");
+        assert!(!text.contains("__DH_"), "{text}");
+        assert!(text.contains("_dh_ticks = {}"), "{text}");
+    }
 }
