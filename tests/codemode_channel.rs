@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{code_error, code_host};
+use common::{code_error, code_host, new_socket_dirs, socket_dirs};
 use dockhand::codemode::{CodeError, CodeHostConfig, ParamType, Tool, Toolset};
 use dockhand::ImageSpec;
 use serde_json::json;
@@ -33,7 +33,8 @@ fn echo_tool(calls: Arc<AtomicUsize>) -> Tool {
 
 /// On a local daemon the bridge talks over the host's Unix socket (skipping
 /// the daemon's attach relay); tool calls, prints and failures behave as
-/// over the attach stream, and the socket's directory goes with the host.
+/// over the attach stream, and the socket's directory is gone as soon as the
+/// bridge has connected.
 #[tokio::test]
 async fn a_local_host_uses_the_direct_channel_and_cleans_it_up() {
     let _alone = ONE_AT_A_TIME.lock().await;
@@ -44,7 +45,11 @@ async fn a_local_host_uses_the_direct_channel_and_cleans_it_up() {
         log.text().contains("on the direct channel"),
         "the bridge did not connect to the host's socket"
     );
-    assert_eq!(socket_dirs().len(), before.len() + 1);
+    assert_eq!(
+        new_socket_dirs(&before),
+        Vec::<String>::new(),
+        "the socket's directory outlived the bridge's connection"
+    );
     let calls = Arc::new(AtomicUsize::new(0));
     let tools = Toolset::new().tool(echo_tool(calls.clone()));
     let run = host
@@ -62,8 +67,8 @@ async fn a_local_host_uses_the_direct_channel_and_cleans_it_up() {
     assert!(matches!(e, CodeError::Runtime { .. }), "{e:?}");
     host.close().await.unwrap();
     assert_eq!(
-        socket_dirs(),
-        before,
+        new_socket_dirs(&before),
+        Vec::<String>::new(),
         "the socket's directory was left behind"
     );
 }
@@ -133,7 +138,11 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         !log.text().contains("on the direct channel"),
         "a prebuilt image has no compiled bridge to connect"
     );
-    assert_eq!(socket_dirs(), before, "no socket is offered to it");
+    assert_eq!(
+        new_socket_dirs(&before),
+        Vec::<String>::new(),
+        "no socket is offered to it"
+    );
     let calls = Arc::new(AtomicUsize::new(0));
     let tools = Toolset::new().tool(echo_tool(calls.clone()));
     let run = host
@@ -162,18 +171,4 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         .unwrap();
     assert_eq!(fits.value, json!(1225));
     host.close().await.unwrap();
-}
-
-/// The directories the code hosts' sockets live in, on this machine.
-fn socket_dirs() -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(std::env::temp_dir())
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("dockhand-bridge-"))
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    dirs
 }

@@ -67,6 +67,7 @@ async fn owner_child() {
 
 #[test]
 fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
+    let sockets_before = common::socket_dirs();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["owner_child", "--exact", "--ignored", "--nocapture"])
         .env(CHILD_ENV, "1")
@@ -114,6 +115,13 @@ fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
         anything_left(),
         0,
         "containers (the watchdog's included) or volumes of the owner left 10 s after it died"
+    );
+    // Nor on this machine's disk: the code host's socket directory went
+    // when its bridge connected, before the owner died.
+    let sockets_left = common::new_socket_dirs(&sockets_before);
+    assert!(
+        sockets_left.is_empty(),
+        "the dead owner's socket directories: {sockets_left:?}"
     );
     eprintln!(
         "owner SIGKILLed: its containers were gone after {:?}",

@@ -168,3 +168,27 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+/// The directories code hosts' sockets live in, on this machine (each lives
+/// while its bridge connects).
+pub fn socket_dirs() -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("dockhand-bridge-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+/// Socket directories that are here now and were not in `before` (an old
+/// one in `before` may have been swept away since: that is not new).
+pub fn new_socket_dirs(before: &[String]) -> Vec<String> {
+    socket_dirs()
+        .into_iter()
+        .filter(|d| !before.contains(d))
+        .collect()
+}

@@ -123,15 +123,15 @@ impl Runner {
     }
 
     /// Sends encoded lines in one write (one wake-up for the bridge).
-    pub async fn send_lines(&mut self, line: &[u8]) -> Result<()> {
+    pub async fn send_lines(&mut self, lines: &[u8]) -> Result<()> {
         if let Some(fast) = &mut self.fast {
             return fast
-                .write(line)
+                .write(lines)
                 .await
                 .map_err(|e| Error::io("writing to the code host", e));
         }
         self.input
-            .write_all(line)
+            .write_all(lines)
             .await
             .map_err(|e| Error::io("writing to the code host", e))?;
         self.input

@@ -9,6 +9,9 @@
 //! bridge's settings, so nothing else on the machine can pose as it. When the
 //! bridge cannot connect (a runtime such as gVisor keeps host sockets out)
 //! it stays on the attach stream, and the host keeps listening there too.
+//!
+//! The directory lives only until the bridge connects (a connection needs no
+//! path): an owner killed later leaves nothing on this machine's disk.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -94,11 +97,16 @@ impl Offer {
             if !matches!(read.await, Ok(Ok(_))) || !greets_with(&hello, &self.token) {
                 continue;
             }
+            // Nobody else needs to connect: the socket and its directory go
+            // now. One that cannot be removed is left to the next host's sweep.
+            drop(self.listener);
+            if let Err(e) = self.dir.close() {
+                tracing::debug!(error = %e, "the code host's socket directory stays");
+            }
             return Ok(Channel {
                 reader,
                 writer: write,
                 buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
-                _dir: self.dir,
             });
         }
     }
@@ -146,8 +154,6 @@ pub(crate) struct Channel {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
     buf: Box<[u8]>,
-    /// Removed with the channel.
-    _dir: tempfile::TempDir,
 }
 
 impl Channel {
@@ -207,7 +213,8 @@ mod tests {
     #[tokio::test]
     async fn a_connection_without_the_token_is_dropped_and_the_next_one_taken() {
         let offer = Offer::new().unwrap();
-        let path = offer.dir.path().join(SOCKET_NAME);
+        let dir = offer.dir.path().to_path_buf();
+        let path = dir.join(SOCKET_NAME);
         let token = offer.token().to_string();
         let accepting = tokio::spawn(offer.accept());
         let mut impostor = tokio::net::UnixStream::connect(&path).await.unwrap();
@@ -225,6 +232,10 @@ mod tests {
             got.extend_from_slice(channel.read().await.unwrap());
         }
         assert_eq!(got, b"{\"type\":\"ready\"}\n");
+        assert!(
+            !dir.exists(),
+            "the socket's directory outlived the connection"
+        );
         // The impostor's connection was closed.
         let mut buf = [0u8; 1];
         assert_eq!(impostor.read(&mut buf).await.unwrap(), 0);
