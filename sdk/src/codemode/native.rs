@@ -10,7 +10,7 @@
 //! spent a millisecond in its client library and thread hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 10] = [
+pub const SOURCES: [(&str, &str); 11] = [
     (
         "Cargo.toml",
         include_str!("../../../images/codehost/bridge/Cargo.toml"),
@@ -22,6 +22,10 @@ pub const SOURCES: [(&str, &str); 10] = [
     (
         "src/main.rs",
         include_str!("../../../images/codehost/bridge/src/main.rs"),
+    ),
+    (
+        "src/fanout.rs",
+        include_str!("../../../images/codehost/bridge/src/fanout.rs"),
     ),
     (
         "src/execution.rs",

@@ -13,8 +13,9 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::failures::{frame_of, runtime_error, typing_error, Failed};
+use crate::fanout::FANOUT_FUNCTION;
 use crate::rules::{self, thousands, Prepared};
-use crate::values::{from_wire, ref_to_wire, to_wire};
+use crate::values::{from_wire, to_wire, wire_args};
 use crate::{lock, Bridge};
 
 /// How an execution ended other than with a value.
@@ -69,8 +70,12 @@ pub struct Execution {
     inbox: mpsc::UnboundedReceiver<(u64, Value)>,
     /// Host call number -> reply not consumed yet.
     answered: HashMap<u64, Value>,
-    /// Monty call id -> host call number.
-    waiting: HashMap<u32, u64>,
+    /// Monty call id -> the host calls its future stands for.
+    waiting: HashMap<u32, Waiting>,
+    /// Whether gathers of tool calls may fan out (see `fanout`).
+    fan_out: bool,
+    /// Host call number -> the fan-out it belongs to, until it is answered.
+    fan_of: HashMap<u64, u32>,
     /// Tool calls not sent to the host yet, and since when the oldest waits.
     held: Vec<u8>,
     held_since: Option<Instant>,
@@ -113,6 +118,10 @@ impl Execution {
             inbox,
             answered: HashMap::new(),
             waiting: HashMap::new(),
+            // A REPL session may have bound a tool's name or `gather` in an
+            // earlier execution; type checking checks each call's arguments.
+            fan_out: request["session"].is_null() && request["type_stubs"].is_null(),
+            fan_of: HashMap::new(),
             held: Vec::new(),
             held_since: None,
         }
@@ -129,7 +138,8 @@ impl Execution {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
         };
-        let prepared = rules::prepare(&self.code, &self.tools, &limits).map_err(Failed::from)?;
+        let prepared =
+            rules::prepare(&self.code, &self.tools, &limits, self.fan_out).map_err(Failed::from)?;
         let code = prepared.code.clone();
         self.prepared = Some(prepared);
         let mut inputs = Vec::with_capacity(self.inputs.len());
@@ -154,8 +164,7 @@ impl Execution {
                 Answer::Resume(v) => Step::Resume(v),
                 Answer::Wait(number) => {
                     self.send_held();
-                    let reply = self.wait_for(&[number]).await?;
-                    let reply = reply.into_values().next().unwrap_or(Value::Null);
+                    let reply = self.wait_for(number).await?;
                     Step::Resume(self.result_of(&reply))
                 }
                 Answer::Settle(pending) => {
@@ -262,6 +271,12 @@ impl Execution {
                 function_name,
                 args,
                 call_id,
+                ..
+            } if function_name == FANOUT_FUNCTION => self.fan(&args, call_id),
+            TurnEvent::FunctionCall {
+                function_name,
+                args,
+                call_id,
                 position,
                 ..
             } => self.tool_call(&function_name, &args, call_id, position.start),
@@ -282,7 +297,71 @@ impl Execution {
                 Some(format!("name '{name}' is not defined")),
             ))));
         }
-        self.calls += 1;
+        self.count_calls(1)?;
+        let (positional, keywords) = match wire_args(args.args(), args.kwargs()) {
+            Ok(parts) => parts,
+            Err(e) => return Ok(Answer::Resume(argument_error(name, &e))),
+        };
+        let number = self.call_host(name, positional, keywords);
+        self.hold_or_send();
+        let sync = self
+            .prepared
+            .as_ref()
+            .is_some_and(|p| p.sync_calls.contains(&at));
+        if sync {
+            return Ok(Answer::Wait(number));
+        }
+        self.waiting.insert(call_id, Waiting::One(number));
+        Ok(Answer::Resume(ResumeValue::Future))
+    }
+
+    /// `_dh_fanout(packs)`: every `(name, (args, kwargs))` pack becomes a
+    /// host call, all answered by one future. They go out at once: they are
+    /// a batch already, and the code is about to wait for them.
+    fn fan(&mut self, args: &monty_types::CallArgs, call_id: u32) -> Result<Answer, Outcome> {
+        let packs = args
+            .args()
+            .next()
+            .and_then(|p| p.items())
+            .unwrap_or_default();
+        self.count_calls(packs.len() as u64)?;
+        let mut calls = Vec::with_capacity(packs.len());
+        for pack in packs {
+            let parts = pack.items().unwrap_or_default();
+            let call = parts.get(1).and_then(|c| c.items()).unwrap_or_default();
+            let ([name, _], [positional, keywords]) = (parts.as_slice(), call.as_slice()) else {
+                return Err(Failed::new("crash", "a fan-out call came malformed").into());
+            };
+            let name = name.as_str().unwrap_or_default().to_string();
+            if !self.tools.contains(&name) {
+                return Err(Failed::new("crash", "a fan-out named no tool").into());
+            }
+            let positional = positional.items().unwrap_or_default();
+            let keywords = keywords.pairs().unwrap_or_default();
+            match wire_args(positional.into_iter(), keywords.into_iter()) {
+                Ok((positional, keywords)) => calls.push((name, positional, keywords)),
+                // As the call itself would have raised: before any went out.
+                Err(e) => return Ok(Answer::Resume(argument_error(&name, &e))),
+            }
+        }
+        let numbers: Vec<u64> = calls
+            .into_iter()
+            .map(|(name, positional, keywords)| self.call_host(&name, positional, keywords))
+            .collect();
+        self.send_held();
+        self.fan_of.extend(numbers.iter().map(|n| (*n, call_id)));
+        let fan = FanCalls {
+            remaining: numbers.len(),
+            numbers,
+            failed: None,
+        };
+        self.waiting.insert(call_id, Waiting::Fan(fan));
+        Ok(Answer::Resume(ResumeValue::Future))
+    }
+
+    /// Counts `n` more tool calls against the limit.
+    fn count_calls(&mut self, n: u64) -> Result<(), Outcome> {
+        self.calls += n;
         let limit = self.bridge.config.max_tool_calls;
         if self.calls > limit {
             return Err(Failed::new(
@@ -294,74 +373,123 @@ impl Execution {
             )
             .into());
         }
-        let (positional, keywords) = match wire_args(args) {
-            Ok(parts) => parts,
-            Err(e) => {
-                return Ok(Answer::Resume(ResumeValue::Error(MontyException::new(
-                    ExcType::TypeError,
-                    Some(format!("{name}(): {e}")),
-                ))))
-            }
-        };
+        Ok(())
+    }
+
+    /// Registers a host call and holds its line; returns its number.
+    fn call_host(
+        &mut self,
+        name: &str,
+        positional: Vec<Value>,
+        keywords: Map<String, Value>,
+    ) -> u64 {
         let (number, line) =
             self.bridge
                 .tool_call(&self.id, &self.inbox_tx, name, positional, keywords);
         self.held.extend_from_slice(&line);
-        let since = *self.held_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= HOLD {
+        self.held_since.get_or_insert_with(Instant::now);
+        number
+    }
+
+    /// Sends the held calls if the oldest has waited long enough.
+    fn hold_or_send(&mut self) {
+        if self.held_since.is_some_and(|since| since.elapsed() >= HOLD) {
             self.send_held();
         }
-        let sync = self
-            .prepared
-            .as_ref()
-            .is_some_and(|p| p.sync_calls.contains(&at));
-        if sync {
-            return Ok(Answer::Wait(number));
-        }
-        self.waiting.insert(call_id, number);
-        Ok(Answer::Resume(ResumeValue::Future))
     }
 
-    /// Replies to at least one of the host calls `numbers`, and every other
-    /// one of them that has arrived.
-    async fn wait_for(&mut self, numbers: &[u64]) -> Result<HashMap<u64, Value>, Outcome> {
+    /// The reply to the host call `number`.
+    async fn wait_for(&mut self, number: u64) -> Result<Value, Outcome> {
         loop {
-            let ready: HashMap<u64, Value> = numbers
-                .iter()
-                .filter_map(|n| self.answered.remove(n).map(|v| (*n, v)))
-                .collect();
-            if !ready.is_empty() {
-                return Ok(ready);
+            if let Some(reply) = self.answered.remove(&number) {
+                return Ok(reply);
             }
-            let Some((number, reply)) = self.inbox.recv().await else {
-                return Err(Outcome::Cancelled);
-            };
-            self.answered.insert(number, reply);
-            // Take whatever else is queued, so gathered calls resume together.
-            while let Ok((number, reply)) = self.inbox.try_recv() {
-                self.answered.insert(number, reply);
-            }
+            self.receive().await?;
         }
     }
 
+    /// Waits for at least one reply, and takes every other one queued, so
+    /// gathered calls resume together.
+    async fn receive(&mut self) -> Result<(), Outcome> {
+        let Some((number, reply)) = self.inbox.recv().await else {
+            return Err(Outcome::Cancelled);
+        };
+        self.file(number, reply);
+        while let Ok((number, reply)) = self.inbox.try_recv() {
+            self.file(number, reply);
+        }
+        Ok(())
+    }
+
+    /// Results for at least one of the `pending` futures, and every other
+    /// one that can be settled.
     async fn settle(&mut self, pending: &[u32]) -> Result<Vec<(u32, ResumeValue)>, Outcome> {
-        let by_number: HashMap<u64, u32> = pending
-            .iter()
-            .filter_map(|id| self.waiting.get(id).map(|n| (*n, *id)))
-            .collect();
-        if by_number.is_empty() {
+        if !pending.iter().any(|id| self.waiting.contains_key(id)) {
             return Err(
                 Failed::new("crash", "the code waits on a call the bridge never made").into(),
             );
         }
-        let numbers: Vec<u64> = by_number.keys().copied().collect();
-        let mut settled = Vec::new();
-        for (number, reply) in self.wait_for(&numbers).await? {
-            let call_id = by_number[&number];
-            self.waiting.remove(&call_id);
-            settled.push((call_id, self.result_of(&reply)));
+        loop {
+            let settled: Vec<(u32, ResumeValue)> = pending
+                .iter()
+                .filter_map(|id| self.settled(*id).map(|result| (*id, result)))
+                .collect();
+            if !settled.is_empty() {
+                return Ok(settled);
+            }
+            self.receive().await?;
         }
-        Ok(settled)
+    }
+
+    /// The result of future `id`, if its replies are in.
+    fn settled(&mut self, id: u32) -> Option<ResumeValue> {
+        let waiting = self.waiting.remove(&id)?;
+        let result = match &waiting {
+            Waiting::One(number) => self
+                .answered
+                .remove(number)
+                .map(|reply| self.result_of(&reply)),
+            Waiting::Fan(fan) => self.fan_result(fan),
+        };
+        if result.is_none() {
+            self.waiting.insert(id, waiting);
+        }
+        result
+    }
+
+    /// A fan-out's values in order once all are in, or its first failure as
+    /// soon as it is in, as gather gives them.
+    fn fan_result(&mut self, fan: &FanCalls) -> Option<ResumeValue> {
+        if let Some(number) = fan.failed {
+            let reply = self.answered.remove(&number)?;
+            return Some(self.result_of(&reply));
+        }
+        if fan.remaining > 0 {
+            return None;
+        }
+        let mut values = Vec::with_capacity(fan.numbers.len());
+        for number in &fan.numbers {
+            let reply = self.answered.remove(number).unwrap_or_default();
+            match self.result_of(&reply) {
+                ResumeValue::Return(value) => values.push(value),
+                failed => return Some(failed),
+            }
+        }
+        Some(ResumeValue::Return(MontyObject::list(values)))
+    }
+
+    /// Files a reply; a fan-out's count and first failure are kept as they
+    /// come, so a large one is not scanned at every reply.
+    fn file(&mut self, number: u64, reply: Value) {
+        if let Some(id) = self.fan_of.remove(&number) {
+            if let Some(Waiting::Fan(fan)) = self.waiting.get_mut(&id) {
+                fan.remaining -= 1;
+                if fan.failed.is_none() && reply["ok"] != Value::Bool(true) {
+                    fan.failed = Some(number);
+                }
+            }
+        }
+        self.answered.insert(number, reply);
     }
 
     fn result_of(&mut self, reply: &Value) -> ResumeValue {
@@ -396,22 +524,32 @@ enum Answer {
     Lookup,
 }
 
+/// What a future handed to Monty stands for.
+enum Waiting {
+    One(u64),
+    Fan(FanCalls),
+}
+
+/// The host calls of a fan-out.
+struct FanCalls {
+    /// In the order of the code's comprehension.
+    numbers: Vec<u64>,
+    /// How many have no reply yet.
+    remaining: usize,
+    /// The first that failed.
+    failed: Option<u64>,
+}
+
 enum Step {
     Resume(ResumeValue),
     Futures(Vec<(u32, ResumeValue)>),
     Lookup,
 }
 
-/// A call's arguments as JSON: positional, and keyword by name.
-fn wire_args(args: &monty_types::CallArgs) -> Result<(Vec<Value>, Map<String, Value>), String> {
-    let positional = args
-        .args()
-        .map(|a| ref_to_wire(a).map_err(|e| e.0))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut keywords = Map::new();
-    for (k, v) in args.kwargs() {
-        let key = k.as_str().ok_or("keyword names must be str")?.to_string();
-        keywords.insert(key, ref_to_wire(v).map_err(|e| e.0)?);
-    }
-    Ok((positional, keywords))
+/// The TypeError a call raises when its arguments are not JSON.
+fn argument_error(name: &str, problem: &str) -> ResumeValue {
+    ResumeValue::Error(MontyException::new(
+        ExcType::TypeError,
+        Some(format!("{name}(): {problem}")),
+    ))
 }

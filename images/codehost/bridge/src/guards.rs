@@ -5,7 +5,8 @@
 //! and every `while` test starts with `_dh_tick(n, line)` (both defined by
 //! the prelude). A tool call that is neither awaited nor inside `gather(...)`
 //! is synchronous: the bridge waits for its value instead of handing Monty a
-//! future.
+//! future. A gather over a comprehension of calls of one tool may fan out
+//! (see `fanout`).
 
 use std::collections::HashSet;
 
@@ -13,13 +14,23 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{self as ast, Expr, Stmt};
 use ruff_text_size::{Ranged, TextRange};
 
+use crate::fanout;
 use crate::rules::{Lines, Prepared};
 
-/// The guards and synchronous calls of `body` applied to `code`.
-pub fn rewrite(code: &str, lines: &Lines<'_>, tools: &HashSet<String>, body: &[Stmt]) -> Prepared {
+/// The guards and synchronous calls of `body` applied to `code`, and the
+/// fan-outs when `fan_out`.
+pub fn rewrite(
+    code: &str,
+    lines: &Lines<'_>,
+    tools: &HashSet<String>,
+    body: &[Stmt],
+    fan_out: bool,
+) -> Prepared {
+    let bound = fan_out.then(|| fanout::bound_names(body));
     let mut rewriter = Rewriter {
         lines,
         tools,
+        bound: bound.as_ref(),
         insertions: Vec::new(),
         sync_calls: Vec::new(),
         loops: 0,
@@ -53,6 +64,8 @@ struct Insertion {
 struct Rewriter<'a> {
     lines: &'a Lines<'a>,
     tools: &'a HashSet<String>,
+    /// The names the code binds; `None`: no fan-out.
+    bound: Option<&'a HashSet<String>>,
     insertions: Vec<Insertion>,
     sync_calls: Vec<usize>,
     loops: usize,
@@ -74,6 +87,16 @@ impl Rewriter<'_> {
             at: range.end().to_usize(),
             depth,
             text: after,
+            is_close: true,
+        });
+    }
+
+    /// Inserts `text` at the end of `range`, closing what began inside it.
+    fn close(&mut self, range: TextRange, text: &str) {
+        self.insertions.push(Insertion {
+            at: range.end().to_usize(),
+            depth: range.len().to_usize(),
+            text: text.into(),
             is_close: true,
         });
     }
@@ -124,6 +147,11 @@ impl<'a> Visitor<'a> for Rewriter<'_> {
                     {
                         self.sync_calls.push(start);
                     }
+                }
+                if let Some(fan) = self.bound.and_then(|b| fanout::plan(c, self.tools, b)) {
+                    self.wrap(fan.gather, "_dh_fan(".into(), ")".into());
+                    self.wrap(fan.tool, "(\"".into(), "\", _dh_args".into());
+                    self.close(fan.call, ")");
                 }
                 let gather = is_gather(&c.func);
                 self.gather_depth += usize::from(gather);

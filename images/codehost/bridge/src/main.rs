@@ -28,10 +28,11 @@
 //! Tool calls are Monty external function calls: a call that the code
 //! awaits, or that sits inside gather(...), is answered with a future and
 //! runs concurrently on the host; a plain `x = tool(a)` waits for its value.
-//! Calls the code issues in a row (a gather over a list is one suspension
-//! per call) go to the host together, so the host wakes once for many; none
-//! waits longer than a millisecond or so while the code keeps running, and
-//! all go at once when the code waits.
+//! Calls the code issues in a row go to the host together, so the host
+//! wakes once for many; none waits longer than a millisecond or so while the
+//! code keeps running, and all go at once when the code waits. A gather over
+//! a comprehension of calls of one tool (`gather(*[t(x) for x in xs])`) is
+//! one suspension for all its calls rather than one each (see `fanout`).
 //!
 //! When the host offers a Unix socket (its settings name `socket` and a
 //! `token`; local daemons only), the bridge connects to it, says `hello` with
@@ -41,6 +42,7 @@
 
 mod execution;
 mod failures;
+mod fanout;
 mod guards;
 mod prelude;
 mod rules;

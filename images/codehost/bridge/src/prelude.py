@@ -1,6 +1,7 @@
 # Fed to every Monty session before the user's code, by both bridges (the
 # compiled one in bridge/src/prelude.rs, bridge.py for prebuilt images): what
-# the code may use without importing, and the loop guards the rules insert.
+# the code may use without importing, the loop guards the rules insert and
+# the fan-out of gathers.
 # A guard raises KeyboardInterrupt, which `except Exception` does not catch;
 # the bridge reports it as the loop limit (the time limit stands behind it
 # either way). __DH_LOOP_LIMIT__ and __DH_TICK_LIMIT__ (one more) are
@@ -42,3 +43,18 @@ def _dh_tick(k, line):
     if n > __DH_TICK_LIMIT__:
         raise KeyboardInterrupt("_dh_loop_limit:" + str(line))
     return True
+
+
+# A gather over a comprehension of calls of one tool is rewritten to fan
+# out (bridge/src/fanout.rs): the comprehension packs each call's arguments
+# and the gather becomes one external call carrying all of them: each
+# `t(x, k=1)` becomes `("t", _dh_args(x, k=1))`.
+def _dh_args(*args, **kwargs):
+    return (args, kwargs)
+
+
+def _dh_fan(gather):
+    def fan(*packs):
+        return _dh_fanout(packs)
+
+    return fan

@@ -390,8 +390,14 @@ pub struct Limits {
     pub max_code_bytes: usize,
 }
 
-/// Checks `code` and rewrites it for Monty.
-pub fn prepare(code: &str, tools: &HashSet<String>, limits: &Limits) -> Result<Prepared, Rejected> {
+/// Checks `code` and rewrites it for Monty; `fan_out` lets gathers of tool
+/// calls fan out (see `fanout`).
+pub fn prepare(
+    code: &str,
+    tools: &HashSet<String>,
+    limits: &Limits,
+    fan_out: bool,
+) -> Result<Prepared, Rejected> {
     if code.len() > limits.max_code_bytes {
         return Err(Rejected {
             rule: "code_size",
@@ -435,7 +441,7 @@ pub fn prepare(code: &str, tools: &HashSet<String>, limits: &Limits) -> Result<P
     if let Some(rejected) = checker.found {
         return Err(rejected);
     }
-    Ok(guards::rewrite(code, &lines, tools, body))
+    Ok(guards::rewrite(code, &lines, tools, body, fan_out))
 }
 
 /// How deeply statements nest (an indentation bound for the recursive checks).
@@ -504,6 +510,7 @@ mod tests {
                 max_literal: 10_000,
                 max_code_bytes: 1 << 20,
             },
+            true,
         )
     }
 

@@ -131,6 +131,22 @@ pub fn ref_to_wire(value: ObjectRef<'_>) -> Result<Value, NotJson> {
     convert(value, 0)
 }
 
+/// A call's arguments as JSON: positional, and keyword by name.
+pub fn wire_args<'a>(
+    args: impl Iterator<Item = ObjectRef<'a>>,
+    kwargs: impl Iterator<Item = (ObjectRef<'a>, ObjectRef<'a>)>,
+) -> Result<(Vec<Value>, Map<String, Value>), String> {
+    let positional = args
+        .map(|a| ref_to_wire(a).map_err(|e| e.0))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut keywords = Map::new();
+    for (k, v) in kwargs {
+        let key = k.as_str().ok_or("keyword names must be str")?.to_string();
+        keywords.insert(key, ref_to_wire(v).map_err(|e| e.0)?);
+    }
+    Ok((positional, keywords))
+}
+
 fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
     if depth > 100 {
         return Err(NotJson(
