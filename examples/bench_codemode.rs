@@ -8,6 +8,7 @@
 //!
 //! `BENCH_CPUS=2` gives the code host's container two CPUs instead of one.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
@@ -34,6 +35,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(200);
     let client = Client::connect().await?;
+    // When each sleepy call started and ended, for where the gathered
+    // figure's time goes.
+    let spans: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let recorded = spans.clone();
     let tools = Toolset::new()
         .tool(
             Tool::new("noop", "Returns its argument.")
@@ -43,9 +48,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(
             Tool::new("sleepy", "Sleeps 50 ms.")
                 .param("x", ParamType::Any, "")
-                .handler(|a| async move {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    Ok(a["x"].clone())
+                .handler(move |a| {
+                    let recorded = recorded.clone();
+                    async move {
+                        let started = Instant::now();
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let span = (started, Instant::now());
+                        recorded
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(span);
+                        Ok(a["x"].clone())
+                    }
                 }),
         );
     // Host start: the first start builds or finds the image; the next ones
@@ -86,6 +100,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         paced.push(t.elapsed());
     }
 
+    // A guarded loop: what the loop guard costs per iteration shows here.
+    let mut loops = Vec::with_capacity(20);
+    for _ in 0..20 {
+        let t = Instant::now();
+        let run = host
+            .execute(
+                "t = 0\nfor i in range(10000):\n    t += i\nt",
+                Map::new(),
+                &tools,
+            )
+            .await?;
+        loops.push(t.elapsed());
+        assert_eq!(run.value, json!(49_995_000));
+    }
+
     // Tool round trip: an execution with K sequential calls, minus a trivial
     // one, divided by K.
     const K: usize = 50;
@@ -108,7 +137,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The slowest call's own time, as the host timed its handler: what the
     // tool itself took (a tokio sleep of 50 ms ends on a millisecond tick).
     let mut slowest_call = Vec::new();
+    let (mut to_first_start, mut to_last_start, mut after_last_end) =
+        (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..30 {
+        spans.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let t = Instant::now();
         let run = host
             .execute(
@@ -117,8 +149,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 &tools,
             )
             .await?;
-        gathered.push(t.elapsed());
+        let ended = Instant::now();
+        gathered.push(ended - t);
         assert_eq!(run.value, json!(100));
+        let spans = spans.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let (Some(first_start), Some(last_start), Some(last_end)) = (
+            spans.iter().map(|s| s.0).min(),
+            spans.iter().map(|s| s.0).max(),
+            spans.iter().map(|s| s.1).max(),
+        ) {
+            to_first_start.push(first_start - t);
+            to_last_start.push(last_start - t);
+            after_last_end.push(ended - last_end);
+        }
         let slowest = run.tool_calls.iter().map(|c| c.duration).max();
         slowest_call.push(slowest.unwrap_or_default());
     }
@@ -127,9 +170,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let p_start = report("host start (image built)", starts);
     let p_trivial = report("trivial execution, back to back", trivial);
     let p_paced = report("trivial execution, 20 ms apart", paced);
+    report("a for loop of 10,000 iterations", loops);
     let p_rt = report("tool-call round trip", round_trips);
     let p_gather = report("100 gathered calls of a 50 ms tool", gathered);
     report("  the slowest of those calls by itself", slowest_call);
+    report("  the first call began after", to_first_start);
+    report("  the last call began after", to_last_start);
+    report("  the value came after the last ended", after_last_end);
     println!(
         "targets: start <= 300 ms ({:.0}), trivial p50 <= 0.5 ms ({:.2} back to back, {:.2} paced), round trip p50 <= 0.15 ms ({:.3}), gathered <= 55 ms ({:.1}, {:.2}x of 50 ms)",
         p_start.as_secs_f64() * 1e3,

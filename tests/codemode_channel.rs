@@ -156,6 +156,21 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
     assert_eq!(run.value, json!([0, 1, 2]));
     assert_eq!(run.stdout, "3\n");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // That gather fanned out here too: a value that is not JSON fails it
+    // before any of its calls goes out (call by call, two would have).
+    let e = code_error(
+        host.execute(
+            "await gather(*[echo(b'x' if i == 2 else i) for i in range(4)])",
+            json!({}),
+            &tools,
+        )
+        .await,
+    );
+    assert!(
+        matches!(&e, CodeError::Runtime { exception_type, .. } if exception_type == "TypeError"),
+        "{e:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
     let e = code_error(
         host.execute("for i in range(51):\n    pass", json!({}), &tools)
             .await,

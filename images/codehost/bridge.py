@@ -22,7 +22,9 @@ rules.py.
 
 Tool calls are Monty external function calls: a call that the code awaits, or
 that sits inside gather(...), is answered with a future and runs concurrently
-on the host; a plain `x = tool(a)` waits for its value.
+on the host; a plain `x = tool(a)` waits for its value. A gather over a
+comprehension of calls of one tool is one external call for all of them (see
+rules.py and bridge/src/fanout.rs).
 
 Threads, not asyncio: Monty's synchronous session API releases the GIL while
 its worker runs and answers a suspension several times faster than the
@@ -53,6 +55,8 @@ VALUE_LIMIT = int(CONFIG.get("value_limit", 1 << 20))
 TIMEOUT = float(CONFIG.get("timeout_s", 30.0))
 MAX_TOOL_CALLS = int(CONFIG.get("max_tool_calls", 10_000))
 MAX_SESSIONS = int(CONFIG.get("max_sessions", 8))
+# The external function a fanned-out gather calls (rules.py, the prelude).
+FANOUT_FUNCTION = "_dh_fanout"
 # Interpreters checked out ahead, so an execution waits for none.
 SPARES = 2
 LIMITS = {
@@ -109,6 +113,16 @@ class Printed:
         return "".join(self.parts)
 
 
+class _Fan:
+    """The host calls of a fan-out: in the comprehension's order, how many
+    have no reply yet, and the first that failed."""
+
+    def __init__(self, numbers):
+        self.numbers = numbers
+        self.remaining = len(numbers)
+        self.failed = None
+
+
 class Cancelled(Exception):
     """The host gave up on the execution."""
 
@@ -131,7 +145,11 @@ class Execution:
         self.deadline = time.monotonic() + TIMEOUT
         self.inbox = queue.SimpleQueue()  # (host call number, reply) or _CANCEL
         self.answered = {}  # host call number -> reply not consumed yet
-        self.waiting = {}  # Monty call_id -> host call number
+        self.waiting = {}  # Monty call_id -> host call number, or a _Fan
+        self.fan_of = {}  # host call number -> the fan-out's call_id, until answered
+        # A REPL session may have bound a tool's name or `gather` earlier;
+        # type checking checks each call's arguments against the stubs.
+        self.fan_out = request.get("session") is None and request.get("type_stubs") is None
         self.worker_pid = None
         self.pid_lock = threading.Lock()
         self.cancelled = False
@@ -149,7 +167,7 @@ class Execution:
 
     def drive(self, session):
         try:
-            self.prepared = rules.prepare(self.request["code"], self.tools)
+            self.prepared = rules.prepare(self.request["code"], self.tools, fan_out=self.fan_out)
         except rules.Rejected as e:
             raise Failed(kind="validation", rule=e.rule, message=str(e), line=e.line, col=e.col)
         try:
@@ -192,13 +210,12 @@ class Execution:
         if snapshot.is_os_function:
             return snapshot.resume_not_handled()
         name = snapshot.function_name
+        if name == FANOUT_FUNCTION:
+            return snapshot.resume(self.fan(snapshot))
         if name not in self.tools:
             return snapshot.resume(
                 {"exc_type": "NameError", "message": f"name '{name}' is not defined"})
-        self.calls += 1
-        if self.calls > MAX_TOOL_CALLS:
-            raise Failed(kind="tool_limit",
-                         message=f"the code made more than {MAX_TOOL_CALLS:,} tool calls")
+        self.count_calls(1)
         try:
             args = [to_wire(a) for a in snapshot.args]
             kwargs = {k: to_wire(v) for k, v in snapshot.kwargs.items()}
@@ -206,47 +223,111 @@ class Execution:
             return snapshot.resume({"exc_type": "TypeError", "message": f"{name}(): {e}"})
         number = self.bridge.call_tool(name, args, kwargs, self)
         if snapshot.position.start in self.prepared.sync_calls:
-            reply = self.wait_for({number})[number]
-            return snapshot.resume(self.result_of(reply))
+            return snapshot.resume(self.result_of(self.wait_for(number)))
         self.waiting[snapshot.call_id] = number
         return snapshot.resume({"future": ...})
 
-    def wait_for(self, numbers):
-        """Replies to at least one of the host calls `numbers`, and every other
-        one of them that has arrived."""
-        while True:
-            ready = {n: self.answered.pop(n) for n in numbers if n in self.answered}
-            if ready:
-                return ready
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise Failed(kind="timeout", message=f"the execution ran longer than {TIMEOUT}s")
+    def fan(self, snapshot):
+        """`_dh_fanout(packs)`: every `(name, (args, kwargs))` pack becomes a
+        host call, all answered by one future."""
+        packs = snapshot.args[0] if snapshot.args else ()
+        self.count_calls(len(packs))
+        calls = []
+        for pack in packs:
             try:
-                item = self.inbox.get(timeout=remaining)
+                name, (args, kwargs) = pack
+            except (TypeError, ValueError):
+                raise Failed(kind="crash", message="a fan-out call came malformed")
+            if name not in self.tools:
+                raise Failed(kind="crash", message="a fan-out named no tool")
+            try:
+                calls.append((name, [to_wire(a) for a in args],
+                              {k: to_wire(v) for k, v in kwargs.items()}))
+            except NotJson as e:
+                # As the call itself would have raised: before any went out.
+                return {"exc_type": "TypeError", "message": f"{name}(): {e}"}
+        numbers = [self.bridge.call_tool(n, a, k, self) for n, a, k in calls]
+        self.waiting[snapshot.call_id] = _Fan(numbers)
+        for number in numbers:
+            self.fan_of[number] = snapshot.call_id
+        return {"future": ...}
+
+    def count_calls(self, n):
+        self.calls += n
+        if self.calls > MAX_TOOL_CALLS:
+            raise Failed(kind="tool_limit",
+                         message=f"the code made more than {MAX_TOOL_CALLS:,} tool calls")
+
+    def wait_for(self, number):
+        """The reply to host call `number`."""
+        while number not in self.answered:
+            self.receive()
+        return self.answered.pop(number)
+
+    def receive(self):
+        """Waits for at least one reply and files every other one queued, so
+        gathered calls resume together."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise Failed(kind="timeout", message=f"the execution ran longer than {TIMEOUT}s")
+        try:
+            item = self.inbox.get(timeout=remaining)
+        except queue.Empty:
+            return
+        while True:
+            if item is _CANCEL:
+                raise Cancelled()
+            self.file(*item)
+            try:
+                item = self.inbox.get_nowait()
             except queue.Empty:
-                continue
-            # Take whatever else is queued, so gathered calls resume together.
-            while True:
-                if item is _CANCEL:
-                    raise Cancelled()
-                number, reply = item
-                self.answered[number] = reply
-                try:
-                    item = self.inbox.get_nowait()
-                except queue.Empty:
-                    break
+                return
+
+    def file(self, number, reply):
+        """Keeps a reply; a fan-out's count and first failure as they come."""
+        fan = self.waiting.get(self.fan_of.pop(number, None))
+        if isinstance(fan, _Fan):
+            fan.remaining -= 1
+            if fan.failed is None and not reply.get("ok"):
+                fan.failed = number
+        self.answered[number] = reply
 
     def settle(self, pending):
-        """Waits until at least one pending call is answered; returns all answered."""
-        numbers = {self.waiting[i]: i for i in pending if i in self.waiting}
-        if not numbers:
+        """Results for at least one pending future, and every other one ready."""
+        if not any(i in self.waiting for i in pending):
             raise Failed(kind="crash", message="the code waits on a call the bridge never made")
-        settled = {}
-        for number, reply in self.wait_for(set(numbers)).items():
-            call_id = numbers[number]
-            self.waiting.pop(call_id, None)
-            settled[call_id] = self.result_of(reply)
-        return settled
+        while True:
+            settled = {}
+            for call_id in pending:
+                result = self.settled(call_id)
+                if result is not None:
+                    settled[call_id] = result
+            if settled:
+                return settled
+            self.receive()
+
+    def settled(self, call_id):
+        """The result of future `call_id` if its replies are in: a fan-out's
+        values in order, or its first failure, as gather gives them."""
+        waiting = self.waiting.get(call_id)
+        if isinstance(waiting, _Fan):
+            number = waiting.failed
+            if number is None and waiting.remaining:
+                return None
+        elif waiting is None or waiting not in self.answered:
+            return None
+        else:
+            number = waiting
+        del self.waiting[call_id]
+        if number is not None:
+            return self.result_of(self.answered.pop(number))
+        values = []
+        for n in waiting.numbers:
+            result = self.result_of(self.answered.pop(n, {}))
+            if "return_value" not in result:
+                return result
+            values.append(result["return_value"])
+        return {"return_value": values}
 
     def result_of(self, reply):
         if reply.get("ok"):

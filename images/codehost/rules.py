@@ -22,6 +22,11 @@ newer than the bridge's CPython, Monty's own behaviour) decides.
 `prepare(code, tools, ...)` returns a `Prepared`: the code to feed, the byte
 offsets of tool calls made synchronously (`x = tool(a)`, answered with a value
 rather than a future), and a column map back to the user's code.
+
+With `fan_out`, a gather over a comprehension of calls of one tool becomes one
+external call for all of them (as bridge/src/fanout.rs explains):
+`gather(*[t(x) for x in xs])` -> `_dh_fan(gather)(*[("t", _dh_args(x)) for x in xs])`,
+unless the code binds the tool's name or `gather`.
 """
 
 import ast
@@ -54,11 +59,22 @@ class Prepared:
     def __init__(self, code, sync_calls, inserted):
         self.code = code
         self.sync_calls = sync_calls
+        # (line, 1-based column in the user's code, length), in the order
+        # the inserted texts stand in the fed code.
         self._inserted = inserted
 
     def user_column(self, line, col):
         """Maps a 1-based column of the fed code back to the user's code."""
-        shift = sum(n for (l, c, n) in self._inserted if l == line and c < col)
+        shift = 0
+        for (l, at, n) in self._inserted:
+            if l != line:
+                continue
+            fed_at = at + shift
+            if col < fed_at:
+                break
+            if col < fed_at + n:
+                return at  # inside inserted text: where it went in
+            shift += n
         return max(1, col - shift)
 
 
@@ -171,11 +187,69 @@ class _Checker(ast.NodeVisitor):
                     "dunder", "format fields may not reach attributes or items starting with `_`", node)
 
 
+def _bound_names(tree):
+    """Every name the code binds anywhere; importing asyncio or its gather
+    binds nothing the prelude has not."""
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            names.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            names.add(n.rest)
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                top = a.name.split(".")[0]
+                if a.asname or top != "asyncio":
+                    names.add(a.asname or top)
+        elif isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if a.asname or n.module != "asyncio" or a.name != "gather":
+                    names.add(a.asname or a.name)
+    return names
+
+
+def _suspends(node, tools):
+    """Whether an expression awaits, yields or calls a tool."""
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in tools:
+            return True
+    return False
+
+
+def _fan_out_call(node, tools, bound):
+    """The one tool call a gather `node` over a comprehension makes, if it
+    may fan out."""
+    if not _is_gather(node.func) or node.keywords or len(node.args) != 1:
+        return None
+    gather = node.func.id if isinstance(node.func, ast.Name) else "asyncio"
+    star = node.args[0]
+    if (gather in bound or not isinstance(star, ast.Starred)
+            or not isinstance(star.value, (ast.ListComp, ast.GeneratorExp))):
+        return None
+    call = star.value.elt
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    if call.func.id not in tools or call.func.id in bound:
+        return None
+    if any(_suspends(a, tools) for a in call.args + call.keywords):
+        return None
+    return call
+
+
 class _Rewriter(ast.NodeVisitor):
     """Collects loop-guard insertions and synchronous tool calls."""
 
-    def __init__(self, tools):
+    def __init__(self, tools, bound=None):
         self.tools = tools
+        self.bound = bound  # names the code binds; None: no fan-out
         self.insertions = []  # (line, col, depth, text, is_close)
         self.sync_calls = []  # (line, col)
         self.loops = 0
@@ -215,6 +289,11 @@ class _Rewriter(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node):
+        fan = None if self.bound is None else _fan_out_call(node, self.tools, self.bound)
+        if fan is not None:
+            self._wrap(node.func, "_dh_fan(", ")", self._depth(node.func))
+            self._wrap(fan.func, '("', '", _dh_args', self._depth(fan.func))
+            self.insertions.append((fan.end_lineno, fan.end_col_offset, self._depth(fan), ")", True))
         if (isinstance(node.func, ast.Name) and node.func.id in self.tools
                 and not self.gather_depth and id(node) not in self.awaited):
             self.sync_calls.append((node.lineno, node.col_offset))
@@ -234,7 +313,7 @@ def _line_starts(data):
     return starts
 
 
-def prepare(code, tools, max_literal=10_000, max_code_bytes=1 << 20):
+def prepare(code, tools, max_literal=10_000, max_code_bytes=1 << 20, fan_out=False):
     """Checks `code` and rewrites it for Monty; raises `Rejected`."""
     data = code.encode("utf-8", "surrogatepass")
     if len(data) > max_code_bytes:
@@ -248,7 +327,7 @@ def prepare(code, tools, max_literal=10_000, max_code_bytes=1 << 20):
         return Prepared(code, set(), [])
     try:
         _Checker(max_literal).visit(tree)
-        rewriter = _Rewriter(set(tools))
+        rewriter = _Rewriter(set(tools), _bound_names(tree) if fan_out else None)
         rewriter.visit(tree)
     except RecursionError:
         raise Rejected("nesting", "the code is nested too deeply; flatten it", line=1, col=1)
@@ -274,4 +353,4 @@ def prepare(code, tools, max_literal=10_000, max_code_bytes=1 << 20):
         again.visit(ast.parse(fed))
         fed_starts = _line_starts(out)
         sync = {fed_starts[l - 1] + c for (l, c) in again.sync_calls}
-    return Prepared(fed, sync, inserted)
+    return Prepared(fed, sync, inserted[::-1])
