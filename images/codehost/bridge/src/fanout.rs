@@ -28,6 +28,8 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{self as ast, Expr, ExprContext, Stmt};
 use ruff_text_size::{Ranged, TextRange};
 
+use crate::guards::is_gather;
+
 /// The external function the rewritten gather calls (see the prelude).
 pub const FANOUT_FUNCTION: &str = "_dh_fanout";
 
@@ -45,15 +47,13 @@ pub struct Fan {
 /// The fan-out for `call`, if it is a gather over a comprehension of calls
 /// of one tool whose name, like `gather`, the code never binds.
 pub fn plan(call: &ast::ExprCall, tools: &HashSet<String>, bound: &HashSet<String>) -> Option<Fan> {
+    if !is_gather(&call.func) {
+        return None;
+    }
+    // The name the callee is reached by: `gather`, or `asyncio` in `asyncio.gather`.
     let gather_name = match &*call.func {
-        Expr::Name(n) if n.id.as_str() == "gather" => "gather",
-        Expr::Attribute(a)
-            if a.attr.id.as_str() == "gather"
-                && matches!(&*a.value, Expr::Name(n) if n.id.as_str() == "asyncio") =>
-        {
-            "asyncio"
-        }
-        _ => return None,
+        Expr::Attribute(_) => "asyncio",
+        _ => "gather",
     };
     // `return_exceptions=` changes what gather gives back: leave it be.
     let arguments = &call.arguments;

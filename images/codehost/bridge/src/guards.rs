@@ -41,7 +41,7 @@ pub fn rewrite(
     apply(code, lines, rewriter)
 }
 
-fn is_gather(func: &Expr) -> bool {
+pub(crate) fn is_gather(func: &Expr) -> bool {
     match func {
         Expr::Name(n) => n.id.as_str() == "gather",
         Expr::Attribute(a) => {
