@@ -138,7 +138,9 @@ impl ClientBuilder {
     /// when nothing answers, and with [`Error::DaemonTls`](crate::Error::DaemonTls)
     /// when the TLS material is missing or does not match the daemon's.
     pub async fn connect(self) -> Result<Client> {
-        let engine = Engine::connect(&self.daemon).await?;
+        let engine = Engine::connect(&self.daemon)
+            .await?
+            .with_watchdog(|engine| Box::pin(crate::image::watchdog::ensure(engine)));
         let cache_dir = self.cache_dir.unwrap_or_else(paths::default_cache_dir);
         let reporter = Reporter::new(self.progress);
         let images = ImageResolver::new(engine.clone(), reporter.clone());

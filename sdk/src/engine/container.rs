@@ -142,7 +142,7 @@ impl Engine {
             self.check_runtime(runtime, spec.network.is_some()).await?;
         }
         if spec.kind != super::watchdog::KIND {
-            super::watchdog::ensure(self, &spec.image);
+            super::watchdog::ensure(self);
         }
         let mut guard = ContainerGuard::before_create(self.clone());
         let mut all_labels = labels::owned(spec.kind);

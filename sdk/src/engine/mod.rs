@@ -44,7 +44,13 @@ pub struct Engine {
     /// The daemon's registered OCI runtimes, read on first need.
     runtimes:
         std::sync::Arc<tokio::sync::OnceCell<std::collections::BTreeMap<String, Vec<String>>>>,
+    /// Finds or makes the watchdog's image; without it no watchdog starts.
+    /// The image layer provides it (the engine builds no images of its own).
+    watchdog_image: Option<WatchdogImage>,
 }
+
+/// Finds or makes the watchdog's image and returns its reference.
+pub(crate) type WatchdogImage = fn(Engine) -> futures::future::BoxFuture<'static, Result<String>>;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,7 +95,15 @@ impl Engine {
             docker,
             target: std::sync::Arc::new(target),
             runtimes: Default::default(),
+            watchdog_image: None,
         })
+    }
+
+    /// Lets this engine start the per-process watchdog, from the image
+    /// `image` finds or makes.
+    pub(crate) fn with_watchdog(mut self, image: WatchdogImage) -> Self {
+        self.watchdog_image = Some(image);
+        self
     }
 
     fn client_for(target: &Target) -> std::result::Result<Docker, bollard::errors::Error> {

@@ -13,6 +13,16 @@
 //! the caller's: a test's runtime ending, or one of several clients being
 //! dropped, must not look like the process dying.
 //!
+//! While it watches, it also follows the daemon's events, so the scratch
+//! volumes of a container removed from outside (`docker rm -f`) go at once,
+//! not when the owner goes.
+//!
+//! It holds the daemon's socket, so it runs nothing but dockhand's own
+//! static program, from an image dockhand makes (`image::watchdog`), never a
+//! file of a caller's image: as root (the socket is root's; no capability
+//! is needed to open one's own file), with every capability dropped, a
+//! read-only root, no network and no shell.
+//!
 //! Only a daemon reached through a local socket can be watched this way (the
 //! socket is mounted into the watchdog). For other daemons, `reap()` from a
 //! later process removes what a dead one left.
@@ -24,14 +34,15 @@ use futures::StreamExt;
 
 use super::{labels, ContainerSpec, Engine, LogChunk, Mount};
 
-/// The program the watchdog runs.
-const WATCHDOG: &str = include_str!("../../../images/watchdog/watchdog.py");
 /// Where the daemon's socket appears inside the watchdog.
 const SOCKET_INSIDE: &str = "/run/dockhand/docker.sock";
 /// Label kind of the watchdog container.
 pub const KIND: &str = labels::WATCHDOG;
-/// After this many failed starts (e.g. no image with python3), stop trying.
+/// After this many failed starts, stop trying.
 const MAX_FAILURES: u32 = 3;
+/// How long finding or making the image may take (the first time on a
+/// machine it compiles the program: a minute or two).
+const IMAGE_TIMEOUT: Duration = Duration::from_secs(900);
 /// How long a starting watchdog may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,11 +63,12 @@ fn set_phase(phase: Phase) {
 }
 
 /// Makes sure this process's watchdog runs, starting it in the background if
-/// not (never waits for it). `image` is one this process is about to use, so
-/// it is present; it needs `python3`, and a later call tries another image if
-/// it lacks one.
-pub(super) fn ensure(engine: &Engine, image: &str) {
+/// not (never waits for it).
+pub(super) fn ensure(engine: &Engine) {
     let Some(socket) = local_socket(engine.endpoint()) else {
+        return;
+    };
+    let Some(image) = engine.watchdog_image else {
         return;
     };
     let failures = {
@@ -69,7 +81,7 @@ pub(super) fn ensure(engine: &Engine, image: &str) {
             _ => return,
         }
     };
-    let (engine, image) = (engine.clone(), image.to_string());
+    let engine = engine.clone();
     let spawned = std::thread::Builder::new()
         .name("dockhand-watchdog".into())
         .spawn(move || watch(engine, image, socket, failures));
@@ -99,7 +111,7 @@ fn fail(failures: u32, reason: String) {
 
 /// The watchdog's thread: start it, then hold its stdin open for as long as
 /// it runs (for the life of this process, normally).
-fn watch(engine: Engine, image: String, socket: String, failures: u32) {
+fn watch(engine: Engine, image: super::WatchdogImage, socket: String, failures: u32) {
     let fail = |reason: String| fail(failures, reason);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -113,10 +125,11 @@ fn watch(engine: Engine, image: String, socket: String, failures: u32) {
             Ok(docker) => docker,
             Err(e) => return fail(e.to_string()),
         };
-        let engine = Engine {
-            docker,
-            target: engine.target,
-            runtimes: engine.runtimes,
+        let engine = Engine { docker, ..engine };
+        let image = match tokio::time::timeout(IMAGE_TIMEOUT, image(engine.clone())).await {
+            Ok(Ok(image)) => image,
+            Ok(Err(e)) => return fail(format!("no watchdog image: {e}")),
+            Err(_) => return fail(format!("no watchdog image within {IMAGE_TIMEOUT:?}")),
         };
         let spec = spec(image, socket);
         let container = match engine.create_container(&spec).await {
@@ -165,14 +178,14 @@ fn watch(engine: Engine, image: String, socket: String, failures: u32) {
 fn spec(image: String, socket: String) -> ContainerSpec {
     ContainerSpec {
         image,
-        cmd: vec!["python3".into(), "-I".into(), "-c".into(), WATCHDOG.into()],
-        entrypoint: Some(Vec::new()),
+        // The image's own entrypoint: its only file.
         env: vec![format!("DOCKHAND_OWNER_SESSION={}", labels::session_id())],
         // The socket is root's; root needs no capability to open its own file.
         user: Some("0:0".into()),
         kind: KIND,
-        memory_bytes: Some(64 * 1024 * 1024),
-        pids_limit: Some(16),
+        memory_bytes: Some(32 * 1024 * 1024),
+        // The program and its event follower.
+        pids_limit: Some(8),
         cap_drop_all: true,
         no_new_privileges: true,
         read_only_rootfs: true,

@@ -249,7 +249,7 @@ fn find_program(name: &str) -> Option<PathBuf> {
 }
 
 /// An exclusive lock held while a base image is made, shared by processes.
-async fn lock_file(dir: &Path, tag: &str) -> Result<std::fs::File> {
+pub(crate) async fn lock_file(dir: &Path, tag: &str) -> Result<std::fs::File> {
     let dir = dir.to_path_buf();
     let name: String = tag
         .chars()

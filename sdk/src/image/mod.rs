@@ -17,9 +17,11 @@
 pub(crate) mod base;
 mod build;
 pub(crate) mod build_log;
+pub(crate) mod crate_build;
 mod dockerfile;
 mod resolver;
 mod spec;
+pub(crate) mod watchdog;
 
 pub use dockerfile::{BuildPlan, IMAGE_REPOSITORY};
 pub(crate) use resolver::ImageResolver;

@@ -67,9 +67,22 @@ impl Session {
             let attached = engine.attach(&id).await?;
             engine.start_container(&id).await?;
 
-            let routes: Routes = Arc::default();
+            let routes: Routes = Arc::new(Mutex::new(Some(HashMap::new())));
             let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
-            let reader = tokio::spawn(read_replies(attached.output, routes.clone(), ready_tx));
+            // The attach stream can stay open after the container is gone
+            // (removed from outside, say): its end is watched too.
+            let exited = {
+                let (engine, id) = (engine.clone(), id.clone());
+                async move {
+                    let _ = engine.wait_container(&id).await;
+                }
+            };
+            let reader = tokio::spawn(read_replies(
+                attached.output,
+                exited,
+                routes.clone(),
+                ready_tx,
+            ));
             let conn = Arc::new(Conn {
                 container: Mutex::new(Some(container)),
                 container_id: id,
@@ -201,15 +214,23 @@ fn workspace_tar(workspace: &str, (uid, gid): (u64, u64)) -> Result<Vec<u8>> {
     builder.into_inner().map_err(wrap)
 }
 
-/// Routes the agent's replies to the requests waiting for them.
+/// Routes the agent's replies to the requests waiting for them, until the
+/// agent's output ends or its container stops.
 async fn read_replies(
     mut output: Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
+    exited: impl std::future::Future<Output = ()> + Send,
     routes: Routes,
     ready: mpsc::UnboundedSender<std::result::Result<(), String>>,
 ) {
     let mut lines = LineBuffer::default();
     let mut stderr = String::new();
-    while let Some(chunk) = output.next().await {
+    let mut exited = std::pin::pin!(exited);
+    loop {
+        let chunk = tokio::select! {
+            chunk = output.next() => chunk,
+            () = &mut exited => None,
+        };
+        let Some(chunk) = chunk else { break };
         let bytes = match chunk {
             Ok(LogChunk::Stdout(b)) => b,
             Ok(LogChunk::Stderr(b)) => {
@@ -231,6 +252,7 @@ async fn read_replies(
                 continue;
             };
             let mut routes = lock(&routes);
+            let Some(routes) = routes.as_mut() else { break };
             let done = reply.is_final();
             if let Some(tx) = routes.get(&id) {
                 let _ = tx.send(reply);
@@ -242,7 +264,7 @@ async fn read_replies(
     }
     let _ = ready.send(Err(stderr));
     // Dropping the senders tells every waiting request that the agent is gone.
-    lock(&routes).clear();
+    lock(&routes).take();
 }
 
 #[cfg(test)]

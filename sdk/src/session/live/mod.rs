@@ -78,7 +78,9 @@ struct Status {
     snapshots: Vec<String>,
 }
 
-type Routes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Reply>>>>;
+/// Where each request's replies go; `None` once the agent is gone, so a
+/// request sent after that fails at once instead of waiting for its limit.
+type Routes = Arc<Mutex<Option<HashMap<u64, mpsc::UnboundedSender<Reply>>>>>;
 
 /// A live connection to the agent.
 struct Conn {
@@ -324,7 +326,10 @@ impl Session {
         let conn = self.conn()?;
         let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        lock(&conn.routes).insert(id, tx);
+        match lock(&conn.routes).as_mut() {
+            Some(routes) => routes.insert(id, tx),
+            None => return Err(self.gone()),
+        };
         let line = protocol::encode(&build(id));
         let mut writer = conn.writer.lock().await;
         let written = async {
@@ -333,7 +338,9 @@ impl Session {
         }
         .await;
         if let Err(e) = written {
-            lock(&conn.routes).remove(&id);
+            if let Some(routes) = lock(&conn.routes).as_mut() {
+                routes.remove(&id);
+            }
             return Err(Error::io("writing to the session agent", e));
         }
         Ok(rx)
