@@ -87,6 +87,20 @@ impl SecondDaemon {
             std::thread::sleep(Duration::from_millis(250));
         }
         daemon.load(image);
+        // The watchdog's image (a megabyte), so the second daemon does not
+        // compile its own while the tests run.
+        let listed = Command::new("docker")
+            .args([
+                "images",
+                "--filter",
+                "label=dev.dockhand.kind=watchdog-image",
+            ])
+            .args(["--format", "{{.Repository}}:{{.Tag}}"])
+            .output()
+            .expect("docker images");
+        for watchdog in String::from_utf8_lossy(&listed.stdout).lines() {
+            daemon.load(watchdog);
+        }
         daemon
     }
 

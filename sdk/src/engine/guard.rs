@@ -85,60 +85,134 @@ impl Drop for ContainerGuard {
         if self.removed {
             return;
         }
-        // The runtime that drives our client may be the one being torn down (a
-        // panicking test, a dropped future at shutdown), so a spawned task could
-        // never run. Remove on a helper thread with its own client and runtime.
-        let Ok(docker) = self.engine.reconnect() else {
-            tracing::warn!(container = %self.id, "cannot reconnect to remove container");
-            return;
+        let removal = Removal {
+            engine: self.engine.clone(),
+            id: std::mem::take(&mut self.id),
+            token: std::mem::take(&mut self.token),
+            creating: self.creating,
         };
-        let (id, token, creating) = (
-            std::mem::take(&mut self.id),
-            std::mem::take(&mut self.token),
-            self.creating,
-        );
-        let helper = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                tracing::warn!(container = %id, "no runtime to remove container");
+        // Inside a runtime the drop returns at once: a dropped future (a
+        // caller's `timeout`) must not wait for the daemon. The removal goes
+        // on in the background; process exit waits for it (a bounded time),
+        // and the watchdog covers a process killed outright. Outside any
+        // runtime nothing can stall: wait, so the container is gone when the
+        // drop returns.
+        let wait = tokio::runtime::Handle::try_current().is_err() && !removal.creating;
+        let done = remover::submit(removal);
+        if wait {
+            let _ = done.recv();
+        }
+    }
+}
+
+/// A container (and its volumes) to remove in the background.
+struct Removal {
+    engine: Engine,
+    id: String,
+    token: String,
+    /// Its create request had not answered: look again for a late create.
+    creating: bool,
+}
+
+impl Removal {
+    async fn run(self) {
+        // A client of its own: the guard's belongs to a runtime that may be
+        // the one shutting down (a panicking test, a dropped future at exit).
+        let docker = match self.engine.reconnect() {
+            Ok(docker) => docker,
+            Err(e) => {
+                tracing::warn!(container = %self.id, error = %e, "cannot reconnect to remove container");
                 return;
-            };
-            rt.block_on(async {
-                if let Err(e) = remove_with(&docker, &id, &token).await {
-                    tracing::warn!(container = %id, error = %e, "removing container on drop failed");
-                }
-                // A create still in flight may land after that removal: look
-                // again, by name, once the daemon has had time to finish it.
-                if creating {
-                    for wait in [200, 800, 2000] {
-                        tokio::time::sleep(Duration::from_millis(wait)).await;
-                        let _ = remove_with(&docker, &id, &token).await;
+            }
+        };
+        let (id, token) = (&self.id, &self.token);
+        if let Err(e) = remove_with(&docker, id, token).await {
+            tracing::warn!(container = %id, error = %e, "removing container on drop failed");
+        }
+        // A create still in flight may land after that removal: look
+        // again, by name, once the daemon has had time to finish it.
+        if self.creating {
+            for wait in [200, 800, 2000] {
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                let _ = remove_with(&docker, id, token).await;
+            }
+        }
+    }
+}
+
+/// One thread per process, with a runtime of its own, removes what dropped
+/// guards leave: a drop only hands the job over (microseconds), whatever
+/// the state of the caller's runtime.
+mod remover {
+    use std::sync::{mpsc, Condvar, Mutex, OnceLock};
+    use std::time::Duration;
+
+    use super::Removal;
+    use crate::util::lock;
+
+    /// Removals handed over and not finished, which process exit waits for.
+    static PENDING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+    /// How long process exit waits for removals still under way.
+    const EXIT_WAIT: Duration = Duration::from_secs(10);
+
+    type Job = (Removal, mpsc::Sender<()>);
+
+    /// Hands `removal` to the remover; the receiver hears when it is done
+    /// (or that it never will be, if no thread could run it).
+    pub(super) fn submit(removal: Removal) -> mpsc::Receiver<()> {
+        static QUEUE: OnceLock<Option<tokio::sync::mpsc::UnboundedSender<Job>>> = OnceLock::new();
+        let (done_tx, done_rx) = mpsc::channel();
+        let Some(queue) = QUEUE.get_or_init(start) else {
+            tracing::warn!(container = %removal.id, "no thread to remove containers on");
+            return done_rx;
+        };
+        *lock(&PENDING.0) += 1;
+        if let Err(refused) = queue.send((removal, done_tx)) {
+            finished();
+            tracing::warn!(container = %refused.0 .0.id, "the remover is gone");
+        }
+        done_rx
+    }
+
+    fn start() -> Option<tokio::sync::mpsc::UnboundedSender<Job>> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        std::thread::Builder::new()
+            .name("dockhand-remover".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    while let Some((removal, done)) = rx.recv().await {
+                        tokio::spawn(async move {
+                            removal.run().await;
+                            finished();
+                            let _ = done.send(());
+                        });
                     }
-                }
-            });
-        });
-        if creating {
-            // Nothing to wait for now: the helper looks for a late create.
-            return;
+                })
+            })
+            .ok()?;
+        // SAFETY: `wait_at_exit` is a plain `extern "C" fn` that takes no
+        // arguments and never unwinds; registering it has no other effect.
+        unsafe {
+            libc::atexit(wait_at_exit);
         }
-        // Wait for the removal (a container must not outlive its guard), but
-        // never stall an async runtime: on a multi-threaded one, hand this
-        // worker's tasks to another thread while waiting. A current-thread
-        // runtime cannot: its connections (one may hold the container busy in
-        // the daemon) only move while its thread runs, so there the removal
-        // finishes on its own.
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| {
-                    let _ = helper.join();
-                });
-            }
-            Ok(_) => {}
-            Err(_) => {
-                let _ = helper.join();
-            }
-        }
+        Some(tx)
+    }
+
+    fn finished() {
+        let mut count = lock(&PENDING.0);
+        *count = count.saturating_sub(1);
+        PENDING.1.notify_all();
+    }
+
+    /// Runs at process exit (a return from `main`, `std::process::exit`):
+    /// gives removals under way a bounded time to finish, so a program that
+    /// ends right after dropping a run leaves nothing behind.
+    extern "C" fn wait_at_exit() {
+        let Ok(count) = PENDING.0.lock() else { return };
+        let _ = PENDING.1.wait_timeout_while(count, EXIT_WAIT, |n| *n > 0);
     }
 }

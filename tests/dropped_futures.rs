@@ -1,0 +1,247 @@
+//! Dropping any future of the SDK (a caller's `timeout`, a `select!` that
+//! went the other way) returns at once; the cleanup goes on in the
+//! background and still leaves nothing behind.
+
+mod common;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use dockhand::codemode::{CodeHostConfig, Tool, Toolset};
+use dockhand::pool::PoolConfig;
+use dockhand::session::{SessionApi as _, SessionConfig};
+use dockhand::{CacheMode, Sandbox, Type};
+
+/// The most a drop may take.
+const DROP_LIMIT: Duration = Duration::from_millis(5);
+
+/// Deadlines that land at every stage: before the create, while the
+/// container is created or started, while the code runs.
+fn deadline(i: usize) -> Duration {
+    [1, 1, 5, 20, 60, 120, 250][i % 7] * Duration::from_millis(1)
+}
+
+/// What this thread has used so far: CPU time, and how often it gave the
+/// CPU up to wait (voluntary switches) or was preempted (involuntary).
+#[derive(Clone, Copy)]
+struct ThreadClock {
+    cpu: Duration,
+    waits: i64,
+    preempted: i64,
+}
+
+impl ThreadClock {
+    fn now() -> Self {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: both calls only write into the structs passed.
+        unsafe {
+            libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t);
+            libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        }
+        ThreadClock {
+            cpu: Duration::new(t.tv_sec as u64, t.tv_nsec as u32),
+            waits: usage.ru_nvcsw,
+            preempted: usage.ru_nivcsw,
+        }
+    }
+}
+
+/// One dropped future: wall time of the drop, and the thread's use meanwhile.
+struct Dropped {
+    wall: Duration,
+    cpu: Duration,
+    waits: i64,
+    preempted: i64,
+}
+
+/// The drops of one kind of future.
+struct Drops {
+    what: &'static str,
+    drops: Vec<Dropped>,
+}
+
+impl Drops {
+    fn new(what: &'static str) -> Self {
+        Drops {
+            what,
+            drops: Vec::new(),
+        }
+    }
+
+    /// Polls `future` until `deadline`, then drops it and records the drop.
+    async fn drop_at<F: Future>(&mut self, future: F, deadline: Duration) {
+        let mut future = Box::pin(future);
+        tokio::select! {
+            _ = &mut future => {}
+            () = tokio::time::sleep(deadline) => {
+                let before = ThreadClock::now();
+                let started = Instant::now();
+                drop(future);
+                let wall = started.elapsed();
+                let after = ThreadClock::now();
+                self.drops.push(Dropped {
+                    wall,
+                    cpu: after.cpu - before.cpu,
+                    waits: after.waits - before.waits,
+                    preempted: after.preempted - before.preempted,
+                });
+            }
+        }
+    }
+
+    /// Every drop did at most [`DROP_LIMIT`] of work, and one that was not
+    /// preempted (2 busy cores: the daemon and the containers compete for
+    /// them) returned within the limit: nothing in a drop waits.
+    fn check(self, at_least: usize) {
+        let what = self.what;
+        assert!(
+            self.drops.len() >= at_least,
+            "{what}: only {} of the futures were dropped",
+            self.drops.len()
+        );
+        let mut walls: Vec<Duration> = self.drops.iter().map(|d| d.wall).collect();
+        walls.sort();
+        let p = |q: f64| walls[((walls.len() - 1) as f64 * q) as usize];
+        let waits: i64 = self.drops.iter().map(|d| d.waits).sum();
+        eprintln!(
+            "{what}: {} drops, wall p50 {:?} p99 {:?} max {:?}; {waits} waits",
+            walls.len(),
+            p(0.5),
+            p(0.99),
+            p(1.0)
+        );
+        for d in &self.drops {
+            assert!(d.cpu <= DROP_LIMIT, "{what}: a drop worked {:?}", d.cpu);
+            assert!(
+                d.preempted > 0 || d.wall <= DROP_LIMIT,
+                "{what}: a drop took {:?} ({} waits)",
+                d.wall,
+                d.waits
+            );
+        }
+    }
+}
+
+/// Waits up to 20 s for no container of this process but its watchdog.
+async fn nothing_left() {
+    let pid = std::process::id();
+    let count = || {
+        let out = std::process::Command::new("docker")
+            .args(["ps", "-a", "--format", "{{.Label \"dev.dockhand.kind\"}}"])
+            .args(["--filter", &format!("label=dev.dockhand.owner-pid={pid}")])
+            .output()
+            .expect("docker CLI");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|kind| *kind != "watchdog")
+            .count()
+    };
+    for _ in 0..100 {
+        if count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{} containers of this process were left behind", count());
+}
+
+fn double() -> Sandbox {
+    Sandbox::code("dropped-double", "import time\ntime.sleep(0.1)\ny = x * 2")
+        .input("x", Type::Int)
+        .output("y", Type::Int)
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_runs_return_at_once_and_leave_nothing() {
+    let client = common::client().await;
+    let job = double();
+    // The image first: a drop during a build is not what is measured.
+    assert_eq!(
+        client
+            .run(&job, [("x", 1)])
+            .await
+            .unwrap()
+            .get::<i64>("y")
+            .unwrap(),
+        2
+    );
+    let mut cold = Drops::new("cold run");
+    for i in 0..100 {
+        cold.drop_at(client.run(&job, [("x", i as i64)]), deadline(i))
+            .await;
+    }
+    cold.check(90);
+
+    let pool = client.pool(&job, PoolConfig::new(4)).await.unwrap();
+    pool.wait_ready(Duration::from_secs(60)).await;
+    let mut pooled = Drops::new("pooled run");
+    for i in 0..40 {
+        pooled
+            .drop_at(pool.run([("x", i as i64)]), deadline(i))
+            .await;
+    }
+    pooled.check(30);
+    pool.shutdown().await;
+    nothing_left().await;
+    // The next run is unaffected.
+    let out = client.run(&job, [("x", 21)]).await.unwrap();
+    assert_eq!(out.get::<i64>("y").unwrap(), 42);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_session_and_code_host_calls_return_at_once() {
+    let client = common::client().await;
+    let mut starts = Drops::new("session start");
+    for i in 0..14 {
+        let session = client.session(SessionConfig::new());
+        starts.drop_at(session.start(), deadline(i) * 2).await;
+    }
+    starts.check(10);
+    let session = client.session(SessionConfig::new());
+    session.start().await.unwrap();
+    let mut execs = Drops::new("session exec");
+    for i in 0..30 {
+        execs.drop_at(session.exec("sleep 5"), deadline(i)).await;
+    }
+    execs.check(30);
+    assert_eq!(session.exec("echo alive").await.unwrap().stdout, "alive\n");
+    session.close().await.unwrap();
+
+    let mut host_starts = Drops::new("code host start");
+    for i in 0..14 {
+        let host = client.code_host(CodeHostConfig::default());
+        host_starts.drop_at(host.start(), deadline(i) * 2).await;
+    }
+    host_starts.check(10);
+    let host = client.code_host(CodeHostConfig::default());
+    host.start().await.unwrap();
+    let mut executes = Drops::new("code host execute");
+    // A tool that takes its time on the host: the execution waits in it.
+    let tools = Toolset::new().tool(Tool::new("wait", "Waits 5 s.").handler(|_| async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok(serde_json::json!(null))
+    }));
+    for i in 0..30 {
+        executes
+            .drop_at(
+                host.execute("wait()", serde_json::json!({}), &tools),
+                deadline(i),
+            )
+            .await;
+    }
+    executes.check(30);
+    let run = host
+        .execute("x * 2", serde_json::json!({"x": 21}), &tools)
+        .await
+        .unwrap();
+    assert_eq!(run.value, serde_json::json!(42));
+    host.close().await.unwrap();
+    nothing_left().await;
+}
