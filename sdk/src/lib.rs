@@ -47,7 +47,7 @@ pub use progress::{Progress, Stage};
 pub use sandbox::{
     Attempt, CacheMode, CacheStats, CapturedText, Hardening, Isolation, Memory, Network,
     OutputCache, OutputLine, Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder,
-    Secret, StreamKind, Type, Value, NO_INPUTS,
+    Secret, StreamKind, Type, Value, LINE_PIECE, NO_INPUTS,
 };
 
 /// Label keys dockhand puts on every object it creates.

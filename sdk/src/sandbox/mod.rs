@@ -51,7 +51,7 @@ pub(crate) use inputs::{command_line, validate as validate_inputs};
 
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
-pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind};
+pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind, LINE_PIECE};
 pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
@@ -65,7 +65,7 @@ pub use runtime::{
     CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
     DEFAULT_PIDS, UNPRIVILEGED_USER,
 };
-pub(crate) use secret::redact;
+pub(crate) use secret::{redact_cut, Cut};
 pub use secret::{Secret, SecretMount};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

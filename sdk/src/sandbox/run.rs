@@ -15,7 +15,7 @@ use super::launch::{cold_spec, hand_over, WarmContainer};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::runtime::{CacheMode, Network};
-use super::secret::{redact, SecretMount};
+use super::secret::SecretMount;
 use super::spec::Sandbox;
 use super::value::Value;
 use super::verdict::{verdict, Ended};
@@ -400,19 +400,13 @@ impl Client {
         // still needs to finish with it); the guard's drop is for cancellation.
         let ran = async {
             let id = container.id().to_string();
-            // Live lines pass through redaction before the caller sees them.
-            let secrets = prepared.secrets.clone();
-            let handler: Option<OutputHandler> = options.on_output.clone().map(|h| {
-                Arc::new(move |l: OutputLine| {
-                    h(OutputLine {
-                        line: redact(&l.line, &secrets),
-                        ..l
-                    })
-                }) as OutputHandler
-            });
+            // Lines and captures are redacted in the buffers, before any cut.
+            let handler = options.on_output.clone();
             let handler = handler.as_ref();
-            let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit);
-            let mut stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit);
+            let secrets: Arc<[(String, String)]> = prepared.secrets.clone().into();
+            let limit = sandbox.output_limit;
+            let mut stdout = StreamBuffer::new(StreamKind::Stdout, limit, secrets.clone());
+            let mut stderr = StreamBuffer::new(StreamKind::Stderr, limit, secrets);
             // With a frame, the answer need not wait for the exit: see `RunnerEnds`.
             let mut ends = prepared.frame_marker.as_deref().map(RunnerEnds::new);
             let run = async {
@@ -458,17 +452,15 @@ impl Client {
                         let (out, err) = (stdout.finish(handler), stderr.finish(handler));
                         return Err(Error::Timeout {
                             timeout: limit,
-                            stdout: redact(&out.text, &prepared.secrets),
-                            stderr: redact(&err.text, &prepared.secrets),
+                            stdout: out.text,
+                            stderr: err.text,
                         });
                     }
                 },
             };
             let frame = finish_ends(ends.take(), &mut stdout, &mut stderr, handler);
-            let mut stdout = stdout.finish(handler);
-            let mut stderr = stderr.finish(handler);
-            stdout.text = redact(&stdout.text, &prepared.secrets);
-            stderr.text = redact(&stderr.text, &prepared.secrets);
+            let stdout = stdout.finish(handler);
+            let stderr = stderr.finish(handler);
 
             if status.gone {
                 return Err(Error::ContainerGone { id });

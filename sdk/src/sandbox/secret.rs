@@ -101,16 +101,100 @@ impl Secret {
     }
 }
 
+/// Values shorter than this are not redacted: they would redact ordinary
+/// text and say little anyway.
+const MIN_REDACTED: usize = 3;
+/// The shortest part of a value that is redacted where text was cut.
+const MIN_REDACTED_PART: usize = 4;
+
 /// Replaces every secret value in `text` with `[redacted:<name>]`.
 pub(crate) fn redact(text: &str, secrets: &[(String, String)]) -> String {
     let mut out = text.to_string();
     for (name, value) in secrets {
-        // Very short values would redact ordinary text and say little anyway.
-        if value.len() >= 3 && out.contains(value.as_str()) {
-            out = out.replace(value.as_str(), &format!("[redacted:{name}]"));
+        if value.len() >= MIN_REDACTED && out.contains(value.as_str()) {
+            out = out.replace(value.as_str(), &marker(name));
         }
     }
     out
+}
+
+fn marker(name: &str) -> String {
+    format!("[redacted:{name}]")
+}
+
+/// Where a piece of text was cut from a longer one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cut {
+    /// Something came before it.
+    pub start: bool,
+    /// Something came after it.
+    pub end: bool,
+}
+
+/// [`redact`], and where the text was cut, also the part of a value that
+/// the cut left: a prefix of 4 or more characters at a cut end, a suffix of
+/// 4 or more at a cut start. A cap that ends in the middle of a value must
+/// not hand out half of it.
+pub(crate) fn redact_cut(text: &str, secrets: &[(String, String)], cut: Cut) -> String {
+    let mut out = redact(text, secrets);
+    if cut.end {
+        if let Some((name, len)) = longest_part(secrets, |part| out.ends_with(part), Part::Prefix) {
+            out.truncate(out.len() - len);
+            out.push_str(&marker(name));
+        }
+    }
+    if cut.start {
+        if let Some((name, len)) = longest_part(secrets, |part| out.starts_with(part), Part::Suffix)
+        {
+            out.replace_range(..len, &marker(name));
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Part {
+    Prefix,
+    Suffix,
+}
+
+/// The secret with the longest proper prefix (or suffix) of at least
+/// [`MIN_REDACTED_PART`] characters that `found` accepts, and its length in bytes.
+fn longest_part<'a>(
+    secrets: &'a [(String, String)],
+    found: impl Fn(&str) -> bool,
+    which: Part,
+) -> Option<(&'a str, usize)> {
+    let mut best: Option<(&str, usize)> = None;
+    for (name, value) in secrets {
+        let starts: Vec<usize> = value.char_indices().map(|(i, _)| i).collect();
+        let chars = starts.len();
+        // Longest first: the first part found is the one to redact.
+        for k in (MIN_REDACTED_PART..chars).rev() {
+            let part = match which {
+                Part::Prefix => &value[..starts[k]],
+                Part::Suffix => &value[starts[chars - k]..],
+            };
+            if best.is_some_and(|(_, len)| len >= part.len()) {
+                break;
+            }
+            if found(part) {
+                best = Some((name, part.len()));
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// How many bytes past a cap a capture keeps so that a value which starts
+/// before the cap is seen whole, and redacted, before the text is cut.
+pub(crate) fn lookahead(secrets: &[(String, String)]) -> usize {
+    secrets
+        .iter()
+        .map(|(_, value)| value.len().saturating_sub(1))
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -140,6 +224,80 @@ mod tests {
             "x [redacted:TOKEN] y [redacted:TOKEN]"
         );
         assert_eq!(redact("nothing", &secrets), "nothing");
+    }
+
+    #[test]
+    fn a_cut_never_leaves_four_characters_of_a_value() {
+        let secret = "AZq7Kx9WmPL3vR8tNc";
+        let secrets = vec![("TOKEN".to_string(), secret.to_string())];
+        let text = format!("key={secret} done");
+        // The value cut at every offset, from either side.
+        for at in 0..=text.len() {
+            let (head, tail) = text.split_at(at);
+            let head = redact_cut(
+                head,
+                &secrets,
+                Cut {
+                    start: false,
+                    end: true,
+                },
+            );
+            let tail = redact_cut(
+                tail,
+                &secrets,
+                Cut {
+                    start: true,
+                    end: false,
+                },
+            );
+            for piece in [&head, &tail] {
+                for window in secret.as_bytes().windows(MIN_REDACTED_PART) {
+                    let window = std::str::from_utf8(window).unwrap();
+                    assert!(
+                        !piece.contains(window),
+                        "cut at {at}: {piece:?} holds {window:?}"
+                    );
+                }
+            }
+        }
+        // Text that was not cut keeps what only looks like a part.
+        assert_eq!(
+            redact_cut("ends AZq7", &secrets, Cut::default()),
+            "ends AZq7"
+        );
+        assert_eq!(
+            redact_cut(
+                "ends AZq7",
+                &secrets,
+                Cut {
+                    start: false,
+                    end: true
+                }
+            ),
+            "ends [redacted:TOKEN]"
+        );
+        assert_eq!(
+            redact_cut(
+                "tNc and",
+                &secrets,
+                Cut {
+                    start: true,
+                    end: false
+                }
+            ),
+            "tNc and",
+            "three characters are not a part"
+        );
+    }
+
+    #[test]
+    fn the_lookahead_covers_the_longest_value() {
+        let secrets = vec![
+            ("A".to_string(), "short".to_string()),
+            ("B".to_string(), "a-longer-value".to_string()),
+        ];
+        assert_eq!(lookahead(&secrets), 13);
+        assert_eq!(lookahead(&[]), 0);
     }
 
     #[test]

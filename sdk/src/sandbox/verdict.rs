@@ -6,7 +6,7 @@ use super::capture::tail;
 use super::outputs::RunnerStatus;
 use super::preamble::INPUTS_DIR;
 use super::runtime::{Network, Runtime};
-use super::secret::redact;
+use super::secret::{redact, redact_cut, Cut};
 use super::spec::Program;
 use super::traceback;
 use crate::engine::ExitStatus;
@@ -45,7 +45,15 @@ pub(super) fn verdict(e: &Ended<'_>) -> Result<()> {
             return Err(Error::BadOutput {
                 name: bad.name.clone(),
                 expected: bad.expected.clone(),
-                got: redact(&bad.got, e.secrets),
+                // The runner cuts the value's repr at 200 characters.
+                got: redact_cut(
+                    &bad.got,
+                    e.secrets,
+                    Cut {
+                        start: false,
+                        end: true,
+                    },
+                ),
             });
         }
     }

@@ -3,7 +3,7 @@
 use futures::stream::{BoxStream, StreamExt};
 
 use super::*;
-use crate::sandbox::redact;
+use crate::sandbox::{redact_cut, Cut};
 
 impl Session {
     /// Runs a command and streams its output; the last event is the exit.
@@ -93,14 +93,19 @@ impl Session {
         .await
     }
 
-    /// A streamed chunk with secret values redacted (a value split across
-    /// two chunks is not seen; the final result is redacted whole).
+    /// A streamed chunk with secret values redacted: whole ones, and the
+    /// parts of one that the chunk's edges cut (4 characters or more).
     fn redact_bytes(&self, bytes: Vec<u8>) -> Bytes {
         let secrets = lock(&self.inner.secrets);
-        match std::str::from_utf8(&bytes) {
-            Ok(text) if !secrets.is_empty() => Bytes::from(redact(text, &secrets).into_bytes()),
-            _ => Bytes::from(bytes),
+        if secrets.is_empty() {
+            return Bytes::from(bytes);
         }
+        let edges = Cut {
+            start: true,
+            end: true,
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        Bytes::from(redact_cut(&text, &secrets, edges).into_bytes())
     }
 
     pub(super) fn finish_exec(
@@ -120,12 +125,20 @@ impl Session {
                 ..
             } => {
                 lock(&self.inner.status).commands += 1;
-                let text = |b64: &str| {
+                // The agent keeps the head of each stream: a cut is at its end.
+                let text = |b64: &str, truncated: bool| {
                     let lossy =
                         String::from_utf8_lossy(&unb64(b64).unwrap_or_default()).into_owned();
-                    redact(&lossy, &lock(&self.inner.secrets))
+                    let cut = Cut {
+                        start: false,
+                        end: truncated,
+                    };
+                    redact_cut(&lossy, &lock(&self.inner.secrets), cut)
                 };
-                let (stdout, stderr) = (text(&stdout), text(&stderr));
+                let (stdout, stderr) = (
+                    text(&stdout, stdout_truncated),
+                    text(&stderr, stderr_truncated),
+                );
                 if timed_out {
                     return Err(Error::CommandTimeout {
                         timeout: timeout.unwrap_or_default(),
