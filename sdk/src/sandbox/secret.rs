@@ -160,11 +160,11 @@ enum Part {
 
 /// The secret with the longest proper prefix (or suffix) of at least
 /// [`MIN_REDACTED_PART`] characters that `found` accepts, and its length in bytes.
-fn longest_part<'a>(
-    secrets: &'a [(String, String)],
+fn longest_part(
+    secrets: &[(String, String)],
     found: impl Fn(&str) -> bool,
     which: Part,
-) -> Option<(&'a str, usize)> {
+) -> Option<(&str, usize)> {
     let mut best: Option<(&str, usize)> = None;
     for (name, value) in secrets {
         let starts: Vec<usize> = value.char_indices().map(|(i, _)| i).collect();
