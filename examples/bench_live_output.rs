@@ -45,7 +45,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     client.run(&job, NO_INPUTS).await?; // warm up: image, connection
     println!("one {mb} MB line on stdout, no newline");
-    println!("{:<16} {:>9} {:>12} {:>10}", "", "seconds", "MB/s", "peak RSS");
+    println!(
+        "{:<16} {:>9} {:>12} {:>10}",
+        "", "seconds", "MB/s", "peak RSS"
+    );
     let mut times = Vec::new();
     for with_handler in [false, true] {
         let pieces = Arc::new(AtomicU64::new(0));
@@ -66,7 +69,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert_eq!(out.stdout.total_bytes as u64, mb * 1_000_000);
         println!(
             "{:<16} {:>9.2} {:>12.0} {:>7} MiB",
-            if with_handler { "with handler" } else { "without handler" },
+            if with_handler {
+                "with handler"
+            } else {
+                "without handler"
+            },
             took,
             mb as f64 / took,
             status_kib("VmHWM:") / 1024

@@ -167,7 +167,7 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         .await,
     );
     assert!(
-        matches!(&e, CodeError::Runtime { exception_type, .. } if exception_type == "TypeError"),
+        matches!(&e, CodeError::Tool { message, .. } if message.contains("bytes")),
         "{e:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);

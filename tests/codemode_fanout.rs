@@ -146,8 +146,7 @@ async fn bad_arguments_fail_typed_and_no_call_goes_out_for_values_that_are_not_j
         .await,
     );
     assert!(
-        matches!(&err, CodeError::Runtime { exception_type, message, line: 1, .. }
-            if exception_type == "TypeError" && message.contains("bytes")),
+        matches!(&err, CodeError::Tool { message, line: 1 } if message.contains("bytes")),
         "{err:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);

@@ -321,6 +321,11 @@ async fn malformed_tool_calls_fail_at_once() {
         ("add(1, 2, c=3)", "unexpected argument `c`"),
         ("add(1)", "missing argument `b`"),
         ("add(1, 2, 3)", "takes 2 arguments"),
+        // Values that are not JSON fail the same way, before the host.
+        ("add(float('nan'), 1)", "nan is not a JSON number"),
+        ("add(1, float('inf'))", "inf is not a JSON number"),
+        ("add(2 ** 70, 1)", "does not fit in 64 bits"),
+        ("add(b'x', 1)", "bytes are not JSON"),
     ] {
         let started = Instant::now();
         let err = code_error(host.execute(code, json!({}), &tools()).await);
@@ -332,12 +337,22 @@ async fn malformed_tool_calls_fail_at_once() {
             started.elapsed() < Duration::from_secs(2),
             "{code} was slow"
         );
+        // And the code can catch it, as any tool's failure.
+        let caught = host
+            .execute(
+                &format!("try:\n    {code}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr"),
+                json!({}),
+                &tools(),
+            )
+            .await
+            .unwrap();
+        assert!(
+            caught.value.as_str().is_some_and(|m| m.contains(needle)),
+            "{code}: {:?}",
+            caught.value
+        );
         assert_healthy(&host).await;
     }
-    assert!(runtime(
-        &code_error(host.execute("add(b'x', 1)", json!({}), &tools()).await),
-        "TypeError"
-    ));
     assert!(runtime(
         &code_error(host.execute("nope(1)", json!({}), &tools()).await),
         "NameError"

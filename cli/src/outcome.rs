@@ -21,7 +21,7 @@ fn code_of_error(e: &Error) -> u8 {
     match e {
         Error::NonZeroExit { exit_code, .. } => u8::try_from(*exit_code).unwrap_or(1).max(1),
         Error::Killed { signal, .. } => u8::try_from(128 + signal).unwrap_or(137),
-        Error::OutOfMemory { .. } => 137,
+        Error::OutOfMemory { .. } | Error::ProcessLimit { .. } => 137,
         Error::Timeout { .. } | Error::CommandTimeout { .. } => TIMEOUT,
         Error::InvalidSpec { .. }
         | Error::MissingInput { .. }

@@ -46,7 +46,7 @@ import pydantic_monty as pm
 
 import rules
 from failures import Failed, frame_of, runtime_error, typing_error
-from values import NotJson, from_wire, to_wire
+from values import NotJson, argument_to_wire, from_wire, to_wire
 
 CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 LOOP_LIMIT = int(CONFIG.get("loop_limit", 10_000))
@@ -217,10 +217,11 @@ class Execution:
                 {"exc_type": "NameError", "message": f"name '{name}' is not defined"})
         self.count_calls(1)
         try:
-            args = [to_wire(a) for a in snapshot.args]
-            kwargs = {k: to_wire(v) for k, v in snapshot.kwargs.items()}
+            args = [argument_to_wire(a) for a in snapshot.args]
+            kwargs = {k: argument_to_wire(v) for k, v in snapshot.kwargs.items()}
         except NotJson as e:
-            return snapshot.resume({"exc_type": "TypeError", "message": f"{name}(): {e}"})
+            # As the host fails every other bad argument: a ToolError.
+            return snapshot.resume(self.tool_failed(f"{name}(): {e}"))
         number = self.bridge.call_tool(name, args, kwargs, self)
         if snapshot.position.start in self.prepared.sync_calls:
             return snapshot.resume(self.result_of(self.wait_for(number)))
@@ -241,11 +242,11 @@ class Execution:
             if name not in self.tools:
                 raise Failed(kind="crash", message="a fan-out named no tool")
             try:
-                calls.append((name, [to_wire(a) for a in args],
-                              {k: to_wire(v) for k, v in kwargs.items()}))
+                calls.append((name, [argument_to_wire(a) for a in args],
+                              {k: argument_to_wire(v) for k, v in kwargs.items()}))
             except NotJson as e:
                 # As the call itself would have raised: before any went out.
-                return {"exc_type": "TypeError", "message": f"{name}(): {e}"}
+                return self.tool_failed(f"{name}(): {e}")
         numbers = [self.bridge.call_tool(n, a, k, self) for n, a, k in calls]
         self.waiting[snapshot.call_id] = _Fan(numbers)
         for number in numbers:

@@ -32,6 +32,30 @@ def from_wire(value):
     return value
 
 
+# Tools take JSON as the host reads it: an int past 64 bits would reach them
+# rounded to a float, so it is refused instead.
+_INT_RANGE = (-(1 << 63), (1 << 64) - 1)
+
+
+def argument_to_wire(value):
+    """A tool argument -> JSON for the host (NotJson when it cannot go)."""
+    wired = to_wire(value)
+    _check_ints(wired)
+    return wired
+
+
+def _check_ints(value):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            raise NotJson(f"the int {value} does not fit in 64 bits; pass it as a str")
+    elif isinstance(value, list):
+        for item in value:
+            _check_ints(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_ints(item)
+
+
 def to_wire(value, depth=0):
     """Python values from Monty -> JSON for the host."""
     if depth > 100:

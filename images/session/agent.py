@@ -21,6 +21,7 @@ and must stay under one of the allowed roots, symbolic links included.
 
 import base64
 import ctypes
+import errno
 import json
 import os
 import shutil
@@ -148,10 +149,21 @@ def run_command(req, rid, proc, stdin, limit, stream):
     for t in readers:
         # Background children may keep the pipes open; do not wait for them forever.
         t.join(timeout=0.5 if timed_out else 5)
+    if near_pids_limit():
+        # Ended, but what it started holds the pids (its shell may have
+        # exited for want of a fork before the watch saw it).
+        contain_exhaustion(first=proc.pid)
+    exhausted = proc.pid in _exhausted
+    _exhausted.discard(proc.pid)
+    if exhausted:
+        # Answer once the processes are gone, so the next request finds
+        # its pids free.
+        settle_group(proc.pid)
     send({
         "type": "exit", "id": rid, "code": proc.returncode, "timed_out": timed_out,
         "stdout": b64(bytes(kept["stdout"])), "stderr": b64(bytes(kept["stderr"])),
         "stdout_truncated": cut["stdout"], "stderr_truncated": cut["stderr"],
+        "pids_exhausted": exhausted,
     })
 
 
@@ -285,6 +297,10 @@ def handle(req):
     except Refused as e:
         send({"type": "error", "id": rid, "kind": e.kind, "message": str(e)})
     except Exception as e:  # keep the agent alive whatever one request does
+        if out_of_pids(e):
+            contain_exhaustion()
+            send({"type": "error", "id": rid, "kind": "pids", "message": str(e)})
+            return
         send({"type": "error", "id": rid, "kind": "io", "message": "%s: %s" % (type(e).__name__, e)})
 
 
@@ -302,28 +318,112 @@ def make_unreachable():
 
 def reap_orphans():
     """As PID 1 the agent inherits every orphan; reap the dead ones so they
-    do not use up the container's process limit (a fork bomb's remains)."""
+    do not use up the container's process limit (a fork bomb's remains).
+    Meanwhile watch that limit: a command about to use it up is ended."""
     own = os.getpid()
     while True:
-        time.sleep(0.5)
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % entry) as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            # state, ppid; children the agent runs itself are waited by their Popen.
-            if fields[0] != "Z" or int(fields[1]) != own:
+        time.sleep(0.1)
+        if near_pids_limit():
+            contain_exhaustion()
+        for pid, (state, ppid, _) in processes().items():
+            # Children the agent runs itself are waited by their Popen.
+            if state != "Z" or ppid != own:
                 continue
             with _commands_lock:
-                if int(entry) in _commands:
+                if pid in _commands:
                     continue
                 try:
-                    os.waitpid(int(entry), os.WNOHANG)
+                    os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
                     pass
+
+
+# The container's pids limit (threads count too), as the host set it.
+PIDS_LIMIT = int(os.environ.get("DOCKHAND_PIDS_LIMIT") or 0)
+_PIDS_CURRENT = ("/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids/pids.current")
+# Commands (by process group) ended for using up the pids: their exit says so.
+_exhausted = set()
+
+
+def processes():
+    """pid -> (state, ppid, pgid) of every process in the container."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def near_pids_limit():
+    if PIDS_LIMIT <= 0:
+        return False
+    for path in _PIDS_CURRENT:
+        try:
+            with open(path) as f:
+                return int(f.read()) >= PIDS_LIMIT - 2
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def out_of_pids(e):
+    """Whether `e` says the process table is full (no thread, no fork)."""
+    if isinstance(e, RuntimeError):
+        return "thread" in str(e)
+    return isinstance(e, OSError) and e.errno == errno.EAGAIN
+
+
+def settle_group(pgid, limit=3.0):
+    """Waits (a bounded time) until no process of group `pgid` is left and
+    the pids are free again, reaping those that were handed to the agent."""
+    own = os.getpid()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        left = [(pid, state, ppid) for pid, (state, ppid, pg) in processes().items() if pg == pgid]
+        if not left and not near_pids_limit():
+            return
+        for pid, state, ppid in left:
+            if state == "Z" and ppid == own:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+        time.sleep(0.02)
+
+
+def contain_exhaustion(first=None):
+    """The pids are (nearly) all in use: end the running command whose
+    process group holds the most processes (`first`'s, if it holds any), so
+    the session answers again at once. If no command's group holds any (its
+    processes left the group), end every process but the agent."""
+    table = processes()
+    members = {}
+    for state, _, pgid in table.values():
+        if state != "Z":
+            members[pgid] = members.get(pgid, 0) + 1
+    with _commands_lock:
+        running = list(_commands)
+    if first is not None:
+        _exhausted.add(first)
+        running = [first]
+    culprit = max(running, key=lambda g: members.get(g, 0), default=None)
+    if culprit is not None and members.get(culprit, 0) > 0:
+        _exhausted.add(culprit)
+        kill_group(culprit)
+        return
+    own = os.getpid()
+    for pid in table:
+        if pid != own:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def serve(line):
@@ -334,9 +434,10 @@ def serve(line):
     try:
         threading.Thread(target=handle, args=(req,), daemon=True).start()
     except RuntimeError as e:
-        # Every pid in use (a command's fork bomb, until its limit): refuse
-        # this request rather than end the agent.
-        send({"type": "error", "id": req.get("id"), "kind": "io", "message": "the session has no process left to serve this (%s); try again when the running command's limit passes" % e})
+        # Every pid in use (a command's fork bomb): refuse this request
+        # rather than end the agent, and end what used them up.
+        contain_exhaustion()
+        send({"type": "error", "id": req.get("id"), "kind": "pids", "message": str(e)})
 
 
 def main():

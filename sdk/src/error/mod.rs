@@ -432,6 +432,21 @@ pub enum Error {
         stderr: String,
     },
 
+    /// A session's processes used up its pids limit (a fork bomb, say): the
+    /// command that did was killed with its process group, and the session
+    /// answers again as soon as those processes have ended (at once, as a
+    /// rule). Also the error of a request that found no process left to
+    /// serve it.
+    #[error("the session's processes reached its pids limit of {limit}: the command that used them up was killed with its process group, and the session answers again as soon as they have ended (a higher limit: `.pids(n)` on the session)")]
+    ProcessLimit {
+        /// The session's pids limit (threads count too).
+        limit: i64,
+        /// Standard output of the command, before the kill.
+        stdout: String,
+        /// Standard error of the command, before the kill.
+        stderr: String,
+    },
+
     /// The container was killed for using more memory than its limit.
     #[error("out of memory: killed after exceeding its memory limit of {limit_bytes} bytes; raise it with `.memory(\"2Gi\")`{}", stderr_suffix(stderr_tail))]
     OutOfMemory {

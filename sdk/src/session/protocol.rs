@@ -113,6 +113,9 @@ pub enum Reply {
         stdout_truncated: bool,
         /// Whether stderr was cut.
         stderr_truncated: bool,
+        /// Whether it was killed for using up the session's pids.
+        #[serde(default)]
+        pids_exhausted: bool,
     },
     /// A file request succeeded.
     Ok {

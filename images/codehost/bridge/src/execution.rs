@@ -300,7 +300,7 @@ impl Execution {
         self.count_calls(1)?;
         let (positional, keywords) = match wire_args(args.args(), args.kwargs()) {
             Ok(parts) => parts,
-            Err(e) => return Ok(Answer::Resume(argument_error(name, &e))),
+            Err(e) => return Ok(Answer::Resume(self.bad_arguments(name, &e))),
         };
         let number = self.call_host(name, positional, keywords);
         self.hold_or_send();
@@ -341,7 +341,7 @@ impl Execution {
             match wire_args(positional.into_iter(), keywords.into_iter()) {
                 Ok((positional, keywords)) => calls.push((name, positional, keywords)),
                 // As the call itself would have raised: before any went out.
-                Err(e) => return Ok(Answer::Resume(argument_error(&name, &e))),
+                Err(e) => return Ok(Answer::Resume(self.bad_arguments(&name, &e))),
             }
         }
         let numbers: Vec<u64> = calls
@@ -507,6 +507,13 @@ impl Execution {
         self.tool_failed(message)
     }
 
+    /// Arguments that cannot reach the host (not JSON: bytes, NaN, an int
+    /// past 64 bits) fail as the host fails every other bad argument (a
+    /// wrong type, an unknown name): the catchable `ToolError`.
+    fn bad_arguments(&mut self, name: &str, problem: &str) -> ResumeValue {
+        self.tool_failed(format!("{name}(): {problem}"))
+    }
+
     fn tool_failed(&mut self, message: String) -> ResumeValue {
         self.tool_errors.insert(message.clone());
         ResumeValue::Error(MontyException::new(ExcType::RuntimeError, Some(message)))
@@ -544,12 +551,4 @@ enum Step {
     Resume(ResumeValue),
     Futures(Vec<(u32, ResumeValue)>),
     Lookup,
-}
-
-/// The TypeError a call raises when its arguments are not JSON.
-fn argument_error(name: &str, problem: &str) -> ResumeValue {
-    ResumeValue::Error(MontyException::new(
-        ExcType::TypeError,
-        Some(format!("{name}(): {problem}")),
-    ))
 }

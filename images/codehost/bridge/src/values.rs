@@ -136,15 +136,31 @@ pub fn wire_args<'a>(
     args: impl Iterator<Item = ObjectRef<'a>>,
     kwargs: impl Iterator<Item = (ObjectRef<'a>, ObjectRef<'a>)>,
 ) -> Result<(Vec<Value>, Map<String, Value>), String> {
-    let positional = args
-        .map(|a| ref_to_wire(a).map_err(|e| e.0))
-        .collect::<Result<Vec<_>, _>>()?;
+    let argument = |v: ObjectRef<'_>| {
+        let value = ref_to_wire(v).map_err(|e| e.0)?;
+        fits_64_bits(&value)?;
+        Ok::<_, String>(value)
+    };
+    let positional = args.map(argument).collect::<Result<Vec<_>, _>>()?;
     let mut keywords = Map::new();
     for (k, v) in kwargs {
         let key = k.as_str().ok_or("keyword names must be str")?.to_string();
-        keywords.insert(key, ref_to_wire(v).map_err(|e| e.0)?);
+        keywords.insert(key, argument(v)?);
     }
     Ok((positional, keywords))
+}
+
+/// Tools take JSON as the host reads it: an int past 64 bits would reach
+/// them rounded to a float, so it is refused instead.
+fn fits_64_bits(value: &Value) -> Result<(), String> {
+    match value {
+        Value::Number(n) if !(n.is_i64() || n.is_u64() || n.is_f64()) => Err(format!(
+            "the int {n} does not fit in 64 bits; pass it as a str"
+        )),
+        Value::Array(items) => items.iter().try_for_each(fits_64_bits),
+        Value::Object(map) => map.values().try_for_each(fits_64_bits),
+        _ => Ok(()),
+    }
 }
 
 fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
@@ -337,6 +353,13 @@ mod tests {
         assert!(e.0.contains("bytes"), "{}", e.0);
         let d = MontyObject::dict([(MontyObject::tuple([]), MontyObject::none())]);
         assert!(to_wire(&d).unwrap_err().0.contains("tuple"));
+    }
+
+    #[test]
+    fn tool_arguments_past_64_bits_are_refused() {
+        let big = json!({"n": [123456789012345678901234567890u128]});
+        assert!(fits_64_bits(&big).unwrap_err().contains("64 bits"));
+        assert!(fits_64_bits(&json!([u64::MAX, i64::MIN, 1.5e300, "9".repeat(40)])).is_ok());
     }
 
     #[test]

@@ -122,6 +122,7 @@ impl Session {
                 stderr,
                 stdout_truncated,
                 stderr_truncated,
+                pids_exhausted,
                 ..
             } => {
                 lock(&self.inner.status).commands += 1;
@@ -139,6 +140,13 @@ impl Session {
                     text(&stdout, stdout_truncated),
                     text(&stderr, stderr_truncated),
                 );
+                if pids_exhausted {
+                    return Err(Error::ProcessLimit {
+                        limit: self.inner.config.resources.pids,
+                        stdout,
+                        stderr,
+                    });
+                }
                 if timed_out {
                     return Err(Error::CommandTimeout {
                         timeout: timeout.unwrap_or_default(),
@@ -155,11 +163,7 @@ impl Session {
                     duration: started.elapsed(),
                 })
             }
-            Reply::Error { kind, message, .. } => Err(Error::SessionFile {
-                path: String::new(),
-                kind: FileErrorKind::from_agent(&kind),
-                message,
-            }),
+            Reply::Error { kind, message, .. } => Err(self.agent_error("", &kind, message)),
             other => Err(Error::SessionUnavailable {
                 reason: format!("unexpected reply from the session agent: {other:?}"),
             }),

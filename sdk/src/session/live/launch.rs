@@ -149,6 +149,8 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
         "PYTHONUNBUFFERED=1".to_string(),
         format!("DOCKHAND_WORKSPACE={}", c.workspace),
         format!("DOCKHAND_ROOTS={}", c.roots().join(":")),
+        // The agent ends a command that is about to use them all up.
+        format!("DOCKHAND_PIDS_LIMIT={}", resources.pids),
     ];
     // Lazy values are resolved now, when the session is created.
     for (name, value) in &c.env {

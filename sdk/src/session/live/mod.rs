@@ -367,13 +367,27 @@ impl Session {
         let mut rx = self.request(|id| build(id, resolved)).await?;
         match tokio::time::timeout(limit, rx.recv()).await {
             Err(_) => Err(self.unanswered("a file request", limit)),
-            Ok(Some(Reply::Error { kind, message, .. })) => Err(Error::SessionFile {
-                path: path.to_string(),
-                kind: FileErrorKind::from_agent(&kind),
-                message,
-            }),
+            Ok(Some(Reply::Error { kind, message, .. })) => {
+                Err(self.agent_error(path, &kind, message))
+            }
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(self.gone()),
+        }
+    }
+
+    /// The error for an agent's refusal of a request about `path`.
+    fn agent_error(&self, path: &str, kind: &str, message: String) -> Error {
+        if kind == "pids" {
+            return Error::ProcessLimit {
+                limit: self.inner.config.resources.pids,
+                stdout: String::new(),
+                stderr: message,
+            };
+        }
+        Error::SessionFile {
+            path: path.to_string(),
+            kind: FileErrorKind::from_agent(kind),
+            message,
         }
     }
 
