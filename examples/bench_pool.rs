@@ -78,6 +78,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::connect().await?;
     let double = job()?;
     let image = client.resolve_image(double.image()).await?.reference;
+    if std::env::var_os("BENCH_POOL_SUSTAINED_ONLY").is_some() {
+        return sustained(&client, &double).await;
+    }
     let pool = client.pool(&double, PoolConfig::new(2)).await?;
     assert!(pool.wait_ready(FILL).await, "the pool did not fill");
     // Warm every path once (page cache, daemon caches).
@@ -192,5 +195,52 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             pool_rate / cli_rate
         );
     }
+
+    sustained(&client, &double).await
+}
+
+/// Sustained load: many jobs (the second argument, default 200) at 16
+/// concurrent through a pool of 16 that may grow to 32, beside cold runs at
+/// the same concurrency. `BENCH_POOL_SUSTAINED_ONLY=1` runs only this part.
+async fn sustained(
+    client: &Client,
+    double: &dockhand::Sandbox,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Sustained load: many jobs at 16 concurrent through a pool of 16 that
+    // may grow to 32, beside cold runs at the same concurrency.
+    let jobs: usize = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200);
+    let concurrency = 16;
+    println!(
+        "
+sustained: {jobs} jobs at {concurrency} concurrent"
+    );
+    let cold_rate = throughput(jobs, concurrency, || async {
+        client.run(double, [("x", 21)]).await.expect("cold run");
+    })
+    .await;
+    let pool = client
+        .pool(double, PoolConfig::new(16).max_size(32))
+        .await?;
+    pool.wait_ready(FILL).await;
+    let pool_rate = throughput(jobs, concurrency, || async {
+        pool.run([("x", 21)]).await.expect("pooled run");
+    })
+    .await;
+    let stats = pool.stats();
+    pool.shutdown().await;
+    let asked = stats.handed_over + stats.misses;
+    println!(
+        "cold {cold_rate:.2} jobs/s, pooled {pool_rate:.2} jobs/s ({:.2}x); \
+         hits {}/{asked} ({:.0}%, {} of them waited for a container on its way), \
+         the pool grew to {}",
+        pool_rate / cold_rate,
+        stats.handed_over,
+        100.0 * stats.handed_over as f64 / asked.max(1) as f64,
+        stats.waited,
+        stats.size
+    );
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::warm::{Discard, Fill, PoolStats, WarmPool};
-use super::PoolConfig;
+use super::{PoolConfig, WAIT_LIMIT};
 use crate::client::Client;
 use crate::codemode::{CodeHost, CodeHostConfig};
 use crate::error::Result;
@@ -92,7 +92,7 @@ impl Client {
         });
         let warm = WarmPool::new(
             "session-pool".into(),
-            pool.size,
+            pool.normalized(),
             fill,
             stop,
             self.reporter().clone(),
@@ -131,7 +131,7 @@ impl Client {
         });
         let warm = WarmPool::new(
             "code-host-pool".into(),
-            pool.size,
+            pool.normalized(),
             fill,
             stop,
             self.reporter().clone(),
@@ -149,7 +149,7 @@ impl SessionPool {
     /// It is the caller's from here (close it when done); the pool makes a
     /// new one in its place.
     pub async fn session(&self) -> Result<Session> {
-        if let Some(session) = self.warm.take() {
+        if let Some(session) = self.warm.take_or_wait(WAIT_LIMIT).await {
             return Ok(session);
         }
         let session = self.client.session(self.config.clone());
@@ -163,7 +163,7 @@ impl SessionPool {
 impl CodeHostPool {
     /// A started code host: a warm one if one is ready, else one started now.
     pub async fn host(&self) -> Result<CodeHost> {
-        if let Some(host) = self.warm.take() {
+        if let Some(host) = self.warm.take_or_wait(WAIT_LIMIT).await {
             return Ok(host);
         }
         let host = self.client.code_host(self.config.clone());

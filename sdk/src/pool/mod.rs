@@ -70,17 +70,75 @@ pub use sandbox::SandboxPool;
 pub use warm::PoolStats;
 pub(crate) use warm::WarmPool;
 
-/// How big a pool is.
+/// How long a take waits for an item being made when none is ready: a
+/// cold start would take about as long, and compete with it for the daemon.
+pub(crate) const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How big a pool is, and how it follows demand.
+///
+/// ```
+/// use std::time::Duration;
+/// use dockhand::pool::PoolConfig;
+/// // Four ready, up to sixteen while runs keep finding it empty, back to
+/// // four after a minute without; at most eight being made at once.
+/// let config = PoolConfig::new(4)
+///     .max_size(16)
+///     .max_starting(8)
+///     .shrink_after(Duration::from_secs(60));
+/// assert_eq!(config.size, 4);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolConfig {
-    /// Items kept ready (started and waiting); also the most made at once.
+    /// Items kept ready (started and waiting) when demand is low.
     pub size: usize,
+    /// The most items the pool grows to under sustained demand: each take
+    /// that finds it empty adds one, up to this (default: `size`).
+    pub max_size: usize,
+    /// The most items made at once, each on its own (default: `size`, at
+    /// least 2 and at most 16).
+    pub max_starting: usize,
+    /// A pool grown past `size` that was not found short for this long
+    /// gives the extra items back (default 30 s).
+    pub shrink_after: std::time::Duration,
 }
 
 impl PoolConfig {
     /// A pool of `size` items.
     pub fn new(size: usize) -> Self {
-        PoolConfig { size }
+        PoolConfig {
+            size,
+            max_size: size,
+            max_starting: size.clamp(2, 16),
+            shrink_after: std::time::Duration::from_secs(30),
+        }
+    }
+
+    /// Lets the pool grow to `max` items under sustained demand (not below `size`).
+    pub fn max_size(mut self, max: usize) -> Self {
+        self.max_size = max;
+        self
+    }
+
+    /// At most `n` items made at once (at least 1).
+    pub fn max_starting(mut self, n: usize) -> Self {
+        self.max_starting = n;
+        self
+    }
+
+    /// How long a grown pool must go without being found short before it
+    /// shrinks back to `size`.
+    pub fn shrink_after(mut self, idle: std::time::Duration) -> Self {
+        self.shrink_after = idle;
+        self
+    }
+
+    /// The config with its bounds made consistent.
+    pub(crate) fn normalized(self) -> Self {
+        PoolConfig {
+            max_size: self.max_size.max(self.size),
+            max_starting: self.max_starting.max(1),
+            ..self
+        }
     }
 }

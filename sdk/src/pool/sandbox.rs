@@ -76,14 +76,15 @@ impl Client {
     /// image fails here.
     pub async fn pool(&self, sandbox: &Sandbox, config: PoolConfig) -> Result<SandboxPool> {
         self.images().resolve(sandbox.image()).await?;
-        let size = if sandbox.runtime().secrets.is_empty() {
-            config.size
+        let config = config.normalized();
+        let config = if sandbox.runtime().secrets.is_empty() {
+            config
         } else {
             tracing::warn!(
                 sandbox = %sandbox.name(),
                 "a sandbox with secrets is not pooled: its runs start cold"
             );
-            0
+            PoolConfig::new(0)
         };
         let fill: Fill<WarmContainer> = {
             let (client, sandbox) = (self.clone(), sandbox.clone());
@@ -112,7 +113,7 @@ impl Client {
             .boxed()
         });
         let name = format!("pool:{}", sandbox.name());
-        let warm = WarmPool::new(name, size, fill, discard, self.reporter().clone());
+        let warm = WarmPool::new(name, config, fill, discard, self.reporter().clone());
         Ok(SandboxPool {
             client: self.clone(),
             sandbox: sandbox.clone(),

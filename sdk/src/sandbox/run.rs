@@ -335,7 +335,17 @@ impl Client {
         let deadline = rt
             .timeout
             .map(|limit| (tokio::time::Instant::now() + limit, limit));
-        let warm = match pool.and_then(WarmPool::take) {
+        let taken = match pool {
+            Some(pool) => {
+                let wait = deadline.map_or(crate::pool::WAIT_LIMIT, |(at, _)| {
+                    at.saturating_duration_since(tokio::time::Instant::now())
+                        .min(crate::pool::WAIT_LIMIT)
+                });
+                pool.take_or_wait(wait).await
+            }
+            None => None,
+        };
+        let warm = match taken {
             Some(WarmContainer {
                 container,
                 attached,
