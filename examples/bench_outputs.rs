@@ -1,13 +1,16 @@
 //! Benchmark: moving a large File output from a one-shot to the host, and
-//! what it costs the host process in memory (outputs stream to disk).
+//! what it costs the host process in memory (outputs stream to disk); then
+//! one very long line on stdout read with and without a live output handler.
 //!
 //! ```text
-//! cargo run --release --example bench_outputs -- [MiB]   # default 1024
+//! cargo run --release --example bench_outputs -- [MiB] [line MB]   # default 1024, 600
 //! ```
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use dockhand::{CacheMode, Client, Sandbox, Type};
+use dockhand::{CacheMode, Client, RunOptions, Sandbox, Type, NO_INPUTS};
 
 /// A field of /proc/self/status, in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(field: &str) -> u64 {
@@ -67,5 +70,68 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         after / 1024,
         after.saturating_sub(before) / 1024
     );
+    let line_mb: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(600);
+    long_line(&client, line_mb).await
+}
+
+/// One `mb` MB line on stdout with no newline, read with and without a live
+/// output handler: the handler gets it in 64 KiB pieces marked `partial`,
+/// and the time with it should stay close to the time without it.
+async fn long_line(client: &Client, mb: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let job = Sandbox::command("long-line", "sh")
+        .args([
+            "-c",
+            &format!("head -c {} /dev/zero | tr '\\0' x", mb * 1_000_000),
+        ])
+        .timeout(Duration::from_secs(120))
+        .cache(CacheMode::Disable)
+        .build()?;
+    client.run(&job, NO_INPUTS).await?; // warm up: image, connection
+    println!("one {mb} MB line on stdout, no newline");
+    println!(
+        "{:<16} {:>9} {:>12} {:>10}",
+        "", "seconds", "MB/s", "peak RSS"
+    );
+    let mut times = Vec::new();
+    for with_handler in [false, true] {
+        let pieces = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
+        let options = if with_handler {
+            let (pieces, bytes) = (pieces.clone(), bytes.clone());
+            RunOptions::new().on_output(move |line| {
+                pieces.fetch_add(1, Ordering::Relaxed);
+                bytes.fetch_add(line.line.len() as u64, Ordering::Relaxed);
+            })
+        } else {
+            RunOptions::new()
+        };
+        let started = Instant::now();
+        let out = client.run_with(&job, NO_INPUTS, options).await?;
+        let took = started.elapsed().as_secs_f64();
+        times.push(took);
+        assert_eq!(out.stdout.total_bytes as u64, mb * 1_000_000);
+        println!(
+            "{:<16} {:>9.2} {:>12.0} {:>7} MiB",
+            if with_handler {
+                "with handler"
+            } else {
+                "without handler"
+            },
+            took,
+            mb as f64 / took,
+            status_kib("VmHWM:") / 1024
+        );
+        if with_handler {
+            println!(
+                "  the handler saw {} pieces, {} MB",
+                pieces.load(Ordering::Relaxed),
+                bytes.load(Ordering::Relaxed) / 1_000_000
+            );
+        }
+    }
+    println!("with / without: {:.2}x", times[1] / times[0]);
     Ok(())
 }

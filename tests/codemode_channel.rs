@@ -171,6 +171,26 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         "{e:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // Call by call too, as the compiled bridge: a ToolError the code can catch.
+    for (code, needle) in [
+        ("echo(float('nan'))", "not a JSON number"),
+        ("echo(2 ** 70)", "64 bits"),
+    ] {
+        let caught = host
+            .execute(
+                &format!("try:\n    {code}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr"),
+                json!({}),
+                &tools,
+            )
+            .await
+            .unwrap();
+        assert!(
+            caught.value.as_str().is_some_and(|m| m.contains(needle)),
+            "{code}: {:?}",
+            caught.value
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
     let e = code_error(
         host.execute("for i in range(51):\n    pass", json!({}), &tools)
             .await,

@@ -93,7 +93,8 @@ pub struct PoolConfig {
     /// Items kept ready (started and waiting) when demand is low.
     pub size: usize,
     /// The most items the pool grows to under sustained demand: each take
-    /// that finds it empty adds one, up to this (default: `size`).
+    /// that has to start cold (none ready, none on its way in time) adds
+    /// one, up to this (default: `size`).
     pub max_size: usize,
     /// The most items made at once, each on its own (default: `size`, at
     /// least 2 and at most 16).

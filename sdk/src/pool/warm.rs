@@ -163,14 +163,21 @@ impl<T: Send + 'static> WarmPool<T> {
                 !slots.closed && coming && slots.retry_at.is_none()
             };
             if !on_the_way || tokio::time::timeout_at(until, changed).await.is_err() {
+                // A cold start: demand outgrew the pool; grow it toward its
+                // maximum. (A take that waited does not: the fills in
+                // flight, not the size, held it up.)
                 self.shared.misses.fetch_add(1, Ordering::Relaxed);
+                let mut slots = lock(&self.shared.slots);
+                slots.target = (slots.target + 1).min(self.shared.config.max_size);
+                drop(slots);
+                self.shared.wanted.notify_one();
                 return None;
             }
             waited = true;
         }
     }
 
-    /// Pops a ready item; a take that finds none marks the pool short.
+    /// Pops a ready item; a take that empties the pool marks it short.
     fn try_take(&self) -> Option<T> {
         let taken = {
             let mut slots = lock(&self.shared.slots);
@@ -179,11 +186,8 @@ impl<T: Send + 'static> WarmPool<T> {
             } else {
                 let taken = slots.ready.pop_front();
                 if slots.ready.is_empty() {
-                    // Demand caught up with the pool: grow toward the maximum.
+                    // Demand caught up with the pool.
                     slots.last_short = Instant::now();
-                    if taken.is_none() {
-                        slots.target = (slots.target + 1).min(self.shared.config.max_size);
-                    }
                 }
                 taken
             }
@@ -449,7 +453,7 @@ mod tests {
             .shrink_after(Duration::from_secs(10));
         let (warm, _) = pool(config, Duration::from_millis(50));
         assert!(warm.wait_ready(2, Duration::from_secs(5)).await);
-        // Sustained demand: takes keep finding it short.
+        // Sustained demand: takes keep finding it empty and start cold.
         for _ in 0..20 {
             let _ = warm.take_or_wait(Duration::ZERO).await;
         }
