@@ -177,11 +177,7 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         ("echo(2 ** 70)", "64 bits"),
     ] {
         let caught = host
-            .execute(
-                &format!("try:\n    {code}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr"),
-                json!({}),
-                &tools,
-            )
+            .execute(&common::catching_tool_error(code), json!({}), &tools)
             .await
             .unwrap();
         assert!(

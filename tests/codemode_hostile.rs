@@ -339,11 +339,7 @@ async fn malformed_tool_calls_fail_at_once() {
         );
         // And the code can catch it, as any tool's failure.
         let caught = host
-            .execute(
-                &format!("try:\n    {code}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr"),
-                json!({}),
-                &tools(),
-            )
+            .execute(&common::catching_tool_error(code), json!({}), &tools())
             .await
             .unwrap();
         assert!(

@@ -192,3 +192,9 @@ pub fn new_socket_dirs(before: &[String]) -> Vec<String> {
         .filter(|d| !before.contains(d))
         .collect()
 }
+
+/// Code-mode source that runs `call` inside `try/except ToolError` and ends
+/// with the error's text (or `no error`).
+pub fn catching_tool_error(call: &str) -> String {
+    format!("try:\n    {call}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr")
+}
