@@ -176,15 +176,7 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         ("echo(float('nan'))", "not a JSON number"),
         ("echo(2 ** 70)", "64 bits"),
     ] {
-        let caught = host
-            .execute(&common::catching_tool_error(code), json!({}), &tools)
-            .await
-            .unwrap();
-        assert!(
-            caught.value.as_str().is_some_and(|m| m.contains(needle)),
-            "{code}: {:?}",
-            caught.value
-        );
+        common::assert_catches_tool_error(&host, code, needle, &tools).await;
     }
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     let e = code_error(

@@ -338,15 +338,7 @@ async fn malformed_tool_calls_fail_at_once() {
             "{code} was slow"
         );
         // And the code can catch it, as any tool's failure.
-        let caught = host
-            .execute(&common::catching_tool_error(code), json!({}), &tools())
-            .await
-            .unwrap();
-        assert!(
-            caught.value.as_str().is_some_and(|m| m.contains(needle)),
-            "{code}: {:?}",
-            caught.value
-        );
+        common::assert_catches_tool_error(&host, code, needle, &tools()).await;
         assert_healthy(&host).await;
     }
     assert!(runtime(

@@ -193,8 +193,23 @@ pub fn new_socket_dirs(before: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Code-mode source that runs `call` inside `try/except ToolError` and ends
-/// with the error's text (or `no error`).
-pub fn catching_tool_error(call: &str) -> String {
-    format!("try:\n    {call}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr")
+/// Runs `call` inside `try/except ToolError` on `host` and asserts that the
+/// code caught a ToolError whose text holds `needle`.
+pub async fn assert_catches_tool_error(
+    host: &dockhand::codemode::CodeHost,
+    call: &str,
+    needle: &str,
+    tools: &dockhand::codemode::Toolset,
+) {
+    let code =
+        format!("try:\n    {call}\n    r = 'no error'\nexcept ToolError as e:\n    r = str(e)\nr");
+    let caught = host
+        .execute(&code, serde_json::json!({}), tools)
+        .await
+        .expect("the code runs");
+    assert!(
+        caught.value.as_str().is_some_and(|m| m.contains(needle)),
+        "{call}: {:?}",
+        caught.value
+    );
 }
