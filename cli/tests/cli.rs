@@ -7,7 +7,7 @@ use predicates::prelude::*;
 
 fn dockhand() -> Command {
     let mut cmd = Command::cargo_bin("dockhand").expect("the dockhand binary");
-    cmd.timeout(Duration::from_secs(600));
+    cmd.timeout(Duration::from_secs(900));
     cmd
 }
 

@@ -9,6 +9,7 @@ threads, so a long command does not hold up a file read.
                  {"type": "write", "id", "path", "data", "mode"}
                  {"type": "list", "id", "path"}
                  {"type": "remove", "id", "path", "recursive"}
+                 {"type": "input", "id", "data", "close"}   (to an exec with "keep_stdin")
   agent -> host  {"type": "ready"}
                  {"type": "chunk", "id", "stream": "stdout" | "stderr", "data"}
                  {"type": "exit", "id", "code", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "timed_out"}
@@ -24,6 +25,7 @@ import ctypes
 import errno
 import json
 import os
+import queue
 import shutil
 import signal
 import stat
@@ -86,14 +88,18 @@ def do_exec(req):
     env.update(req.get("env") or {})
     cwd = resolve(req.get("cwd") or WORKSPACE)
     stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+    keep_stdin = bool(req.get("keep_stdin"))
     with _commands_lock:
         proc = subprocess.Popen(
             ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin is not None or keep_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
         _commands.add(proc.pid)
     try:
+        if keep_stdin:
+            feed_inputs(rid, proc)
+            stdin = None
         run_command(req, rid, proc, stdin, limit, stream)
     except BaseException:
         # Could not watch the command (no thread to read it, say, when it
@@ -103,6 +109,9 @@ def do_exec(req):
         raise
     finally:
         _commands.discard(proc.pid)
+        pending = _inputs.get(rid)
+        if pending is not None:
+            pending.put(None)
 
 
 def run_command(req, rid, proc, stdin, limit, stream):
@@ -165,6 +174,47 @@ def run_command(req, rid, proc, stdin, limit, stream):
         "stdout_truncated": cut["stdout"], "stderr_truncated": cut["stderr"],
         "pids_exhausted": exhausted,
     })
+
+
+# Exec id -> queue of `input` data for a command that keeps its stdin open.
+_inputs = {}
+
+
+def feed_inputs(rid, proc):
+    """Writes `input` requests to the command's stdin in the order they came,
+    on a thread of its own: a command that stops reading blocks only that."""
+    pending = queue.SimpleQueue()
+    _inputs[rid] = pending
+
+    def feed():
+        try:
+            while True:
+                data = pending.get()
+                if data is None:
+                    break
+                proc.stdin.write(data)
+                proc.stdin.flush()
+        except OSError:
+            pass
+        finally:
+            _inputs.pop(rid, None)
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+    threading.Thread(target=feed, daemon=True).start()
+
+
+def queue_input(req):
+    """Runs on the reading thread, so inputs keep their order."""
+    pending = _inputs.get(req.get("id"))
+    if pending is None:
+        return
+    if req.get("data"):
+        pending.put(base64.b64decode(req["data"]))
+    if req.get("close"):
+        pending.put(None)
 
 
 def kill_group(pgid):
@@ -430,6 +480,9 @@ def serve(line):
     try:
         req = json.loads(line)
     except ValueError:
+        return
+    if req.get("type") == "input":
+        queue_input(req)
         return
     try:
         threading.Thread(target=handle, args=(req,), daemon=True).start()

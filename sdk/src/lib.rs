@@ -27,6 +27,7 @@ pub mod error;
 pub mod image;
 #[cfg(feature = "kubernetes")]
 pub mod k8s;
+pub mod kernel;
 pub mod lifecycle;
 mod paths;
 pub mod pool;

@@ -213,3 +213,46 @@ pub async fn assert_catches_tool_error(
         caught.value
     );
 }
+
+/// A shell command listing every process's command line, one per line (the
+/// base image has no `ps`).
+pub const PROCESS_LIST: &str =
+    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done";
+
+/// A Python venv with `packages` from PyPI (the clients users use, such as
+/// `nbformat`), made once per target directory; returns its `python`.
+pub fn venv_python(packages: &[&str]) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("venv-{}", packages.join("-")));
+    let python = dir.join("bin/python");
+    let ready = dir.join(".ready");
+    if !ready.exists() {
+        let run = |cmd: &mut std::process::Command| {
+            let status = cmd.status().expect("python3 runs");
+            assert!(status.success(), "{cmd:?} failed");
+        };
+        run(std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&dir));
+        run(std::process::Command::new(&python)
+            .args(["-m", "pip", "install", "-q"])
+            .args(packages));
+        std::fs::write(&ready, b"").unwrap();
+    }
+    python
+}
+
+/// The data-science kernel, its image trusting the host's CA (pip behind a
+/// TLS-intercepting proxy).
+pub fn kernel_config() -> dockhand::kernel::KernelConfig {
+    let c = dockhand::kernel::KernelConfig::data_science();
+    let image = with_host_ca(c.image_spec().clone());
+    c.image(image)
+}
+
+/// A started kernel.
+pub async fn kernel(config: dockhand::kernel::KernelConfig) -> dockhand::kernel::Kernel {
+    let k = client().await.kernel(config);
+    k.start().await.expect("the kernel starts");
+    k
+}

@@ -513,6 +513,10 @@ pub enum Error {
         reason: String,
     },
 
+    /// A kernel, context or relay failure (see [`KernelError`](crate::kernel::KernelError)).
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
+
     /// A local file operation failed.
     #[error("{context}: {source}")]
     Io {

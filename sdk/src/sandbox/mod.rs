@@ -65,7 +65,7 @@ pub use runtime::{
     CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
     DEFAULT_PIDS, UNPRIVILEGED_USER,
 };
-pub(crate) use secret::{redact_cut, Cut};
+pub(crate) use secret::{redact, redact_cut, Cut};
 pub use secret::{Secret, SecretMount};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

@@ -33,6 +33,7 @@ mod tools;
 pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
+pub(crate) use live::Channel;
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{container_spec, AGENT};
 pub use live::{ExecEvent, Session, SessionDescription};

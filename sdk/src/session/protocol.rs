@@ -30,6 +30,19 @@ pub enum Request {
         output_limit: usize,
         /// Send output chunks as they come.
         stream: bool,
+        /// Keep stdin open for [`Request::Input`]s (a long-lived helper).
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        keep_stdin: bool,
+    },
+    /// Bytes for the stdin of an exec that keeps it open, in order.
+    Input {
+        /// The exec's request id.
+        id: u64,
+        /// Bytes, base64.
+        data: String,
+        /// Close stdin after these bytes.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        close: bool,
     },
     /// Read a file.
     Read {
@@ -203,6 +216,7 @@ mod tests {
             timeout_s: Some(2.0),
             output_limit: 10,
             stream: false,
+            keep_stdin: false,
         });
         let v: serde_json::Value = serde_json::from_slice(&exec).unwrap();
         assert!(v.get("cwd").is_none() && v.get("stdin").is_none());

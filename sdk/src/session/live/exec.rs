@@ -89,6 +89,7 @@ impl Session {
             timeout_s: timeout.map(|t| t.as_secs_f64()),
             output_limit: limit,
             stream,
+            keep_stdin: false,
         })
         .await
     }

@@ -12,6 +12,8 @@ use serde::Serialize;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+mod channel;
+pub(crate) use channel::Channel;
 mod exec;
 use exec::exec_grace;
 mod launch;

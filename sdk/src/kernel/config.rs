@@ -1,0 +1,144 @@
+//! [`KernelConfig`]: the image, limits and startup of a kernel.
+
+use std::time::Duration;
+
+use crate::image::ImageSpec;
+use crate::session::SessionConfig;
+
+/// How a kernel is made. The container underneath is a session's (same
+/// hardening, resources, network, secrets and file API); see
+/// [`KernelConfig::session`].
+///
+/// ```
+/// use dockhand::kernel::KernelConfig;
+/// use std::time::Duration;
+/// let config = KernelConfig::data_science()
+///     .run_timeout(Duration::from_secs(30))
+///     .figure_formats(["png", "svg"]);
+/// assert_eq!(config.figure_formats_list(), ["png", "svg"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    pub(crate) session: SessionConfig,
+    pub(crate) image: ImageSpec,
+    pub(crate) run_timeout: Duration,
+    pub(crate) interrupt_grace: Duration,
+    pub(crate) text_limit: usize,
+    pub(crate) payload_limit: usize,
+    pub(crate) figure_formats: Vec<String>,
+    pub(crate) startup: Vec<String>,
+}
+
+/// What every kernel image needs on top of the caller's packages.
+const KERNEL_PACKAGES: [&str; 1] = ["ipykernel"];
+/// The data-science spec's packages.
+const DATA_SCIENCE_PACKAGES: [&str; 3] = ["pandas", "numpy", "matplotlib"];
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            session: SessionConfig::new().no_timeout(),
+            image: ImageSpec::default(),
+            run_timeout: Duration::from_secs(60),
+            interrupt_grace: Duration::from_secs(3),
+            text_limit: 1 << 20,
+            payload_limit: 8 << 20,
+            figure_formats: vec!["png".into()],
+            startup: Vec::new(),
+        }
+    }
+}
+
+impl KernelConfig {
+    /// Python with ipykernel, on the default base image, network off.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Python with ipykernel, pandas, numpy and matplotlib, imported when
+    /// each context starts (`pd`, `np`, `plt`).
+    pub fn data_science() -> Self {
+        Self::new()
+            .image(ImageSpec::default().pip(DATA_SCIENCE_PACKAGES))
+            .startup("import pandas as pd\nimport numpy as np\nimport matplotlib.pyplot as plt")
+    }
+
+    /// The image; `ipykernel` is added to its pip packages (a prebuilt image
+    /// must have ipykernel already).
+    pub fn image(mut self, image: ImageSpec) -> Self {
+        self.image = image;
+        self
+    }
+
+    /// The image as configured (without the added `ipykernel`).
+    pub fn image_spec(&self) -> &ImageSpec {
+        &self.image
+    }
+
+    /// Changes the container's settings (resources, env, secrets, network,
+    /// hardening, workspace) through the session configuration underneath.
+    pub fn session(mut self, change: impl FnOnce(SessionConfig) -> SessionConfig) -> Self {
+        self.session = change(self.session);
+        self
+    }
+
+    /// The default limit of each run (60 s); see [`RunOptions::timeout`](super::RunOptions::timeout).
+    pub fn run_timeout(mut self, timeout: Duration) -> Self {
+        self.run_timeout = timeout;
+        self
+    }
+
+    /// How long an interrupted run may take to stop before its context is
+    /// restarted (3 s).
+    pub fn interrupt_grace(mut self, grace: Duration) -> Self {
+        self.interrupt_grace = grace;
+        self
+    }
+
+    /// Bytes of stdout and of stderr kept per run (1 MiB); more is dropped
+    /// inside the container and the run says it was cut.
+    pub fn text_limit(mut self, bytes: usize) -> Self {
+        self.text_limit = bytes.max(1);
+        self
+    }
+
+    /// The largest MIME value passed on (8 MiB); a larger text is cut, a
+    /// larger image dropped, and the result names it in `cut`.
+    pub fn payload_limit(mut self, bytes: usize) -> Self {
+        self.payload_limit = bytes.max(1);
+        self
+    }
+
+    /// The formats matplotlib figures are displayed in: `png` (default),
+    /// `svg`, `jpeg`, `pdf`, `retina`.
+    pub fn figure_formats<I, S>(mut self, formats: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.figure_formats = formats.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The figure formats.
+    pub fn figure_formats_list(&self) -> &[String] {
+        &self.figure_formats
+    }
+
+    /// Code every context runs when it starts (imports, say); a failure
+    /// shows in the kernel's log, not in a run.
+    pub fn startup(mut self, code: impl Into<String>) -> Self {
+        self.startup.push(code.into());
+        self
+    }
+
+    /// The session configuration with the kernel's image.
+    pub(crate) fn session_config(&self) -> SessionConfig {
+        let image = if self.image.is_prebuilt() {
+            self.image.clone()
+        } else {
+            self.image.clone().pip(KERNEL_PACKAGES)
+        };
+        self.session.clone().image(image)
+    }
+}

@@ -1,0 +1,208 @@
+//! The host's end of the relay: one helper process in the kernel's
+//! container, its output split into events and routed to contexts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::wire::{Event, Lines, Op};
+use super::KernelError;
+use crate::error::Result;
+use crate::session::protocol::{unb64, Reply};
+use crate::session::{Channel, Session, SessionApi};
+use crate::util::{lock, push_tail};
+
+/// Where the relay and the kernel's startup file live in the container.
+const RELAY_DIR: &str = "/tmp/.dockhand-kernel";
+/// The relay program.
+pub const RELAY: &str = include_str!("../../../images/kernel/relay.py");
+/// Run by every kernel at start: chart and DataFrame formatters.
+pub const KERNEL_STARTUP: &str = include_str!("../../../images/kernel/kernel_startup.py");
+/// How long the relay may take to say it is up.
+const READY_LIMIT: Duration = Duration::from_secs(30);
+/// The longest line the relay may send: its payload cap, base64 and JSON.
+const LINE_LIMIT: usize = 64 << 20;
+
+/// One context's events, and the run whose messages it lets through.
+struct Route {
+    tx: mpsc::UnboundedSender<Event>,
+    current: Option<String>,
+}
+
+#[derive(Default)]
+struct Routes {
+    alive: bool,
+    why: String,
+    contexts: HashMap<String, Route>,
+}
+
+/// A running relay.
+pub(crate) struct Link {
+    session: Session,
+    channel: u64,
+    routes: Arc<Mutex<Routes>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Link {
+    /// Uploads the relay and starts it in `session`'s container.
+    pub(crate) async fn open(session: &Session) -> Result<Arc<Link>> {
+        session
+            .write_file(&format!("{RELAY_DIR}/relay.py"), RELAY.as_bytes())
+            .await?;
+        session
+            .write_file(
+                &format!("{RELAY_DIR}/kernel_startup.py"),
+                KERNEL_STARTUP.as_bytes(),
+            )
+            .await?;
+        let env = BTreeMap::from([("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string())]);
+        let Channel { id, replies } = session
+            .open_channel(&format!("exec python3 -u {RELAY_DIR}/relay.py"), env)
+            .await?;
+        let routes = Arc::new(Mutex::new(Routes {
+            alive: true,
+            ..Routes::default()
+        }));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let reader = tokio::spawn(read_events(replies, routes.clone(), ready_tx));
+        let link = Arc::new(Link {
+            session: session.clone(),
+            channel: id,
+            routes,
+            reader,
+        });
+        match tokio::time::timeout(READY_LIMIT, ready_rx).await {
+            Ok(Ok(())) => Ok(link),
+            Ok(Err(_)) => Err(KernelError::Unavailable {
+                reason: format!(
+                    "the kernel relay exited at start (is ipykernel in the image?): {}",
+                    link.why()
+                ),
+            }
+            .into()),
+            Err(_) => Err(KernelError::Unavailable {
+                reason: format!("the kernel relay did not start within {READY_LIMIT:?}"),
+            }
+            .into()),
+        }
+    }
+
+    /// Whether the relay is still running.
+    pub(crate) fn alive(&self) -> bool {
+        lock(&self.routes).alive
+    }
+
+    /// Why the relay stopped (its last stderr).
+    pub(crate) fn why(&self) -> String {
+        let why = lock(&self.routes).why.trim().to_string();
+        if why.is_empty() {
+            "the relay or its container stopped".into()
+        } else {
+            format!("the relay stopped: {why}")
+        }
+    }
+
+    /// A fresh event queue for context `name` (the old one, if any, ends).
+    pub(crate) fn route(&self, name: &str) -> Option<mpsc::UnboundedReceiver<Event>> {
+        let mut routes = lock(&self.routes);
+        if !routes.alive {
+            return None;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        routes
+            .contexts
+            .insert(name.to_string(), Route { tx, current: None });
+        Some(rx)
+    }
+
+    /// Forgets context `name`.
+    pub(crate) fn unroute(&self, name: &str) {
+        lock(&self.routes).contexts.remove(name);
+    }
+
+    /// Lets through only the messages answering request `id` (none: only
+    /// lifecycle events). Output of earlier runs, of threads the code left
+    /// behind and forged replies all name other parents, and are dropped.
+    pub(crate) fn expect(&self, name: &str, id: Option<&str>) {
+        if let Some(route) = lock(&self.routes).contexts.get_mut(name) {
+            route.current = id.map(str::to_string);
+        }
+    }
+
+    /// Sends one operation to the relay.
+    pub(crate) async fn send(&self, op: &Op<'_>) -> Result<()> {
+        if !self.alive() {
+            return Err(KernelError::Unavailable { reason: self.why() }.into());
+        }
+        self.session.channel_input(self.channel, &op.encode()).await
+    }
+}
+
+/// Routes the relay's events until its output ends.
+async fn read_events(
+    mut replies: mpsc::UnboundedReceiver<Reply>,
+    routes: Arc<Mutex<Routes>>,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    let mut lines = Lines::new(LINE_LIMIT);
+    let mut stderr = String::new();
+    while let Some(reply) = replies.recv().await {
+        let (stream, data) = match reply {
+            Reply::Chunk { stream, data, .. } => (stream, data),
+            Reply::Exit { code, .. } => {
+                stderr.push_str(&format!(" (exit code {code})"));
+                break;
+            }
+            Reply::Error { message, .. } => {
+                stderr.push_str(&message);
+                break;
+            }
+            _ => continue,
+        };
+        let bytes = unb64(&data).unwrap_or_default();
+        if stream == "stderr" {
+            push_tail(&mut stderr, &bytes, 2000);
+            continue;
+        }
+        for line in lines.push(&bytes) {
+            let event: Event = match serde_json::from_slice(&line) {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::warn!(error = %e, "unreadable line from the kernel relay");
+                    continue;
+                }
+            };
+            if matches!(event, Event::Ready) {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                continue;
+            }
+            let routes = lock(&routes);
+            let Some(route) = event.context().and_then(|c| routes.contexts.get(c)) else {
+                continue;
+            };
+            if let Some(parent) = event.parent() {
+                if parent.is_none() || parent != route.current.as_deref() {
+                    continue;
+                }
+            }
+            let _ = route.tx.send(event);
+        }
+    }
+    let mut routes = lock(&routes);
+    routes.alive = false;
+    routes.why = stderr;
+    // Dropping the senders tells every waiting run that the relay is gone.
+    routes.contexts.clear();
+}

@@ -1,0 +1,554 @@
+//! [`Kernel`]: contexts, runs, timeouts and restarts over one relay.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jupyter_protocol::JupyterMessage;
+use tokio::sync::mpsc;
+
+use super::execution::{Collector, Execution, KernelEvent};
+use super::link::Link;
+use super::notebook::Cell;
+use super::wire::{execute_request, Event, Op};
+use super::{KernelConfig, KernelError};
+use crate::client::Client;
+use crate::error::Result;
+use crate::sandbox::redact;
+use crate::session::{DirEntry, ExecOptions, ExecResult, Session, SessionApi};
+use crate::util::lock;
+
+/// The context `run` uses.
+pub const DEFAULT_CONTEXT: &str = "default";
+/// How long a context's kernel may take to start (imports included).
+const CONTEXT_START_LIMIT: Duration = Duration::from_secs(120);
+
+/// A live output listener.
+type Listener = Arc<dyn Fn(&KernelEvent) + Send + Sync>;
+
+/// Options of one run.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    pub(crate) context: Option<String>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) listener: Option<Listener>,
+}
+
+impl fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("context", &self.context)
+            .field("timeout", &self.timeout)
+            .field("listener", &self.listener.is_some())
+            .finish()
+    }
+}
+
+impl RunOptions {
+    /// Default options: the default context and the kernel's run timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs in this context (created with [`Kernel::create_context`]).
+    pub fn context(mut self, name: impl Into<String>) -> Self {
+        self.context = Some(name.into());
+        self
+    }
+
+    /// The run's limit: past it the kernel is interrupted (state kept), and
+    /// restarted if the interrupt does not take.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Called with each output as it comes (stdout, stderr, results, error).
+    pub fn on_event(mut self, listener: impl Fn(&KernelEvent) + Send + Sync + 'static) -> Self {
+        self.listener = Some(Arc::new(listener));
+        self
+    }
+}
+
+/// One context: its kernel's events and its history.
+struct Context {
+    name: String,
+    cwd: String,
+    events: Option<mpsc::UnboundedReceiver<Event>>,
+    /// The relay its kernel runs under (a new relay means a new kernel).
+    link: Option<Arc<Link>>,
+    history: Vec<Cell>,
+}
+
+struct Inner {
+    config: KernelConfig,
+    session: Session,
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    contexts: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Context>>>>,
+}
+
+/// A container running Jupyter kernels, one per context. Cheap to clone;
+/// the container goes with [`Kernel::close`] or the last clone.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("state", &self.inner.session.state())
+            .field("contexts", &self.contexts())
+            .finish()
+    }
+}
+
+impl Client {
+    /// A kernel with this configuration; call [`Kernel::start`].
+    pub fn kernel(&self, config: KernelConfig) -> Kernel {
+        let session = self.session(config.session_config());
+        Kernel {
+            inner: Arc::new(Inner {
+                config,
+                session,
+                link: tokio::sync::Mutex::new(None),
+                contexts: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+}
+
+impl Kernel {
+    /// Builds the image if needed, starts the container and the default
+    /// context.
+    pub async fn start(&self) -> Result<()> {
+        self.inner.session.start().await?;
+        let cwd = self.inner.config.session.workspace_dir().to_string();
+        self.create_context_in(DEFAULT_CONTEXT, &cwd).await
+    }
+
+    /// The session underneath: files, shell commands, snapshots.
+    pub fn session(&self) -> &Session {
+        &self.inner.session
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KernelConfig {
+        &self.inner.config
+    }
+
+    /// Runs code in the default context.
+    pub async fn run(&self, code: &str) -> Result<Execution> {
+        self.run_with(code, RunOptions::default()).await
+    }
+
+    /// Runs code with options. `Ok` whether or not the code raised; `Err`
+    /// only when the kernel itself failed ([`KernelError`]).
+    pub async fn run_with(&self, code: &str, options: RunOptions) -> Result<Execution> {
+        let name = options.context.as_deref().unwrap_or(DEFAULT_CONTEXT);
+        let context = self.context(name)?;
+        let mut context = context.lock().await;
+        let link = self.ready(&mut context).await?;
+        let timeout = options.timeout.unwrap_or(self.inner.config.run_timeout);
+        let started = Instant::now();
+        let (id, msg) = execute_request(code);
+        link.expect(name, Some(&id));
+        let mut guard = Interrupter {
+            link: link.clone(),
+            context: name.to_string(),
+            armed: true,
+        };
+        link.send(&Op::Send {
+            ctx: name,
+            channel: "shell",
+            msg,
+        })
+        .await?;
+        let mut collector = Collector::new(self.inner.config.text_limit);
+        let outcome = self
+            .collect(&mut context, &mut collector, started + timeout, &options)
+            .await;
+        let outcome = match outcome {
+            Collected::Timeout => {
+                link.send(&Op::Interrupt { ctx: name }).await?;
+                let grace = Instant::now() + self.inner.config.interrupt_grace;
+                match self
+                    .collect(&mut context, &mut collector, grace, &options)
+                    .await
+                {
+                    Collected::Done => Err(KernelError::Timeout {
+                        context: name.into(),
+                        timeout,
+                        state_lost: false,
+                    }
+                    .into()),
+                    Collected::Err(e) => Err(e),
+                    Collected::Timeout => {
+                        self.restart_locked(&mut context).await?;
+                        Err(KernelError::Timeout {
+                            context: name.into(),
+                            timeout,
+                            state_lost: true,
+                        }
+                        .into())
+                    }
+                }
+            }
+            Collected::Err(e) => Err(e),
+            Collected::Done => Ok(()),
+        };
+        guard.armed = false;
+        link.expect(name, None);
+        outcome?;
+        let mut execution = collector.execution;
+        execution.duration = started.elapsed();
+        self.redact(&mut execution);
+        context.history.push(Cell {
+            code: code.to_string(),
+            execution: execution.clone(),
+        });
+        Ok(execution)
+    }
+
+    /// Reads a run's events until it is done, the deadline passes or the
+    /// kernel fails.
+    async fn collect(
+        &self,
+        context: &mut Context,
+        collector: &mut Collector,
+        deadline: Instant,
+        options: &RunOptions,
+    ) -> Collected {
+        loop {
+            let Some(events) = context.events.as_mut() else {
+                return Collected::Err(self.gone(context));
+            };
+            let event = match tokio::time::timeout_at(deadline.into(), events.recv()).await {
+                Err(_) => return Collected::Timeout,
+                Ok(None) => return Collected::Err(self.gone(context)),
+                Ok(Some(event)) => event,
+            };
+            match event {
+                Event::Msg { msg, .. } => {
+                    let Ok(message) = serde_json::from_value::<JupyterMessage>(msg) else {
+                        continue;
+                    };
+                    if let Some(event) = collector.take(message) {
+                        if let Some(listener) = &options.listener {
+                            listener(&self.redact_event(event));
+                        }
+                    }
+                    if collector.done() {
+                        return Collected::Done;
+                    }
+                }
+                Event::Cut { stream, .. } => collector.cut(&stream),
+                Event::Died {
+                    code, oom, stderr, ..
+                } => {
+                    let reason = format!(
+                        "exit status {code}{}",
+                        if stderr.trim().is_empty() {
+                            String::new()
+                        } else {
+                            format!("; its stderr ends:\n{}", tail(&stderr, 1000))
+                        }
+                    );
+                    context.link = None;
+                    if let Err(e) = self.ready(context).await {
+                        return Collected::Err(e);
+                    }
+                    return Collected::Err(
+                        KernelError::Died {
+                            context: context.name.clone(),
+                            reason,
+                            out_of_memory: oom,
+                        }
+                        .into(),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The relay is gone: the context must start again.
+    fn gone(&self, context: &mut Context) -> crate::Error {
+        let reason = context
+            .link
+            .take()
+            .map(|l| l.why())
+            .unwrap_or_else(|| "the relay stopped".into());
+        context.events = None;
+        KernelError::Unavailable { reason }.into()
+    }
+
+    /// A running relay, starting one if there is none (or it died).
+    async fn link(&self) -> Result<Arc<Link>> {
+        let mut link = self.inner.link.lock().await;
+        if let Some(l) = link.as_ref() {
+            if l.alive() {
+                return Ok(l.clone());
+            }
+        }
+        let fresh = Link::open(&self.inner.session).await?;
+        *link = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// The context's kernel, started under the current relay.
+    async fn ready(&self, context: &mut Context) -> Result<Arc<Link>> {
+        let link = self.link().await?;
+        if let Some(current) = &context.link {
+            if Arc::ptr_eq(current, &link) && context.events.is_some() {
+                return Ok(link);
+            }
+        }
+        context.history.clear();
+        let events = link
+            .route(&context.name)
+            .ok_or_else(|| KernelError::Unavailable { reason: link.why() })?;
+        context.events = Some(events);
+        context.link = Some(link.clone());
+        let c = &self.inner.config;
+        link.send(&Op::Start {
+            ctx: &context.name,
+            cwd: &context.cwd,
+            text_limit: c.text_limit,
+            payload_limit: c.payload_limit,
+            startup: &c.startup,
+            formats: &c.figure_formats,
+        })
+        .await?;
+        self.await_lifecycle(context, |e| matches!(e, Event::Started { .. }))
+            .await?;
+        Ok(link)
+    }
+
+    /// Waits for the context's `started` (or `stopped`) event.
+    async fn await_lifecycle(
+        &self,
+        context: &mut Context,
+        wanted: impl Fn(&Event) -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + CONTEXT_START_LIMIT;
+        loop {
+            let Some(events) = context.events.as_mut() else {
+                return Err(self.gone(context));
+            };
+            match tokio::time::timeout_at(deadline.into(), events.recv()).await {
+                Err(_) => {
+                    return Err(KernelError::StartFailed {
+                        context: context.name.clone(),
+                        reason: format!("no answer within {CONTEXT_START_LIMIT:?}"),
+                    }
+                    .into())
+                }
+                Ok(None) => return Err(self.gone(context)),
+                Ok(Some(Event::Failed { reason, .. })) => {
+                    context.link = None;
+                    return Err(KernelError::StartFailed {
+                        context: context.name.clone(),
+                        reason,
+                    }
+                    .into());
+                }
+                Ok(Some(event)) if wanted(&event) => return Ok(()),
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+
+    fn context(&self, name: &str) -> Result<Arc<tokio::sync::Mutex<Context>>> {
+        lock(&self.inner.contexts)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| KernelError::NoSuchContext(name.to_string()).into())
+    }
+
+    /// Creates a context working in the workspace and starts its kernel.
+    pub async fn create_context(&self, name: &str) -> Result<()> {
+        let cwd = self.inner.config.session.workspace_dir().to_string();
+        self.create_context_in(name, &cwd).await
+    }
+
+    /// Creates a context working in `cwd` (created if missing) and starts
+    /// its kernel. A context of that name already there is left as it is.
+    pub async fn create_context_in(&self, name: &str, cwd: &str) -> Result<()> {
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid {
+            return Err(KernelError::BadContextName(name.to_string()).into());
+        }
+        let session = &self.inner.config.session;
+        let cwd = crate::session::paths::resolve(cwd, session.workspace_dir(), &session.roots())
+            .ok_or_else(|| crate::Error::SessionFile {
+                path: cwd.to_string(),
+                kind: crate::FileErrorKind::OutsideSession,
+                message: "a context's working directory must be under the workspace or /tmp".into(),
+            })?;
+        let context = {
+            let mut contexts = lock(&self.inner.contexts);
+            if contexts.contains_key(name) {
+                return Ok(());
+            }
+            let context = Arc::new(tokio::sync::Mutex::new(Context {
+                name: name.to_string(),
+                cwd,
+                events: None,
+                link: None,
+                history: Vec::new(),
+            }));
+            contexts.insert(name.to_string(), context.clone());
+            context
+        };
+        let mut context = context.lock().await;
+        if let Err(e) = self.ready(&mut context).await {
+            lock(&self.inner.contexts).remove(name);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The contexts' names.
+    pub fn contexts(&self) -> Vec<String> {
+        lock(&self.inner.contexts).keys().cloned().collect()
+    }
+
+    /// Restarts a context's kernel: its variables and history are gone.
+    pub async fn restart_context(&self, name: &str) -> Result<()> {
+        let context = self.context(name)?;
+        let mut context = context.lock().await;
+        self.restart_locked(&mut context).await
+    }
+
+    async fn restart_locked(&self, context: &mut Context) -> Result<()> {
+        if let Some(link) = context.link.take() {
+            let _ = link.send(&Op::Stop { ctx: &context.name }).await;
+        }
+        self.ready(context).await.map(|_| ())
+    }
+
+    /// Ends a context's kernel and everything it started.
+    pub async fn remove_context(&self, name: &str) -> Result<()> {
+        let context = self.context(name)?;
+        let mut context = context.lock().await;
+        if let Some(link) = context.link.clone() {
+            if link.alive() {
+                link.send(&Op::Stop { ctx: name }).await?;
+                self.await_lifecycle(&mut context, |e| matches!(e, Event::Stopped { .. }))
+                    .await?;
+            }
+            link.unroute(name);
+        }
+        lock(&self.inner.contexts).remove(name);
+        Ok(())
+    }
+
+    /// A context's runs since it (re)started, as a Jupyter notebook
+    /// (nbformat 4) with every output.
+    pub async fn notebook(&self, context: &str) -> Result<serde_json::Value> {
+        let context = self.context(context)?;
+        let context = context.lock().await;
+        Ok(super::notebook::render(&context.history))
+    }
+
+    /// Removes the container and every context.
+    pub async fn close(&self) -> Result<()> {
+        *self.inner.link.lock().await = None;
+        self.inner.session.close().await.map(|_| ())
+    }
+
+    fn redact(&self, execution: &mut Execution) {
+        let secrets = self.inner.session.secret_values();
+        if secrets.is_empty() {
+            return;
+        }
+        execution.stdout = redact(&execution.stdout, &secrets);
+        execution.stderr = redact(&execution.stderr, &secrets);
+        if let Some(e) = execution.error.as_mut() {
+            e.value = redact(&e.value, &secrets);
+            e.traceback = redact(&e.traceback, &secrets);
+        }
+        for result in &mut execution.results {
+            for value in result.data.values_mut() {
+                if let Some(text) = value.as_str() {
+                    *value = serde_json::Value::String(redact(text, &secrets));
+                }
+            }
+        }
+    }
+
+    fn redact_event(&self, event: KernelEvent) -> KernelEvent {
+        let secrets = self.inner.session.secret_values();
+        if secrets.is_empty() {
+            return event;
+        }
+        match event {
+            KernelEvent::Stdout(t) => KernelEvent::Stdout(redact(&t, &secrets)),
+            KernelEvent::Stderr(t) => KernelEvent::Stderr(redact(&t, &secrets)),
+            other => other,
+        }
+    }
+}
+
+enum Collected {
+    Done,
+    Timeout,
+    Err(crate::Error),
+}
+
+/// Interrupts the kernel if a run is dropped before it ends, so the next
+/// run does not queue behind code nobody waits for.
+struct Interrupter {
+    link: Arc<Link>,
+    context: String,
+    armed: bool,
+}
+
+impl Drop for Interrupter {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.link.expect(&self.context, None);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (link, context) = (self.link.clone(), std::mem::take(&mut self.context));
+            runtime.spawn(async move {
+                let _ = link.send(&Op::Interrupt { ctx: &context }).await;
+            });
+        }
+    }
+}
+
+fn tail(text: &str, keep: usize) -> &str {
+    let mut from = text.len().saturating_sub(keep);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    &text[from..]
+}
+
+/// Files and shell commands in the kernel's container (the workspace is the
+/// default context's working directory).
+impl SessionApi for Kernel {
+    async fn exec_with(&self, command: &str, options: ExecOptions) -> Result<ExecResult> {
+        self.inner.session.exec_with(command, options).await
+    }
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        self.inner.session.read_file(path).await
+    }
+    async fn write_file(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.inner.session.write_file(path, data).await
+    }
+    async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        self.inner.session.list_dir(path).await
+    }
+    async fn remove(&self, path: &str) -> Result<()> {
+        self.inner.session.remove(path).await
+    }
+}

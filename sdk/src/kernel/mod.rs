@@ -1,0 +1,46 @@
+//! Kernels: a long-lived container running real Jupyter kernels (ipykernel)
+//! for data analysis. State persists across runs; results come back as MIME
+//! bundles (text, HTML, PNG, SVG, DataFrames as data, matplotlib figures as
+//! data too); a run that raises returns its error as data.
+//!
+//! Each named *context* is a kernel process of its own with its own
+//! variables and working directory. Contexts share the container, its user
+//! and its files: they keep state apart, they are not a wall between
+//! mutually distrustful code (use one kernel per tenant for that).
+//!
+//! The host speaks the Jupyter messaging protocol (`jupyter-protocol`'s
+//! types) to a small relay inside the container over the container's attach
+//! stream, so kernels work with the network off, on remote daemons and
+//! under gVisor. The relay talks to each kernel over unix sockets, checks
+//! every message's signature, and tags it with the context it came from;
+//! the host keeps only messages that answer the run in progress.
+//!
+//! ```no_run
+//! # async fn demo() -> dockhand::Result<()> {
+//! use dockhand::kernel::KernelConfig;
+//! let client = dockhand::Client::connect().await?;
+//! let kernel = client.kernel(KernelConfig::data_science());
+//! kernel.start().await?;
+//! kernel.run("df = pd.DataFrame({'x': [1, 2, 3]})").await?;
+//! let ex = kernel.run("df.plot(); df.describe()").await?;
+//! assert!(ex.main_result().and_then(|r| r.html()).is_some());
+//! assert_eq!(ex.pngs().len(), 1);
+//! kernel.close().await?;
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod error;
+mod execution;
+mod link;
+mod live;
+mod notebook;
+mod wire;
+
+pub use config::KernelConfig;
+pub use error::KernelError;
+pub use execution::{
+    Chart, Execution, ExecutionError, KernelEvent, RichResult, CHART_MIME, DATAFRAME_MIME,
+};
+pub use link::{KERNEL_STARTUP, RELAY};
+pub use live::{Kernel, RunOptions, DEFAULT_CONTEXT};

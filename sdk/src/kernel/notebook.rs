@@ -1,0 +1,116 @@
+//! A context's history as a Jupyter notebook (nbformat 4.5).
+
+use serde_json::{json, Map, Value};
+
+use super::execution::Execution;
+
+/// One run: its code and what it produced.
+pub(crate) struct Cell {
+    pub(crate) code: String,
+    pub(crate) execution: Execution,
+}
+
+/// nbformat wants multi-line text as a list of lines, each keeping its `\n`.
+fn lines(text: &str) -> Value {
+    Value::Array(
+        text.split_inclusive('\n')
+            .map(|l| Value::String(l.to_string()))
+            .collect(),
+    )
+}
+
+fn outputs(e: &Execution) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (name, text) in [("stdout", &e.stdout), ("stderr", &e.stderr)] {
+        if !text.is_empty() {
+            out.push(json!({"output_type": "stream", "name": name, "text": lines(text)}));
+        }
+    }
+    for r in &e.results {
+        let data: Map<String, Value> = r
+            .data
+            .iter()
+            .map(|(mime, value)| {
+                // Text types are stored as lists of lines; JSON types as JSON.
+                let value = match value {
+                    Value::String(s) if !mime.ends_with("json") => lines(s),
+                    other => other.clone(),
+                };
+                (mime.clone(), value)
+            })
+            .collect();
+        if r.is_main {
+            out.push(
+                json!({"output_type": "execute_result", "execution_count": e.execution_count,
+                "data": data, "metadata": r.metadata}),
+            );
+        } else {
+            out.push(json!({"output_type": "display_data", "data": data, "metadata": r.metadata}));
+        }
+    }
+    if let Some(err) = &e.error {
+        let traceback: Vec<&str> = err.traceback.lines().collect();
+        out.push(json!({"output_type": "error", "ename": err.name, "evalue": err.value, "traceback": traceback}));
+    }
+    out
+}
+
+/// The notebook of these runs.
+pub(crate) fn render(history: &[Cell]) -> Value {
+    let cells: Vec<Value> = history
+        .iter()
+        .enumerate()
+        .map(|(i, cell)| {
+            json!({
+                "cell_type": "code",
+                "id": format!("cell-{i}"),
+                "execution_count": cell.execution.execution_count,
+                "metadata": {},
+                "source": lines(&cell.code),
+                "outputs": outputs(&cell.execution),
+            })
+        })
+        .collect();
+    json!({
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "cells": cells,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notebooks_keep_code_outputs_and_counts() {
+        let mut execution = Execution {
+            stdout: "a\nb\n".into(),
+            execution_count: Some(2),
+            ..Execution::default()
+        };
+        execution.results.push(super::super::RichResult {
+            data: [("text/plain".to_string(), json!("2"))].into(),
+            metadata: Map::new(),
+            is_main: true,
+            cut: vec![],
+        });
+        let nb = render(&[Cell {
+            code: "print('a')\nprint('b')\n1 + 1".into(),
+            execution,
+        }]);
+        assert_eq!(nb["nbformat"], 4);
+        let cell = &nb["cells"][0];
+        assert_eq!(
+            cell["source"],
+            json!(["print('a')\n", "print('b')\n", "1 + 1"])
+        );
+        assert_eq!(cell["outputs"][0]["text"], json!(["a\n", "b\n"]));
+        assert_eq!(cell["outputs"][1]["output_type"], "execute_result");
+        assert_eq!(cell["outputs"][1]["execution_count"], 2);
+    }
+}

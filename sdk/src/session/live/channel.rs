@@ -1,0 +1,64 @@
+//! A long-lived helper in a session's container whose stdin stays open: the
+//! kernel relay runs on one. Its stdout comes back as chunks; bytes go in
+//! through `input` requests, which the agent writes in order.
+
+use super::*;
+
+/// One helper process and the replies about it.
+pub(crate) struct Channel {
+    /// The exec's request id, which its inputs name.
+    pub(crate) id: u64,
+    /// Chunks of its stdout and stderr, then its exit.
+    pub(crate) replies: mpsc::UnboundedReceiver<Reply>,
+}
+
+impl Session {
+    /// Starts `command` with its stdin kept open and its output streamed,
+    /// with no time limit and nothing captured: it lives as long as it wants.
+    pub(crate) async fn open_channel(
+        &self,
+        command: &str,
+        env: BTreeMap<String, String>,
+    ) -> Result<Channel> {
+        let mut id = 0;
+        let replies = self
+            .request(|assigned| {
+                id = assigned;
+                Request::Exec {
+                    id: assigned,
+                    command: command.to_string(),
+                    cwd: None,
+                    env,
+                    stdin: None,
+                    timeout_s: None,
+                    output_limit: 0,
+                    stream: true,
+                    keep_stdin: true,
+                }
+            })
+            .await?;
+        Ok(Channel { id, replies })
+    }
+
+    /// Writes `data` to the stdin of the channel `id`.
+    pub(crate) async fn channel_input(&self, id: u64, data: &[u8]) -> Result<()> {
+        let conn = self.conn()?;
+        let line = protocol::encode(&Request::Input {
+            id,
+            data: b64(data),
+            close: false,
+        });
+        let mut writer = conn.writer.lock().await;
+        let written = async {
+            writer.write_all(&line).await?;
+            writer.flush().await
+        }
+        .await;
+        written.map_err(|e| Error::io("writing to the session agent", e))
+    }
+
+    /// The names and values of the session's secrets, for redaction.
+    pub(crate) fn secret_values(&self) -> Arc<[(String, String)]> {
+        lock(&self.inner.secrets).clone().into()
+    }
+}

@@ -1,0 +1,217 @@
+//! Kernels against a real ipykernel in a real container: state, rich
+//! results, errors, interrupts, contexts, files, notebooks.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dockhand::kernel::{KernelError, KernelEvent, RunOptions};
+use dockhand::session::SessionApi;
+use dockhand::Error;
+
+use common::{kernel, kernel_config as config};
+
+#[tokio::test]
+async fn state_results_charts_frames_and_errors() {
+    let k = kernel(config().figure_formats(["png", "svg"])).await;
+    let ex = k.run("x = 20\nprint('hi')\nx + 22").await.unwrap();
+    assert_eq!((ex.stdout.as_str(), ex.text()), ("hi\n", Some("42")));
+    assert!(ex.success());
+    // State persists across runs.
+    assert_eq!(k.run("x * 2").await.unwrap().text(), Some("40"));
+
+    // A DataFrame: HTML with its rows, and data.
+    let ex = k
+        .run("df = pd.DataFrame({'city': ['Oslo', 'Lima', 'Pune'], 'n': [3, 1, 2]})\ndf")
+        .await
+        .unwrap();
+    let main = ex.main_result().unwrap();
+    let html = main.html().unwrap();
+    for city in ["Oslo", "Lima", "Pune"] {
+        assert!(html.contains(city), "{html}");
+    }
+    let frame = main.dataframe().unwrap();
+    assert_eq!(frame["shape"], serde_json::json!([3, 2]));
+    assert_eq!(frame["columns"], serde_json::json!(["city", "n"]));
+
+    // A chart without show(): PNG of the figure's size, SVG, and data.
+    let ex = k
+        .run("fig = plt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 2, 3], [2, 4, 8], label='growth')\nplt.title('Growth')\nplt.xlabel('day')")
+        .await
+        .unwrap();
+    let figure = ex
+        .results
+        .iter()
+        .find(|r| r.png().is_some())
+        .expect("a figure");
+    let png = figure.png().unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let (w, h) = (
+        u32::from_be_bytes(png[16..20].try_into().unwrap()),
+        u32::from_be_bytes(png[20..24].try_into().unwrap()),
+    );
+    // 4x3 inches at 100 dpi, less the margins the inline backend trims
+    // (`bbox_inches="tight"`, as in Jupyter).
+    assert!(
+        (250..=450).contains(&w) && (200..=400).contains(&h),
+        "{w}x{h}"
+    );
+    let svg = figure.svg().expect("an SVG too");
+    assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
+    let chart = figure.chart().expect("chart data");
+    assert_eq!(
+        (
+            chart.kind.as_str(),
+            chart.title.as_str(),
+            chart.x_label.as_str()
+        ),
+        ("line", "Growth", "day")
+    );
+    assert_eq!(chart.elements[0]["y"], serde_json::json!([2, 4, 8]));
+    assert_eq!(chart.elements[0]["label"], "growth");
+
+    // An error is data, with the user's line, and the kernel goes on.
+    let ex = k.run("a = 1\nb = 0\na / b").await.unwrap();
+    let e = ex.error.as_ref().expect("an error");
+    assert_eq!(
+        (e.name.as_str(), e.value.as_str(), e.line),
+        ("ZeroDivisionError", "division by zero", Some(3))
+    );
+    assert!(!e.traceback.contains('\u{1b}'));
+    assert_eq!(k.run("a").await.unwrap().text(), Some("1"));
+
+    // The notebook of the context.
+    let nb = k.notebook("default").await.unwrap();
+    assert_eq!(nb["cells"].as_array().unwrap().len(), 6);
+    // Valid by Jupyter's own validator.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), serde_json::to_vec(&nb).unwrap()).unwrap();
+    let python = common::venv_python(&["nbformat"]);
+    let check = std::process::Command::new(python)
+        .args(["-c", "import sys, nbformat; nb = nbformat.read(sys.argv[1], as_version=4); nbformat.validate(nb); print(len(nb.cells))"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "6");
+    k.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn live_output_and_interrupts_that_keep_state() {
+    let k = kernel(config()).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let options = RunOptions::new().on_event(move |e| {
+        if let KernelEvent::Stdout(t) = e {
+            sink.lock().unwrap().push(t.clone())
+        }
+    });
+    let ex = k
+        .run_with(
+            "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)",
+            options,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.stdout, "0\n1\n2\n");
+    assert!(
+        seen.lock().unwrap().len() >= 2,
+        "{:?}",
+        seen.lock().unwrap()
+    );
+
+    k.run("x = 1").await.unwrap();
+    let err = k
+        .run_with(
+            "while True: pass",
+            RunOptions::new().timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Kernel(KernelError::Timeout {
+                state_lost: false,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(k.run("x").await.unwrap().text(), Some("1"));
+
+    // Code that ignores the interrupt: the context restarts, and says so.
+    let err = k
+        .run_with(
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+            RunOptions::new().timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Kernel(KernelError::Timeout {
+                state_lost: true,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let ex = k.run("'x' in globals()").await.unwrap();
+    assert_eq!(ex.text(), Some("False"));
+    k.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn contexts_keep_state_apart_and_files_come_and_go() {
+    let k = kernel(config()).await;
+    k.create_context("b").await.unwrap();
+    assert_eq!(k.contexts(), ["b", "default"]);
+    let in_b = |code: &'static str| k.run_with(code, RunOptions::new().context("b"));
+    k.run("v = 'default'").await.unwrap();
+    in_b("v = 'b'").await.unwrap();
+    assert_eq!(k.run("v").await.unwrap().text(), Some("'default'"));
+    assert_eq!(in_b("v").await.unwrap().text(), Some("'b'"));
+
+    k.restart_context("b").await.unwrap();
+    let ex = in_b("v").await.unwrap();
+    assert_eq!(ex.error.unwrap().name, "NameError");
+
+    // Files: a CSV in, a PNG and a CSV out, in the working directory.
+    k.write_file("sales.csv", b"month,total\n1,10\n2,30\n3,20\n")
+        .await
+        .unwrap();
+    let ex = k
+        .run("s = pd.read_csv('sales.csv')\ns.plot(x='month', y='total').figure.savefig('sales.png')\ns.assign(double=s.total * 2).to_csv('out.csv', index=False)\nint(s.total.sum())")
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("60"), "{ex:?}");
+    assert_eq!(&k.read_file("sales.png").await.unwrap()[..4], b"\x89PNG");
+    let out = k.read_to_string("out.csv").await.unwrap();
+    assert_eq!(out.lines().nth(1), Some("1,10,20"));
+
+    // A removed context is gone, with what it started.
+    in_b("import subprocess\np = subprocess.Popen(['sleep', '600'])")
+        .await
+        .unwrap();
+    k.remove_context("b").await.unwrap();
+    assert_eq!(k.contexts(), ["default"]);
+    let err = in_b("1").await.unwrap_err();
+    assert!(
+        matches!(err, Error::Kernel(KernelError::NoSuchContext(_))),
+        "{err:?}"
+    );
+    let ps = k.exec(common::PROCESS_LIST).await.unwrap().stdout;
+    assert!(ps.contains("python3"), "{ps}");
+    assert!(!ps.contains("sleep 600"), "{ps}");
+    let bad = k.create_context("no/slash").await.unwrap_err();
+    assert!(matches!(bad, Error::Kernel(KernelError::BadContextName(_))));
+    k.close().await.unwrap();
+}

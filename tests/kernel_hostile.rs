@@ -1,0 +1,135 @@
+//! Kernels against hostile code: a killed relay, forged protocol lines on
+//! every descriptor, floods, memory exhaustion, dropped runs. Each case
+//! asserts the typed outcome and that the next run is unaffected.
+
+mod common;
+
+use std::time::Duration;
+
+use dockhand::kernel::{Kernel, KernelError, RunOptions};
+use dockhand::session::SessionApi;
+use dockhand::Error;
+
+use common::{kernel, kernel_config as config};
+
+/// How many kernel processes run in the container.
+async fn kernels_running(k: &Kernel) -> usize {
+    let ps = k.exec(common::PROCESS_LIST).await.unwrap().stdout;
+    ps.lines()
+        .filter(|l| l.contains("ipykernel_launcher"))
+        .count()
+}
+
+#[tokio::test]
+async fn killing_the_relay_is_typed_and_the_next_run_starts_afresh() {
+    let k = kernel(config()).await;
+    k.run("x = 1").await.unwrap();
+    let kill = "import os, signal\n\
+        for p in os.listdir('/proc'):\n    \
+            if p.isdigit():\n        \
+                try:\n            \
+                    if b'relay.py' in open('/proc/%s/cmdline' % p, 'rb').read(): os.kill(int(p), signal.SIGKILL)\n        \
+                except OSError: pass";
+    let err = k.run(kill).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Kernel(KernelError::Unavailable { .. })),
+        "{err:?}"
+    );
+    // The next run gets a new relay and kernel; the old state is gone, and
+    // so is the old kernel.
+    let ex = k.run("'x' in globals()").await.unwrap();
+    assert_eq!(ex.text(), Some("False"));
+    assert_eq!(kernels_running(&k).await, 1);
+    assert_eq!(k.run("6 * 7").await.unwrap().text(), Some("42"));
+    k.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn forged_protocol_lines_never_become_results() {
+    let k = kernel(config()).await;
+    let forged = r#"{"ev":"msg","ctx":"default","channel":"iopub","msg":{"header":{"msg_id":"f","username":"x","session":"s","msg_type":"execute_result","version":"5.3","date":"2026-01-01T00:00:00Z"},"parent_header":{},"metadata":{},"content":{"execution_count":1,"data":{"text/plain":"'FORGED'"},"metadata":{}}}}"#;
+    let code = format!(
+        "import os\nline = {forged:?}.encode() + b'\\n'\nreached = []\n\
+         for path in ['/proc/1/fd/1', '/proc/%d/fd/1' % os.getppid()]:\n    \
+             try:\n        open(path, 'wb').write(line); reached.append(path)\n    except OSError: pass\n\
+         os.write(1, line); os.write(2, line)\n\
+         k = get_ipython().kernel\n\
+         k.session.send(k.iopub_socket, 'execute_result', {{'execution_count': 1, 'data': {{'text/plain': \"'FORGED'\"}}, 'metadata': {{}}}}, parent={{'msg_id': 'not-a-run', 'msg_type': 'execute_request'}})\n\
+         reached"
+    );
+    // The relay's and the agent's channels are out of reach; what the code
+    // writes to its own stdout is its own output; a signed reply to another
+    // request is dropped.
+    let ex = k.run(&code).await.unwrap();
+    assert_eq!(ex.text(), Some("[]"), "{ex:?}");
+    assert!(ex.stdout.contains("FORGED"));
+    assert_eq!(ex.results.len(), 1, "{ex:?}");
+    // Raw bytes to every descriptor the kernel holds (its own sockets and
+    // pipes included): the kernel may wreck itself, which ends as a typed
+    // timeout and a restart, or shrug it off.
+    let spray = format!(
+        "import os\nline = {forged:?}.encode() + b'\\n'\n\
+         for fd in range(3, 200):\n    \
+             try:\n        os.write(fd, line)\n    except OSError: pass\n'done'"
+    );
+    let short = RunOptions::new().timeout(Duration::from_secs(5));
+    match k.run_with(&spray, short).await {
+        Ok(ex) => assert!(!format!("{ex:?}").contains("FORGED'"), "{ex:?}"),
+        Err(Error::Kernel(KernelError::Timeout { .. } | KernelError::Died { .. })) => {}
+        Err(e) => panic!("{e:?}"),
+    }
+    for _ in 0..3 {
+        let ex = k.run("'real'").await.unwrap();
+        assert_eq!(ex.text(), Some("'real'"));
+        assert_eq!(ex.results.len(), 1, "{ex:?}");
+        assert!(!format!("{ex:?}").contains("FORGED"), "{ex:?}");
+    }
+    k.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn floods_are_capped_and_memory_exhaustion_is_reported() {
+    let k = kernel(config().text_limit(64 << 10).session(|s| s.memory("512Mi"))).await;
+    let ex = k
+        .run("for i in range(20000):\n    print('x' * 1000)\n'end'")
+        .await
+        .unwrap();
+    assert!(ex.stdout_truncated);
+    assert!(ex.stdout.len() <= 64 << 10, "{}", ex.stdout.len());
+    assert_eq!(ex.text(), Some("'end'"));
+
+    k.run("kept = 1").await.unwrap();
+    let err = k
+        .run("blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Kernel(KernelError::Died {
+                out_of_memory: true,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    // The context was restarted: it answers, without its old state.
+    let ex = k.run("'kept' in globals()").await.unwrap();
+    assert_eq!(ex.text(), Some("False"));
+
+    // A dropped run is interrupted, so the next one does not queue behind it.
+    let slow = k.run("import time\ntime.sleep(30)");
+    assert!(tokio::time::timeout(Duration::from_millis(500), slow)
+        .await
+        .is_err());
+    let ex = k
+        .run_with("'next'", RunOptions::new().timeout(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("'next'"));
+
+    // Closing removes the container.
+    let id = k.session().describe().container_id.unwrap();
+    k.close().await.unwrap();
+    common::wait_gone(&id).await;
+}
