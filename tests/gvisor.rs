@@ -57,6 +57,11 @@ async fn everything() {
     made.start().await.unwrap();
     daemon.load(&made.describe().image.unwrap());
     made.close().await.unwrap();
+    let kernel_image = main
+        .resolve_image(&common::kernel_config().container_image())
+        .await
+        .unwrap();
+    daemon.load(&kernel_image.reference);
     let client = Client::builder()
         .endpoint(&daemon.endpoint)
         .cache_dir(std::env::temp_dir().join(format!("dh-gvisor-cache-{}", std::process::id())))
@@ -69,6 +74,35 @@ async fn everything() {
         .unwrap()
         .runtimes
         .contains(&"runsc".to_string()));
+
+    // A Jupyter kernel under gVisor: state, a chart, an interrupt that keeps state.
+    let kernel = client.kernel(common::kernel_config().session(|s| s.isolation(Isolation::Gvisor)));
+    kernel.start().await.unwrap();
+    let ex = kernel
+        .run("import os\nx = 1\nplt.plot([1, 2])\nos.uname().release")
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("'4.4.0'"), "{ex:?}");
+    assert_eq!(ex.pngs().len(), 1);
+    let err = kernel
+        .run_with(
+            "while True: pass",
+            dockhand::kernel::RunOptions::new().timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Kernel(dockhand::kernel::KernelError::Timeout {
+                state_lost: false,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(kernel.run("x").await.unwrap().text(), Some("1"));
+    kernel.close().await.unwrap();
 
     // Auto-IO: the code sees gVisor's kernel; typed inputs and outputs work.
     let auto = gvisor(

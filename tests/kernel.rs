@@ -215,3 +215,29 @@ async fn contexts_keep_state_apart_and_files_come_and_go() {
     assert!(matches!(bad, Error::Kernel(KernelError::BadContextName(_))));
     k.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn pooled_kernels_are_handed_over_started_with_imports_done() {
+    let client = common::client().await;
+    let pool = client
+        .kernel_pool(config(), dockhand::pool::PoolConfig::new(1))
+        .await
+        .unwrap();
+    assert!(
+        pool.wait_ready(Duration::from_secs(180)).await,
+        "{:?}",
+        pool.stats()
+    );
+    let k = pool.kernel().await.unwrap();
+    assert_eq!(pool.stats().handed_over, 1, "{:?}", pool.stats());
+    // The data-science startup ran before the handover.
+    let ex = k
+        .run("import sys\n'pandas' in sys.modules and 'pd' in globals()")
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("True"));
+    let id = k.session().describe().container_id.unwrap();
+    k.close().await.unwrap();
+    pool.shutdown().await;
+    common::wait_gone(&id).await;
+}

@@ -133,3 +133,33 @@ async fn floods_are_capped_and_memory_exhaustion_is_reported() {
     k.close().await.unwrap();
     common::wait_gone(&id).await;
 }
+
+#[tokio::test]
+async fn a_fork_bomb_in_a_kernel_is_typed_and_the_kernel_recovers() {
+    let k = kernel(config().session(|s| s.pids(64))).await;
+    let bomb =
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass";
+    let outcome = k
+        .run_with(bomb, RunOptions::new().timeout(Duration::from_secs(20)))
+        .await;
+    match outcome {
+        Err(Error::ProcessLimit { limit, .. }) => assert_eq!(limit, 64),
+        other => panic!("{other:?}"),
+    }
+    // The next run works, in a kernel with its pids back.
+    let mut answered = None;
+    for _ in 0..3 {
+        match k.run("6 * 7").await {
+            Ok(ex) => {
+                answered = Some(ex);
+                break;
+            }
+            Err(e) => eprintln!("after the bomb: {e:?}"),
+        }
+    }
+    assert_eq!(
+        answered.expect("the kernel answers again").text(),
+        Some("42")
+    );
+    k.close().await.unwrap();
+}

@@ -1,4 +1,4 @@
-//! When the process that owns a session, a code host or a running one-shot
+//! When the process that owns a session, a code host, a kernel or a running one-shot
 //! is SIGKILLed, their containers and volumes go without anyone calling
 //! `reap()`: the programs inside sessions and code hosts exit when the
 //! owner's connection (their stdin) closes, and the process's watchdog
@@ -30,6 +30,13 @@ async fn owner_child() {
     host.start().await.expect("code host starts");
     println!("container {}", session.describe().container_id.unwrap());
     println!("container {}", host.describe().container_id.unwrap());
+    let kernel = client.kernel(common::kernel_config());
+    kernel.start().await.expect("kernel starts");
+    kernel.run("x = 1").await.expect("kernel runs");
+    println!(
+        "container {}",
+        kernel.session().describe().container_id.unwrap()
+    );
     let long = Sandbox::command("owner-death-oneshot", "sleep")
         .args(["600"])
         .build()
@@ -86,7 +93,7 @@ fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
             break;
         }
     }
-    assert_eq!(ids.len(), 3, "the child started all three");
+    assert_eq!(ids.len(), 4, "the child started all four");
     assert!(ids.iter().all(|id| common::container_exists(id)));
     let pid = child.id();
     child.kill().expect("SIGKILL the owner");

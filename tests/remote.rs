@@ -71,6 +71,11 @@ async fn remote_daemons_over_tls_contexts_and_ssh() {
     let port = free_port();
     let daemon = SecondDaemon::start_with("{}", &base.reference, &tls.daemon_args(port));
     daemon.load(&code_image);
+    let kernel_image = main
+        .resolve_image(&common::kernel_config().container_image())
+        .await
+        .unwrap();
+    daemon.load(&kernel_image.reference);
     let endpoint = format!("tcp://127.0.0.1:{port}");
 
     // Explicit endpoint and TLS files.
@@ -97,6 +102,15 @@ async fn remote_daemons_over_tls_contexts_and_ssh() {
         .unwrap();
     assert_eq!(run.value, serde_json::json!(42));
     host.close().await.unwrap();
+
+    // A kernel over TLS: state, a chart as PNG.
+    let kernel = client.kernel(common::kernel_config());
+    kernel.start().await.unwrap();
+    kernel.run("xs = [1, 2, 3]").await.unwrap();
+    let ex = kernel.run("plt.plot(xs)\nsum(xs)").await.unwrap();
+    assert_eq!(ex.text(), Some("6"));
+    assert_eq!(ex.pngs().len(), 1);
+    kernel.close().await.unwrap();
 
     // A session: exec, files, edits, a snapshot.
     let session = client.session(SessionConfig::new());

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod code;
 mod doctor;
 mod images;
+mod kernel;
 mod mcp;
 mod outcome;
 mod progress;
@@ -43,6 +44,11 @@ enum Command {
     Session {
         #[command(subcommand)]
         command: session::SessionCommand,
+    },
+    /// Jupyter kernels: run cells with rich results, save charts, export notebooks.
+    Kernel {
+        #[command(subcommand)]
+        command: kernel::KernelCommand,
     },
     /// List or prune the images dockhand made.
     Images {
@@ -90,6 +96,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         Command::Run(args) => run::run(*args, cli.host, json).await,
         Command::Code(args) => code::run(args, cli.host, json).await,
         Command::Session { command } => session::run(command, cli.host, json).await,
+        Command::Kernel { command } => kernel::run(command, cli.host, json).await,
         Command::Images { command } => images::run(command, cli.host, json).await,
         Command::Reap => images::reap(cli.host, json).await,
         Command::Doctor => doctor::run(cli.host, json).await,

@@ -1,8 +1,9 @@
 //! `dockhand mcp`: sandboxes for LLM clients over the Model Context Protocol
 //! (stdio). Tools: `run_python` (a one-shot), the session tools (`shell`,
 //! `read_file`, `write_file`, `edit_file`, `list_dir`) on sessions made on
-//! demand, and code mode's `execute`. Everything is removed when the client
-//! goes.
+//! demand, code mode's `execute`, and `run_code` in a Jupyter kernel (one
+//! per client, a context per name) whose charts come back as images.
+//! Everything is removed when the client goes.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use dockhand::codemode::{CodeHost, CodeHostConfig, Toolset};
+use dockhand::kernel::{Execution, Kernel, KernelConfig, RunOptions};
 use dockhand::session::{Session, SessionConfig, SessionTools};
 use dockhand::{CacheMode, Client, ImageSpec, Sandbox};
 use rmcp::handler::server::wrapper::Parameters;
@@ -98,10 +100,66 @@ struct Execute {
     inputs: serde_json::Map<String, Value>,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct RunCode {
+    /// Python for a Jupyter kernel with pandas (pd), numpy (np) and
+    /// matplotlib (plt). Variables persist between calls; charts are
+    /// returned as images without plt.show().
+    code: String,
+    /// Which context (kernel state) to run in, made on first use; default "default".
+    context: Option<String>,
+    /// Time limit in seconds (default 60); past it the run is interrupted, and the state kept.
+    timeout: Option<f64>,
+}
+
 /// What a connection owns; all of it goes when the client does.
 struct Owned {
     sessions: Mutex<HashMap<String, SessionTools<Session>>>,
     host: OnceCell<CodeHost>,
+    kernel: OnceCell<Kernel>,
+}
+
+/// A kernel run as MCP content: a JSON summary, then each image.
+fn execution_content(execution: &Execution) -> CallToolResult {
+    let results: Vec<Value> = execution
+        .results
+        .iter()
+        .map(|r| {
+            let mut summary =
+                json!({"main": r.is_main, "types": r.data.keys().collect::<Vec<_>>()});
+            if let Some(text) = r.text() {
+                summary["text"] = json!(text);
+            }
+            if let Some(chart) = r.chart() {
+                summary["chart"] = json!(chart);
+            }
+            summary
+        })
+        .collect();
+    let mut body =
+        json!({"stdout": execution.stdout, "stderr": execution.stderr, "results": results});
+    if let Some(e) = &execution.error {
+        body["error"] =
+            json!({"name": e.name, "value": e.value, "line": e.line, "traceback": e.traceback});
+    }
+    let mut content = vec![text(body)];
+    for r in &execution.results {
+        for (mime, data) in [("image/png", r.png()), ("image/jpeg", r.jpeg())] {
+            if data.is_some() {
+                if let Some(b64) = r.data.get(mime).and_then(Value::as_str) {
+                    content.push(Content::image(
+                        b64.split_whitespace().collect::<String>(),
+                        mime,
+                    ));
+                }
+            }
+        }
+    }
+    if execution.error.is_some() {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
 }
 
 #[derive(Clone)]
@@ -138,6 +196,7 @@ impl Server {
             owned: Arc::new(Owned {
                 sessions: Mutex::default(),
                 host: OnceCell::new(),
+                kernel: OnceCell::new(),
             }),
         }
     }
@@ -258,6 +317,52 @@ impl Server {
     }
 
     #[tool(
+        description = "Runs Python in a stateful Jupyter kernel (pandas as pd, numpy as np, matplotlib.pyplot as plt): variables persist between calls; returns stdout, stderr, results and charts as images. Files written with the session tools are not visible here; read data with Python."
+    )]
+    async fn run_code(
+        &self,
+        Parameters(args): Parameters<RunCode>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let kernel = self
+            .owned
+            .kernel
+            .get_or_try_init(|| async {
+                let config = KernelConfig::data_science();
+                let image = config.image_spec().clone().trust_host_certificates();
+                let network = self.network;
+                let kernel = self
+                    .client
+                    .kernel(config.image(image).session(|s| s.network(network)));
+                kernel.start().await?;
+                Ok::<_, dockhand::Error>(kernel)
+            })
+            .await;
+        let kernel = match kernel {
+            Ok(kernel) => kernel,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let context = args
+            .context
+            .unwrap_or_else(|| dockhand::kernel::DEFAULT_CONTEXT.into());
+        if !kernel.contexts().contains(&context) {
+            if let Err(e) = kernel.create_context(&context).await {
+                return Ok(tool_error(e));
+            }
+        }
+        let timeout = args.timeout.unwrap_or(60.0);
+        if !(timeout.is_finite() && timeout > 0.0) {
+            return Ok(tool_error("timeout must be a positive number of seconds"));
+        }
+        let options = RunOptions::new()
+            .context(context)
+            .timeout(Duration::from_secs_f64(timeout.min(3600.0)));
+        Ok(match kernel.run_with(&args.code, options).await {
+            Ok(execution) => execution_content(&execution),
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
         description = "Runs orchestration code in code mode (Monty, a sandboxed Python subset); python(code=...) runs full CPython in a fresh sandbox. Returns the last expression's value and what was printed."
     )]
     async fn execute(
@@ -301,7 +406,8 @@ impl ServerHandler for Server {
         ServerInfo::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
             "Sandboxed code execution in Docker containers: run_python for one-off Python; \
              shell, read_file, write_file, edit_file and list_dir work in persistent sessions \
-             (named by `session`, made on first use); execute runs code-mode orchestration.",
+             (named by `session`, made on first use); execute runs code-mode orchestration; \
+             run_code runs Python in a stateful Jupyter kernel and returns charts as images.",
         )
     }
 }
@@ -319,6 +425,9 @@ pub async fn serve(args: McpArgs, host: Option<String>) -> Result<ExitCode> {
     }
     if let Some(host) = owned.host.get() {
         let _ = host.close().await;
+    }
+    if let Some(kernel) = owned.kernel.get() {
+        let _ = kernel.close().await;
     }
     ended?;
     Ok(ExitCode::SUCCESS)

@@ -333,3 +333,67 @@ fn a_session_outlives_each_command_until_closed() {
         .unwrap();
     assert!(removed.status.success());
 }
+
+#[test]
+fn kernel_cells_charts_and_notebooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cells = dir.path().join("analysis.py");
+    std::fs::write(
+        &cells,
+        "xs = [3, 1, 2]\n# %%\nplt.bar(['a', 'b', 'c'], xs)\nprint('total', sum(xs))\n# %%\nmax(xs)\n",
+    )
+    .unwrap();
+    let images = dir.path().join("charts");
+    let notebook = dir.path().join("out.ipynb");
+    dockhand()
+        .args(["kernel", "run"])
+        .arg(&cells)
+        .arg("--images")
+        .arg(&images)
+        .arg("--notebook")
+        .arg(&notebook)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("total 6").and(predicate::str::contains("3\n")));
+    let png = std::fs::read(images.join("cell2-1.png")).expect("the chart was saved");
+    assert_eq!(&png[..4], b"\x89PNG");
+    let nb: serde_json::Value = serde_json::from_slice(&std::fs::read(&notebook).unwrap()).unwrap();
+    assert_eq!(nb["cells"].as_array().unwrap().len(), 3);
+    // A cell that raises: its traceback on stderr, exit code 1.
+    dockhand()
+        .args(["kernel", "run", "-c", "1 / 0"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("ZeroDivisionError"));
+
+    // A kept kernel holds state between commands until closed.
+    let out = dockhand().args(["kernel", "start"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    dockhand()
+        .args(["kernel", "run", "--id", &id, "-c", "v = 21"])
+        .assert()
+        .success();
+    dockhand()
+        .args(["kernel", "run", "--id", &id, "-c", "v * 2"])
+        .assert()
+        .success()
+        .stdout("42\n");
+    dockhand()
+        .args(["kernel", "notebook", &id])
+        .arg(&notebook)
+        .assert()
+        .success();
+    let nb: serde_json::Value = serde_json::from_slice(&std::fs::read(&notebook).unwrap()).unwrap();
+    assert_eq!(nb["cells"].as_array().unwrap().len(), 2);
+    dockhand().args(["kernel", "close", &id]).assert().success();
+    dockhand()
+        .args(["kernel", "run", "--id", &id, "-c", "v"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("no session"));
+}

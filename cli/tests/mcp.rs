@@ -71,6 +71,7 @@ async fn every_tool_over_stdio_and_nothing_left_after() {
             "execute",
             "list_dir",
             "read_file",
+            "run_code",
             "run_python",
             "shell",
             "write_file"
@@ -144,9 +145,50 @@ async fn every_tool_over_stdio_and_nothing_left_after() {
     let bad = call(&client, "execute", json!({"code": "1 +"})).await;
     assert!(failed(&bad), "{bad:?}");
 
+    // The kernel keeps state between calls and returns charts as images.
+    let first = call(&client, "run_code", json!({"code": "xs = [1, 4, 9]"})).await;
+    assert!(!failed(&first), "{first:?}");
+    let chart = call(
+        &client,
+        "run_code",
+        json!({"code": "plt.plot(xs)\nplt.title('squares')\nsum(xs)"}),
+    )
+    .await;
+    assert!(!failed(&chart), "{chart:?}");
+    let summary = body(&chart);
+    assert_eq!(summary["results"][0]["text"], "14", "{summary}");
+    let images: Vec<_> = chart
+        .content
+        .iter()
+        .filter_map(|c| c.raw.as_image())
+        .collect();
+    assert_eq!(images.len(), 1, "{chart:?}");
+    assert_eq!(images[0].mime_type, "image/png");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(&images[0].data)
+        .unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+    assert!(summary.to_string().contains("squares"), "{summary}");
+    // Code that raises is a tool error with the exception.
+    let raised = call(&client, "run_code", json!({"code": "xs[10]"})).await;
+    assert!(failed(&raised));
+    assert_eq!(body(&raised)["error"]["name"], "IndexError", "{raised:?}");
+    // Contexts are apart.
+    let other = call(
+        &client,
+        "run_code",
+        json!({"code": "'xs' in globals()", "context": "b"}),
+    )
+    .await;
+    assert_eq!(body(&other)["results"][0]["text"], "False", "{other:?}");
+
     let before =
         containers("dev.dockhand.kind=session") + containers("dev.dockhand.kind=code-host");
-    assert!(before >= 3, "two sessions and a code host were running");
+    assert!(
+        before >= 4,
+        "two sessions, a kernel and a code host were running"
+    );
     client.cancel().await.expect("close the client");
     // The server closes its sessions and code host once the client has gone.
     let mut left = before;

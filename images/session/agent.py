@@ -158,9 +158,11 @@ def run_command(req, rid, proc, stdin, limit, stream):
     for t in readers:
         # Background children may keep the pipes open; do not wait for them forever.
         t.join(timeout=0.5 if timed_out else 5)
-    if near_pids_limit():
+    if near_pids_limit() and (proc.returncode != 0 or group_size(proc.pid) > 0):
         # Ended, but what it started holds the pids (its shell may have
-        # exited for want of a fork before the watch saw it).
+        # exited for want of a fork before the watch saw it). A command that
+        # succeeded and left nothing is not to blame for pids others still
+        # hold (a bomb's remains being ended as it ran).
         contain_exhaustion(first=proc.pid)
     exhausted = proc.pid in _exhausted
     _exhausted.discard(proc.pid)
@@ -393,6 +395,11 @@ PIDS_LIMIT = int(os.environ.get("DOCKHAND_PIDS_LIMIT") or 0)
 _PIDS_CURRENT = ("/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids/pids.current")
 # Commands (by process group) ended for using up the pids: their exit says so.
 _exhausted = set()
+
+
+def group_size(pgid):
+    """Processes in a process group, zombies included (they hold pids too)."""
+    return sum(1 for _, _, g in processes().values() if g == pgid)
 
 
 def processes():

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use dockhand::kernel::{Kernel, KernelConfig, RunOptions};
 use dockhand::session::{Edit, ExecOptions, Session, SessionApi, SessionConfig};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -48,12 +49,25 @@ fn private_dir(dir: &Path) -> Result<()> {
 pub async fn serve(
     id: String,
     config: SessionConfig,
+    kernel: Option<KernelConfig>,
     idle: Duration,
     host: Option<String>,
 ) -> Result<()> {
     let client = crate::connect(host, true).await?;
-    let session = client.session(config);
-    session.start().await?;
+    // A kernel's container is a session's: every session request works on
+    // it too, and `run_code` runs cells.
+    let (session, kernel) = match kernel {
+        Some(config) => {
+            let kernel = client.kernel(config);
+            kernel.start().await?;
+            (kernel.session().clone(), Some(kernel))
+        }
+        None => {
+            let session = client.session(config);
+            session.start().await?;
+            (session, None)
+        }
+    };
     let path = socket_path(&id);
     private_dir(path.parent().unwrap_or(Path::new("/tmp")))?;
     let _ = std::fs::remove_file(&path);
@@ -66,7 +80,7 @@ pub async fn serve(
             _ = tokio::time::sleep(idle) => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                if handle(stream, &session).await {
+                if handle(stream, &session, kernel.as_ref()).await {
                     break;
                 }
             }
@@ -82,7 +96,7 @@ pub async fn serve(
 }
 
 /// One request per connection; `true` when it closed the session.
-async fn handle(stream: UnixStream, session: &Session) -> bool {
+async fn handle(stream: UnixStream, session: &Session, kernel: Option<&Kernel>) -> bool {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read);
@@ -91,7 +105,7 @@ async fn handle(stream: UnixStream, session: &Session) -> bool {
     }
     let request: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     let op = request["op"].as_str().unwrap_or("").to_string();
-    let reply = match answer(&op, &request, session).await {
+    let reply = match answer(&op, &request, session, kernel).await {
         Ok(v) => v,
         Err(e) => json!({"error": format!("{e:#}")}),
     };
@@ -99,7 +113,7 @@ async fn handle(stream: UnixStream, session: &Session) -> bool {
     op == "close" && reply.get("error").is_none()
 }
 
-async fn answer(op: &str, r: &Value, session: &Session) -> Result<Value> {
+async fn answer(op: &str, r: &Value, session: &Session, kernel: Option<&Kernel>) -> Result<Value> {
     let text = |key: &str| r[key].as_str().unwrap_or("").to_string();
     Ok(match op {
         "ping" => json!({"ok": true}),
@@ -139,6 +153,25 @@ async fn answer(op: &str, r: &Value, session: &Session) -> Result<Value> {
         "close" => {
             let snapshot = session.close().await?;
             json!({"closed": true, "snapshot": snapshot.map(|s| s.image)})
+        }
+        "run_code" | "notebook" => {
+            let kernel = kernel.context("this is a session, not a kernel")?;
+            let context = r["context"]
+                .as_str()
+                .unwrap_or(dockhand::kernel::DEFAULT_CONTEXT);
+            if !kernel.contexts().iter().any(|c| c == context) {
+                kernel.create_context(context).await?;
+            }
+            if op == "notebook" {
+                json!({"notebook": kernel.notebook(context).await?})
+            } else {
+                let mut options = RunOptions::new().context(context);
+                if let Some(t) = r["timeout"].as_f64() {
+                    options = options.timeout(Duration::from_secs_f64(t.clamp(0.001, 86_400.0)));
+                }
+                let execution = kernel.run_with(&text("code"), options).await?;
+                json!({"execution": execution})
+            }
         }
         other => anyhow::bail!("unknown request `{other}`"),
     })

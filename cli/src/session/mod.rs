@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use dockhand::kernel::KernelConfig;
 use dockhand::session::SessionConfig;
 use dockhand::ImageSpec;
 use serde_json::{json, Value};
@@ -88,9 +89,28 @@ pub struct StartArgs {
     /// Close the session after this many seconds without a command.
     #[arg(long, default_value_t = 3600)]
     idle_timeout: u64,
+    /// Hold a Jupyter kernel (`dockhand kernel start`) rather than a session.
+    #[arg(long, hide = true)]
+    pub kernel: bool,
 }
 
 impl StartArgs {
+    /// The kernel to hold: the data-science spec plus `--pip`, or `--image`
+    /// as it is (it needs ipykernel), with the session's settings.
+    pub fn kernel_config(&self) -> KernelConfig {
+        let base = KernelConfig::data_science();
+        let image = match &self.image {
+            Some(reference) => ImageSpec::prebuilt(reference.clone()),
+            None => base
+                .image_spec()
+                .clone()
+                .pip(self.pip.clone())
+                .trust_host_certificates(),
+        };
+        let session = self.config();
+        base.image(image).session(|_| session.no_timeout())
+    }
+
     fn config(&self) -> SessionConfig {
         let image = match &self.image {
             Some(reference) => ImageSpec::prebuilt(reference.clone()),
@@ -132,12 +152,15 @@ impl StartArgs {
             args.extend(["--runtime".into(), r.clone()]);
         }
         args.extend(["--idle-timeout".into(), self.idle_timeout.to_string()]);
+        if self.kernel {
+            args.push("--kernel".into());
+        }
         args
     }
 }
 
 /// Sends one request to a session's keeper.
-async fn request(id: &str, body: Value) -> Result<Value> {
+pub async fn request(id: &str, body: Value) -> Result<Value> {
     let path = keeper::socket_path(id);
     let stream = tokio::net::UnixStream::connect(&path)
         .await
@@ -172,7 +195,8 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
         SessionCommand::Start(args) => start(args, host, json).await,
         SessionCommand::Serve { id, start } => {
             let idle = Duration::from_secs(start.idle_timeout.max(1));
-            keeper::serve(id, start.config(), idle, host).await?;
+            let kernel = start.kernel.then(|| start.kernel_config());
+            keeper::serve(id, start.config(), kernel, idle, host).await?;
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Exec {
@@ -244,7 +268,7 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
 
 /// Launches the keeper detached (its own process group, so the terminal's
 /// signals do not reach it) and waits until it answers.
-async fn start(args: StartArgs, host: Option<String>, json: bool) -> Result<ExitCode> {
+pub async fn start(args: StartArgs, host: Option<String>, json: bool) -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let id = format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..11]);
     let dir = keeper::socket_dir();

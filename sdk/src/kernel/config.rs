@@ -132,13 +132,18 @@ impl KernelConfig {
         self
     }
 
-    /// The session configuration with the kernel's image.
-    pub(crate) fn session_config(&self) -> SessionConfig {
-        let image = if self.image.is_prebuilt() {
+    /// The image the container is made from: [`image_spec`](Self::image_spec)
+    /// with `ipykernel` added (to build it ahead, or load it elsewhere).
+    pub fn container_image(&self) -> ImageSpec {
+        if self.image.is_prebuilt() {
             self.image.clone()
         } else {
             self.image.clone().pip(KERNEL_PACKAGES)
-        };
-        self.session.clone().image(image)
+        }
+    }
+
+    /// The session configuration with the kernel's image.
+    pub(crate) fn session_config(&self) -> SessionConfig {
+        self.session.clone().image(self.container_image())
     }
 }

@@ -35,6 +35,8 @@ struct Route {
 struct Routes {
     alive: bool,
     why: String,
+    /// The agent ended the relay's group for using up the container's pids.
+    pids_exhausted: bool,
     contexts: HashMap<String, Route>,
 }
 
@@ -111,6 +113,20 @@ impl Link {
         }
     }
 
+    /// The error for a run that found the relay gone: a typed
+    /// [`Error::ProcessLimit`](crate::Error::ProcessLimit) when code used up
+    /// the pids (the kernels are ended with it; the next run starts afresh).
+    pub(crate) fn gone_error(&self, pids_limit: i64) -> crate::Error {
+        if lock(&self.routes).pids_exhausted {
+            return crate::Error::ProcessLimit {
+                limit: pids_limit,
+                stdout: String::new(),
+                stderr: "the kernel's code used up the container's process limit; its kernels were ended and the next run starts a new one".into(),
+            };
+        }
+        KernelError::Unavailable { reason: self.why() }.into()
+    }
+
     /// A fresh event queue for context `name` (the old one, if any, ends).
     pub(crate) fn route(&self, name: &str) -> Option<mpsc::UnboundedReceiver<Event>> {
         let mut routes = lock(&self.routes);
@@ -154,13 +170,19 @@ async fn read_events(
     ready: oneshot::Sender<()>,
 ) {
     let mut ready = Some(ready);
+    let mut pids_exhausted = false;
     let mut lines = Lines::new(LINE_LIMIT);
     let mut stderr = String::new();
     while let Some(reply) = replies.recv().await {
         let (stream, data) = match reply {
             Reply::Chunk { stream, data, .. } => (stream, data),
-            Reply::Exit { code, .. } => {
+            Reply::Exit {
+                code,
+                pids_exhausted: exhausted,
+                ..
+            } => {
                 stderr.push_str(&format!(" (exit code {code})"));
+                pids_exhausted = exhausted;
                 break;
             }
             Reply::Error { message, .. } => {
@@ -203,6 +225,7 @@ async fn read_events(
     let mut routes = lock(&routes);
     routes.alive = false;
     routes.why = stderr;
+    routes.pids_exhausted = pids_exhausted;
     // Dropping the senders tells every waiting run that the relay is gone.
     routes.contexts.clear();
 }

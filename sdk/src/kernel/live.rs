@@ -275,13 +275,14 @@ impl Kernel {
 
     /// The relay is gone: the context must start again.
     fn gone(&self, context: &mut Context) -> crate::Error {
-        let reason = context
-            .link
-            .take()
-            .map(|l| l.why())
-            .unwrap_or_else(|| "the relay stopped".into());
         context.events = None;
-        KernelError::Unavailable { reason }.into()
+        match context.link.take() {
+            Some(link) => link.gone_error(self.inner.config.session.resources.pids),
+            None => KernelError::Unavailable {
+                reason: "the relay stopped".into(),
+            }
+            .into(),
+        }
     }
 
     /// A running relay, starting one if there is none (or it died).

@@ -61,10 +61,12 @@ macro_rules! pool_methods {
 }
 use pool_methods;
 
+mod kernels;
 mod kinds;
 mod sandbox;
 mod warm;
 
+pub use kernels::KernelPool;
 pub use kinds::{CodeHostPool, SessionPool};
 pub use sandbox::SandboxPool;
 pub use warm::PoolStats;

@@ -1,0 +1,97 @@
+//! Pools of started kernels: the container is up, the default context's
+//! kernel is running and its startup imports (pandas, matplotlib for the
+//! data-science spec) are done, so `kernel()` is a handover.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use super::warm::{Fill, PoolStats, WarmPool};
+use super::{PoolConfig, WAIT_LIMIT};
+use crate::client::Client;
+use crate::error::Result;
+use crate::kernel::{Kernel, KernelConfig};
+
+/// Kernels started ahead of need, all with one configuration.
+///
+/// ```no_run
+/// # async fn demo() -> dockhand::Result<()> {
+/// use dockhand::kernel::KernelConfig;
+/// use dockhand::pool::PoolConfig;
+/// let client = dockhand::Client::connect().await?;
+/// let pool = client.kernel_pool(KernelConfig::data_science(), PoolConfig::new(2)).await?;
+/// let kernel = pool.kernel().await?; // started, pandas already imported
+/// kernel.run("pd.__version__").await?;
+/// kernel.close().await?;
+/// # Ok(()) }
+/// ```
+pub struct KernelPool {
+    client: Client,
+    config: KernelConfig,
+    warm: WarmPool<Kernel>,
+}
+
+impl std::fmt::Debug for KernelPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelPool")
+            .field("stats", &self.warm.stats())
+            .finish()
+    }
+}
+
+impl Client {
+    /// A pool of started kernels with `config`; it fills in the background.
+    /// The image is resolved (built if need be) first.
+    pub async fn kernel_pool(&self, config: KernelConfig, pool: PoolConfig) -> Result<KernelPool> {
+        self.images()
+            .resolve(&config.session_config().image)
+            .await?;
+        let fill: Fill<Kernel> = {
+            let (client, config) = (self.clone(), config.clone());
+            Arc::new(move || {
+                let kernel = client.kernel(config.clone());
+                async move {
+                    kernel.start().await?;
+                    Ok(kernel)
+                }
+                .boxed()
+            })
+        };
+        let stop = Arc::new(|k: Kernel| {
+            async move {
+                if let Err(e) = k.close().await {
+                    tracing::warn!(error = %e, "closing a pooled kernel");
+                }
+            }
+            .boxed()
+        });
+        let warm = WarmPool::new(
+            "kernel-pool".into(),
+            pool.normalized(),
+            fill,
+            stop,
+            self.reporter().clone(),
+        );
+        Ok(KernelPool {
+            client: self.clone(),
+            config,
+            warm,
+        })
+    }
+}
+
+impl KernelPool {
+    /// A started kernel: a warm one if one is ready, else one started now.
+    /// It is the caller's from here (close it when done); the pool makes a
+    /// new one in its place.
+    pub async fn kernel(&self) -> Result<Kernel> {
+        if let Some(kernel) = self.warm.take_or_wait(WAIT_LIMIT).await {
+            return Ok(kernel);
+        }
+        let kernel = self.client.kernel(self.config.clone());
+        kernel.start().await?;
+        Ok(kernel)
+    }
+
+    super::pool_methods!("kernel");
+}
