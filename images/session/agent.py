@@ -375,19 +375,26 @@ def reap_orphans():
     own = os.getpid()
     while True:
         time.sleep(0.1)
-        if near_pids_limit():
-            contain_exhaustion()
-        for pid, (state, ppid, _) in processes().items():
-            # Children the agent runs itself are waited by their Popen.
-            if state != "Z" or ppid != own:
+        try:
+            reap_once(own)
+        except Exception as e:  # the watch must outlive any one odd round
+            sys.stderr.write("dockhand agent: reaping: %s\n" % e)
+
+
+def reap_once(own):
+    if near_pids_limit():
+        contain_exhaustion()
+    for pid, (state, ppid, _) in processes().items():
+        # Children the agent runs itself are waited by their Popen.
+        if state != "Z" or ppid != own:
+            continue
+        with _commands_lock:
+            if pid in _commands:
                 continue
-            with _commands_lock:
-                if pid in _commands:
-                    continue
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 # The container's pids limit (threads count too), as the host set it.
@@ -491,13 +498,20 @@ def serve(line):
     if req.get("type") == "input":
         queue_input(req)
         return
-    try:
-        threading.Thread(target=handle, args=(req,), daemon=True).start()
-    except RuntimeError as e:
-        # Every pid in use (a command's fork bomb): refuse this request
-        # rather than end the agent, and end what used them up.
-        contain_exhaustion()
-        send({"type": "error", "id": req.get("id"), "kind": "pids", "message": str(e)})
+    # Every pid in use (a command's fork bomb): end what used them up and
+    # try again for a moment, since a bomb's remains take a while to go;
+    # then refuse this request rather than end the agent.
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            threading.Thread(target=handle, args=(req,), daemon=True).start()
+            return
+        except RuntimeError as e:
+            contain_exhaustion()
+            if time.monotonic() >= deadline:
+                send({"type": "error", "id": req.get("id"), "kind": "pids", "message": str(e)})
+                return
+            time.sleep(0.05)
 
 
 def main():
