@@ -17,9 +17,9 @@ use crate::util::{lock, push_tail};
 /// Where the relay and the kernel's startup file live in the container.
 const RELAY_DIR: &str = "/tmp/.dockhand-kernel";
 /// The relay program.
-pub const RELAY: &str = include_str!("../../../images/kernel/relay.py");
+pub const RELAY: &str = include_str!("../../images/kernel/relay.py");
 /// Run by every kernel at start: chart and DataFrame formatters.
-pub const KERNEL_STARTUP: &str = include_str!("../../../images/kernel/kernel_startup.py");
+pub const KERNEL_STARTUP: &str = include_str!("../../images/kernel/kernel_startup.py");
 /// How long the relay may take to say it is up.
 const READY_LIMIT: Duration = Duration::from_secs(30);
 /// The longest line the relay may send: its payload cap, base64 and JSON.

@@ -1,5 +1,5 @@
 //! What the host and the relay inside a kernel container say to each other
-//! (`images/kernel/relay.py`): JSON lines; Jupyter messages travel whole,
+//! (`sdk/images/kernel/relay.py`): JSON lines; Jupyter messages travel whole,
 //! built and read with `jupyter-protocol`'s types. Pure, tested without Docker.
 
 use jupyter_protocol::{ExecuteRequest, JupyterMessage};
