@@ -68,6 +68,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
+    // A code host on an image spec never built before: the spec's own steps
+    // plus a copy of the bridge (compiled once per machine, not per spec).
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let spec = dockhand::ImageSpec::default().run(format!("echo bench-{nonce}"));
+    let t = Instant::now();
+    let fresh = client.code_host(CodeHostConfig::new().image(spec));
+    fresh.start().await?;
+    let new_spec_start = t.elapsed();
+    let fresh_image = fresh.describe().image;
+    fresh.close().await?;
+    if let Some(image) = fresh_image {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", &image])
+            .output();
+    }
+    println!(
+        "first start on a new image spec (bridge made): {:.1} s",
+        new_spec_start.as_secs_f64()
+    );
+
     let host = client.code_host(CodeHostConfig::new().cpus(cpus));
     host.start().await?;
     let mut starts = Vec::new();

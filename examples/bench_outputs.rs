@@ -1,5 +1,6 @@
-//! Benchmark: moving a large File output from a one-shot to the host, and
-//! what it costs the host process in memory (outputs stream to disk); then
+//! Benchmark: moving a large File input into a one-shot and a large File
+//! output back to the host, and what each costs the host process in memory
+//! (both stream through disk); then
 //! one very long line on stdout read with and without a live output handler.
 //!
 //! ```text
@@ -52,6 +53,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Vec::<(String, dockhand::Value)>::new(),
         )
         .await?;
+    // The input direction first: the peak RSS only ever grows.
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("input.bin");
+    std::fs::File::create(&input)?.set_len(mib << 20)?;
+    let reader = Sandbox::code("big-input", "import os\nsize = os.path.getsize(blob)")
+        .input("blob", Type::File)
+        .output("size", Type::Int)
+        .cache(CacheMode::Disable)
+        .build()?;
+    let before = status_kib("VmHWM:");
+    let started = Instant::now();
+    let out = client
+        .run(&reader, [("blob", dockhand::Value::file(&input))])
+        .await?;
+    let took = started.elapsed();
+    let after = status_kib("VmHWM:");
+    assert_eq!(
+        out.get::<i64>("size")?,
+        (mib << 20) as i64,
+        "the File input arrived whole"
+    );
+    println!(
+        "{mib} MiB File input: run took {:.1} s ({:.0} MiB/s end to end); peak RSS {} MiB before, {} MiB after (+{} MiB; target <= 64 MiB)",
+        took.as_secs_f64(),
+        mib as f64 / took.as_secs_f64(),
+        before / 1024,
+        after / 1024,
+        after.saturating_sub(before) / 1024
+    );
+    drop(dir);
+
     let before = status_kib("VmHWM:");
     let started = Instant::now();
     let out = client

@@ -102,7 +102,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into();
     let dir = dir.canonicalize()?;
     let client = Client::connect().await?;
-    let host = client.code_host(CodeHostConfig::default());
+    // The reference runs on Monty's Python package, in the same image.
+    let image = dockhand::ImageSpec::default()
+        .pip([dockhand::codemode::MONTY_PACKAGE])
+        .trust_host_certificates();
+    let host = client.code_host(CodeHostConfig::default().image(image));
     host.start().await?;
     let image = host.describe().image.ok_or("the code host has no image")?;
 
@@ -110,16 +114,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // limits, value conversion) so that both sides count alike.
     let helpers = tempfile::tempdir()?;
     for (name, text) in [
-        ("bridge.py", include_str!("../images/codehost/bridge.py")),
-        ("rules.py", include_str!("../images/codehost/rules.py")),
+        (
+            "bridge.py",
+            include_str!("../sdk/images/codehost/bridge.py"),
+        ),
+        ("rules.py", include_str!("../sdk/images/codehost/rules.py")),
         (
             "prelude.py",
-            include_str!("../images/codehost/bridge/src/prelude.py"),
+            include_str!("../sdk/images/codehost/bridge/src/prelude.py"),
         ),
-        ("values.py", include_str!("../images/codehost/values.py")),
+        (
+            "values.py",
+            include_str!("../sdk/images/codehost/values.py"),
+        ),
         (
             "failures.py",
-            include_str!("../images/codehost/failures.py"),
+            include_str!("../sdk/images/codehost/failures.py"),
         ),
     ] {
         std::fs::write(helpers.path().join(name), text)?;

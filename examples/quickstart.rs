@@ -8,7 +8,7 @@
 //! cargo run --example quickstart
 //! ```
 
-use dockhand::{Client, Sandbox, Type};
+use dockhand::{CacheMode, Client, Sandbox, Type};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,6 +20,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let double = Sandbox::code("double", "result = x * 2")
         .input("x", Type::Int)
         .output("result", Type::Int)
+        // Doubling is deterministic, so an identical call may return the
+        // stored result without a container. Off by default: a run runs.
+        .cache(CacheMode::Auto)
         .build()?;
 
     let out = client.run(&double, [("x", 21)]).await?;

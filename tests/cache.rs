@@ -1,11 +1,11 @@
 //! The output cache against the real daemon: a hit returns exactly what the
 //! run returned (floats to the last digit, truncation and byte counts), runs
 //! with network access are not replayed unless asked, and the cache can be
-//! inspected and cleared.
+//! inspected and cleared. It is off unless a sandbox asks for it.
 
 mod common;
 
-use dockhand::{Client, Network, Sandbox, Type};
+use dockhand::{CacheMode, Client, Network, Sandbox, Type};
 
 async fn client_with_own_cache(dir: &std::path::Path) -> Client {
     Client::builder()
@@ -26,6 +26,7 @@ async fn a_hit_returns_exactly_what_the_run_returned() {
     .input("seed", Type::Int)
     .output("f", Type::Float)
     .output_limit(1000)
+    .cache(CacheMode::Auto)
     .build()
     .unwrap();
     let first = client.run(&sb, [("seed", 1)]).await.unwrap();
@@ -56,6 +57,7 @@ async fn runs_with_network_access_are_not_replayed_unless_asked() {
         Sandbox::code("networked-cache", "n = 7")
             .output("n", Type::Int)
             .network(Network::Bridge)
+            .cache(CacheMode::Auto)
             .cache_with_network(allow)
             .build()
             .unwrap()
@@ -81,4 +83,23 @@ async fn runs_with_network_access_are_not_replayed_unless_asked() {
         .unwrap();
     assert!(hit.cached, "asked for: cached");
     assert_eq!(hit.get::<i64>("n").unwrap(), 7);
+}
+
+#[tokio::test]
+async fn without_asking_every_run_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_with_own_cache(dir.path()).await;
+    let sb = Sandbox::code("random-uncached", "import random\nf = random.random()")
+        .output("f", Type::Float)
+        .build()
+        .unwrap();
+    let first = client.run(&sb, dockhand::NO_INPUTS).await.unwrap();
+    let second = client.run(&sb, dockhand::NO_INPUTS).await.unwrap();
+    assert!(!first.cached && !second.cached);
+    assert_ne!(
+        first.get::<f64>("f").unwrap(),
+        second.get::<f64>("f").unwrap(),
+        "the second run ran its own random()"
+    );
+    assert_eq!(client.output_cache().stats().unwrap().entries, 0);
 }

@@ -139,7 +139,7 @@ async fn last_expression_values_of_every_json_type_and_inputs() {
 async fn loop_guard_time_memory_and_print_limits() {
     let config = CodeHostConfig::new()
         .timeout(Duration::from_secs(2))
-        .exec_memory(256 << 20)
+        .exec_memory(256u64 << 20)
         .print_limit(100);
     let host = host_with(config).await;
     assert!(matches!(

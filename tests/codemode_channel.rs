@@ -123,11 +123,18 @@ async fn a_gathered_call_starts_while_the_code_keeps_computing() {
 #[tokio::test]
 async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    // dockhand's own code host image has Monty's Python package; used as
-    // a prebuilt image, nothing is built into it and the bridge is uploaded.
-    let built = code_host(CodeHostConfig::default()).await;
-    let image = built.describe().image.expect("the host names its image");
-    built.close().await.unwrap();
+    // An image with Monty's Python package, used as a prebuilt image:
+    // nothing is built into it and the bridge is uploaded.
+    let image = common::client()
+        .await
+        .resolve_image(
+            &ImageSpec::default()
+                .pip([dockhand::codemode::MONTY_PACKAGE])
+                .trust_host_certificates(),
+        )
+        .await
+        .expect("an image with Monty's Python package")
+        .reference;
     let before = socket_dirs();
     let (log, _guard) = common::LogCapture::debug_on_this_thread();
     let config = CodeHostConfig::default()

@@ -127,7 +127,7 @@ async fn escapes_through_attributes_formats_modules_and_classes_fail() {
 async fn bombs_hit_typed_limits_even_when_caught() {
     let config = CodeHostConfig::new()
         .timeout(Duration::from_secs(2))
-        .exec_memory(64 << 20)
+        .exec_memory(64u64 << 20)
         .loop_limit(1_000_000_000);
     let host = host_with(config).await;
     let timeout = |e: &CodeError| matches!(e, CodeError::Timeout { .. });

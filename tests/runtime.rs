@@ -218,6 +218,7 @@ async fn secrets_reach_the_code_and_nothing_else() {
     .output("from_file", Type::Bool)
     .secret(Secret::value("API_KEY", VALUE))
     .secret(Secret::from_env("DB_PASSWORD", "PATH").as_file())
+    .cache(CacheMode::Auto)
     .build()
     .unwrap();
 
@@ -361,6 +362,7 @@ async fn output_cache_hits_and_misses() {
             .output("token", Type::Str)
             .output("copy", Type::File)
             .image(image)
+            .cache(CacheMode::Auto)
             .build()
             .unwrap()
     };

@@ -435,7 +435,7 @@ async fn agent_tools_end_to_end_and_sessions_stay_apart() {
         .unwrap();
     assert!(refused["error"].is_string());
     let timed = tools_a
-        .call("shell", json!({"command": "sleep 10", "timeout_s": 0.3}))
+        .call("shell", json!({"command": "sleep 10", "timeout": 0.3}))
         .await
         .unwrap();
     assert!(timed["error"].as_str().unwrap().contains("killed"));

@@ -80,7 +80,7 @@ async fn bad_settings_fail_the_start_and_create_nothing() {
     let client = common::client().await;
     let cases: Vec<(SessionConfig, &str)> = vec![
         (SessionConfig::new().memory("lots"), "lots"),
-        (SessionConfig::new().memory(1024), "6Mi"),
+        (SessionConfig::new().memory(1024u64), "6Mi"),
         (SessionConfig::new().cpus(0.0), "cpus"),
         (SessionConfig::new().pids(1), "pids"),
         (SessionConfig::new().env("1BAD", "x"), "1BAD"),

@@ -31,27 +31,32 @@ pub struct McpArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct RunPython {
     /// Python source; what it prints is returned.
     code: String,
     /// pip packages to install first (the image is built once and reused).
     #[serde(default)]
     pip: Vec<String>,
-    /// Time limit in seconds (default 60).
+    /// Time limit in seconds (default 60, at most 3600).
+    #[schemars(range(min = 0.001, max = 3600.0))]
     timeout: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Shell {
     /// A shell command, run in the session's workspace.
     command: String,
     /// Which session (made on first use; default "default").
     session: Option<String>,
-    /// Time limit in seconds (default 120).
+    /// Time limit in seconds (default: none, the session's own).
+    #[schemars(range(min = 0.001, max = 86400.0))]
     timeout: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct PathArgs {
     /// A path relative to the workspace.
     path: String,
@@ -60,6 +65,7 @@ struct PathArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct ListDir {
     /// A path relative to the workspace (default the workspace).
     path: Option<String>,
@@ -68,6 +74,7 @@ struct ListDir {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct WriteFile {
     /// A path relative to the workspace; parents are created.
     path: String,
@@ -78,6 +85,7 @@ struct WriteFile {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct EditFile {
     /// A path relative to the workspace.
     path: String,
@@ -90,6 +98,7 @@ struct EditFile {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Execute {
     /// Code for Monty, a sandboxed Python subset. `python(code=...)` runs
     /// full CPython in a fresh sandbox and returns what it printed. The
@@ -101,6 +110,7 @@ struct Execute {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct RunCode {
     /// Python for a Jupyter kernel with pandas (pd), numpy (np) and
     /// matplotlib (plt). Variables persist between calls; charts are
@@ -108,7 +118,8 @@ struct RunCode {
     code: String,
     /// Which context (kernel state) to run in, made on first use; default "default".
     context: Option<String>,
-    /// Time limit in seconds (default 60); past it the run is interrupted, and the state kept.
+    /// Time limit in seconds (default 60, at most 3600); past it the run is interrupted, and the state kept.
+    #[schemars(range(min = 0.001, max = 3600.0))]
     timeout: Option<f64>,
 }
 
@@ -178,6 +189,19 @@ fn tool_error(e: impl std::fmt::Display) -> CallToolResult {
     CallToolResult::error(vec![Content::text(e.to_string())])
 }
 
+/// A `timeout` argument: a positive number of seconds up to `max`, else a
+/// tool error the model can act on (never quietly bent into range).
+fn seconds(given: Option<f64>, default: f64, max: f64) -> Result<Duration, String> {
+    let t = given.unwrap_or(default);
+    if t.is_finite() && t > 0.0 && t <= max {
+        Ok(Duration::from_secs_f64(t))
+    } else {
+        Err(format!(
+            "timeout must be a number of seconds more than 0 and at most {max}, got {t}"
+        ))
+    }
+}
+
 /// The session tools answer `{"error": ...}` for what the model can fix.
 fn session_reply(reply: dockhand::Result<Value>) -> CallToolResult {
     match reply {
@@ -237,7 +261,10 @@ impl Server {
         &self,
         Parameters(args): Parameters<RunPython>,
     ) -> Result<CallToolResult, ErrorData> {
-        let timeout = Duration::from_secs_f64(args.timeout.unwrap_or(60.0).clamp(0.1, 3600.0));
+        let timeout = match seconds(args.timeout, 60.0, 3600.0) {
+            Ok(t) => t,
+            Err(refused) => return Ok(tool_error(refused)),
+        };
         let image = ImageSpec::default().pip(args.pip).trust_host_certificates();
         let sandbox = Sandbox::code("run_python", args.code)
             .verbatim()
@@ -272,6 +299,9 @@ impl Server {
     ) -> Result<CallToolResult, ErrorData> {
         let mut call = json!({"command": args.command});
         if let Some(t) = args.timeout {
+            if let Err(refused) = seconds(Some(t), t, 86400.0) {
+                return Ok(tool_error(refused));
+            }
             call["timeout"] = json!(t);
         }
         Ok(self.call_session(args.session, "shell", call).await)
@@ -349,13 +379,11 @@ impl Server {
                 return Ok(tool_error(e));
             }
         }
-        let timeout = args.timeout.unwrap_or(60.0);
-        if !(timeout.is_finite() && timeout > 0.0) {
-            return Ok(tool_error("timeout must be a positive number of seconds"));
-        }
-        let options = RunOptions::new()
-            .context(context)
-            .timeout(Duration::from_secs_f64(timeout.min(3600.0)));
+        let timeout = match seconds(args.timeout, 60.0, 3600.0) {
+            Ok(t) => t,
+            Err(refused) => return Ok(tool_error(refused)),
+        };
+        let options = RunOptions::new().context(context).timeout(timeout);
         Ok(match kernel.run_with(&args.code, options).await {
             Ok(execution) => execution_content(&execution),
             Err(e) => tool_error(e),

@@ -17,7 +17,7 @@ pub fn code_of(e: &anyhow::Error) -> u8 {
     e.downcast_ref::<Error>().map_or(USAGE, code_of_error)
 }
 
-fn code_of_error(e: &Error) -> u8 {
+pub fn code_of_error(e: &Error) -> u8 {
     match e {
         Error::NonZeroExit { exit_code, .. } => u8::try_from(*exit_code).unwrap_or(1).max(1),
         Error::Killed { signal, .. } => u8::try_from(128 + signal).unwrap_or(137),
@@ -55,4 +55,80 @@ pub fn fail(e: &anyhow::Error, json: bool) -> ExitCode {
         eprintln!("dockhand: {e:#}");
     }
     ExitCode::from(code)
+}
+
+/// A failed run's one-line cause, for when its output was already shown
+/// live: the error's own text would print its stderr a second time. Hints
+/// speak in this command's flags. `None` for errors that carry no output.
+pub fn after_streamed_output(e: &Error) -> Option<String> {
+    let line = match e {
+        Error::NonZeroExit {
+            exit_code,
+            python,
+            hint,
+            ..
+        } => {
+            let what = match python {
+                Some(py) => format!("the code raised {py} (exit code {exit_code})"),
+                None => format!("the program exited with code {exit_code}"),
+            };
+            match hint {
+                Some(h) => format!("{what}\nhint: {}", in_shell_terms(h)),
+                None => what,
+            }
+        }
+        Error::OutOfMemory { limit_bytes, .. } => format!(
+            "out of memory: killed after exceeding its memory limit of {} MiB; raise it with --memory 2g",
+            limit_bytes >> 20
+        ),
+        Error::Killed { signal, .. } => format!("the program was killed by signal {signal}"),
+        Error::FileTooLarge { limit_bytes, .. } => format!(
+            "a file the program wrote reached the limit of {limit_bytes} bytes per file"
+        ),
+        Error::RetriesExhausted { attempts, last } => {
+            let last = after_streamed_output(last).unwrap_or_else(|| last.to_string());
+            format!("all {} attempts failed; last: {last}", attempts.len())
+        }
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// The SDK's hints name builder methods; this command has flags instead.
+fn in_shell_terms(hint: &str) -> String {
+    hint.replace("`.network(Network::Bridge)` on the sandbox", "--network")
+        .replace("`.memory(\"2Gi\")`", "--memory 2g")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_failure_is_summed_up_without_its_stderr() {
+        let e = Error::NonZeroExit {
+            exit_code: 3,
+            stderr_tail: "boom on stderr".into(),
+            stdout_tail: String::new(),
+            python: None,
+            hint: Some("it needs `.network(Network::Bridge)` on the sandbox".into()),
+        };
+        let line = after_streamed_output(&e).unwrap();
+        assert!(!line.contains("boom"), "{line}");
+        assert!(
+            line.contains("code 3") && line.contains("--network"),
+            "{line}"
+        );
+        assert!(!line.contains(".network("), "{line}");
+        let oom = Error::OutOfMemory {
+            limit_bytes: 64 << 20,
+            stdout_tail: String::new(),
+            stderr_tail: "Killed".into(),
+        };
+        let line = after_streamed_output(&oom).unwrap();
+        assert!(
+            line.contains("--memory 2g") && !line.contains(".memory("),
+            "{line}"
+        );
+    }
 }

@@ -70,8 +70,12 @@ pub struct RunArgs {
     /// Where File and Dir outputs are copied.
     #[arg(long, default_value = ".")]
     out_dir: PathBuf,
-    /// Always run, never answer from the output cache.
-    #[arg(long)]
+    /// Answer an identical earlier run from the output cache instead of
+    /// running (for deterministic programs only; off by default).
+    #[arg(long, conflicts_with = "no_cache")]
+    cache: bool,
+    /// Always run (the default; kept for scripts written against it).
+    #[arg(long, hide = true)]
     no_cache: bool,
 }
 
@@ -154,9 +158,11 @@ fn sandbox(args: &RunArgs) -> Result<(Sandbox, Vec<(String, Value)>)> {
     for arg in &args.secrets {
         builder = builder.secret(spec::parse_secret(arg)?);
     }
-    if args.no_cache {
-        builder = builder.cache(CacheMode::Disable);
-    }
+    builder = builder.cache(if args.cache {
+        CacheMode::Auto
+    } else {
+        CacheMode::Disable
+    });
     Ok((builder.build()?, inputs))
 }
 
@@ -174,7 +180,20 @@ pub async fn run(args: RunArgs, host: Option<String>, json: bool) -> Result<Exit
             };
         });
     }
-    let out = client.run_with(&sandbox, inputs, options).await?;
+    let out = match client.run_with(&sandbox, inputs, options).await {
+        Ok(out) => out,
+        Err(e) => {
+            // Its output was shown live: say why it failed, not that again.
+            if let Some(line) = (!json)
+                .then(|| crate::outcome::after_streamed_output(&e))
+                .flatten()
+            {
+                eprintln!("dockhand: {line}");
+                return Ok(ExitCode::from(crate::outcome::code_of_error(&e)));
+            }
+            return Err(e.into());
+        }
+    };
     let outputs = collect_outputs(&out, &sandbox, &args.out_dir)?;
     if json {
         let body = serde_json::json!({

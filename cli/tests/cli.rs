@@ -2,14 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
-use predicates::prelude::*;
+mod common;
 
-fn dockhand() -> Command {
-    let mut cmd = Command::cargo_bin("dockhand").expect("the dockhand binary");
-    cmd.timeout(Duration::from_secs(900));
-    cmd
-}
+use common::dockhand;
+use predicates::prelude::*;
 
 fn json_of(output: &[u8]) -> serde_json::Value {
     serde_json::from_slice(output)
@@ -19,7 +15,7 @@ fn json_of(output: &[u8]) -> serde_json::Value {
 #[test]
 fn run_code_streams_its_output() {
     dockhand()
-        .args(["run", "-c", "print(6 * 7)", "--no-cache"])
+        .args(["run", "-c", "print(6 * 7)"])
         .assert()
         .success()
         .stdout("42\n");
@@ -43,12 +39,7 @@ fn run_takes_typed_inputs_and_prints_outputs_as_json() {
 #[test]
 fn the_exit_code_mirrors_the_run() {
     dockhand()
-        .args([
-            "run",
-            "--no-cache",
-            "-c",
-            "import sys\nprint('bye')\nsys.exit(3)",
-        ])
+        .args(["run", "-c", "import sys\nprint('bye')\nsys.exit(3)"])
         .assert()
         .code(3)
         .stdout("bye\n");
@@ -57,7 +48,7 @@ fn the_exit_code_mirrors_the_run() {
 #[test]
 fn commands_take_inputs_as_arguments() {
     dockhand()
-        .args(["run", "--no-cache", "-i", "who=world"])
+        .args(["run", "-i", "who=world"])
         .args(["--command", "sh", "-c", "echo hello $0", "{{who}}"])
         .assert()
         .success()
@@ -70,7 +61,7 @@ fn file_outputs_are_copied_into_the_out_dir() {
     let input = dir.path().join("in.txt");
     std::fs::write(&input, "abc").unwrap();
     dockhand()
-        .args(["run", "--verbatim", "--no-cache", "-c"])
+        .args(["run", "--verbatim", "-c"])
         .arg("data = open('/var/inputs/src').read()\nopen('/var/outputs/copy', 'w').write(data.upper())")
         .arg("-i")
         .arg(format!("src=@{}", input.display()))
@@ -87,14 +78,7 @@ fn file_outputs_are_copied_into_the_out_dir() {
 #[test]
 fn a_timeout_exits_124() {
     dockhand()
-        .args([
-            "run",
-            "--no-cache",
-            "--timeout",
-            "1",
-            "-c",
-            "import time\ntime.sleep(30)",
-        ])
+        .args(["run", "--timeout", "1", "-c", "import time\ntime.sleep(30)"])
         .assert()
         .code(124)
         .stderr(predicate::str::contains("timed out after 1s"));

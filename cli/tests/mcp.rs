@@ -1,39 +1,12 @@
 //! `dockhand mcp` end to end over stdio with rmcp's client: initialize, list
 //! tools, call each, errors as tool errors, nothing left once the client goes.
 
+mod common;
+
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
-use serde_json::{json, Value};
-
-type Client = RunningService<RoleClient, ()>;
-
-async fn call(client: &Client, tool: &'static str, args: Value) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments are an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("calling {tool}: {e}"))
-}
-
-/// The tool's text content, parsed as JSON when it is JSON.
-fn body(result: &CallToolResult) -> Value {
-    let text = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<String>();
-    serde_json::from_str(&text).unwrap_or(Value::String(text))
-}
-
-fn failed(result: &CallToolResult) -> bool {
-    result.is_error == Some(true)
-}
+use common::{body, call, failed};
+use serde_json::json;
 
 fn containers(label: &str) -> usize {
     let out = std::process::Command::new("docker")
@@ -45,10 +18,7 @@ fn containers(label: &str) -> usize {
 
 #[tokio::test]
 async fn every_tool_over_stdio_and_nothing_left_after() {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
-    command.arg("mcp");
-    let transport = TokioChildProcess::new(command).expect("start dockhand mcp");
-    let client: Client = ().serve(transport).await.expect("initialize");
+    let client = common::mcp_client().await;
     let info = client.peer_info().expect("server info");
     assert!(info
         .instructions

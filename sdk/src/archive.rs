@@ -91,8 +91,8 @@ pub fn build_tar(dirs: &[(&str, u32)], files: &[TarFile]) -> Result<Vec<u8>> {
 /// other files) so an unprivileged process in the container can read it
 /// whatever the host's modes were. Symbolic links are kept as links; other
 /// special files are skipped.
-pub fn append_tree(
-    builder: &mut tar::Builder<Vec<u8>>,
+pub fn append_tree<W: io::Write>(
+    builder: &mut tar::Builder<W>,
     prefix: &str,
     dir: &Path,
 ) -> io::Result<()> {
@@ -123,6 +123,46 @@ pub fn append_tree(
         }
     }
     Ok(())
+}
+
+/// Adds one host file as `name` (root-owned, 0644), read from disk as it is
+/// written: the file is never held in memory whole. The size is the one read
+/// when the header is written; a file that changes meanwhile is an error,
+/// not a corrupt archive.
+pub fn append_file<W: io::Write>(
+    builder: &mut tar::Builder<W>,
+    name: &str,
+    path: &Path,
+) -> io::Result<()> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    let h = header(name, size, 0o644, tar::EntryType::Regular)?;
+    let mut counted = CountingReader {
+        inner: file.take(size),
+        read: 0,
+    };
+    builder.append(&h, &mut counted)?;
+    if counted.read != size {
+        return Err(io::Error::other(format!(
+            "{} changed size while it was read",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+struct CountingReader<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: io::Read> io::Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 /// A build context streamed from disk: a Dockerfile plus one large file (a root

@@ -1,21 +1,106 @@
 //! # dockhand
 //!
-//! Run code in Docker containers, safely and fast.
+//! Run code in Docker containers, safely and fast. Four ways to use it, all
+//! through one [`Client`] (created once, cloned freely), all offline and
+//! hardened by default, and all removed when done, even when the process dies.
 //!
-//! - **One-shot sandboxes**: declare code or a command, typed inputs and outputs
-//!   and an [`ImageSpec`]; each run gets a fresh container wired through
-//!   `/var/inputs/<name>` and `/var/outputs/<name>`, which is removed afterwards.
-//! - **Images without a registry**: specs render a Dockerfile whose content hash
-//!   is the tag, so each image is built once per machine; the Python base is
-//!   pulled where a registry answers and made from Debian packages where none does.
+//! | You need | Use | Container | State between calls |
+//! |---|---|---|---|
+//! | run a program or a snippet with typed inputs and outputs, many times | [one-shot sandboxes](#one-shot-sandboxes) ([`Sandbox`], [`Client::run`]) | fresh per call | none |
+//! | let an LLM write one block of code that calls your tools | [code mode](#code-mode) ([`codemode`]) | one long-lived code host, Monty inside | none: each execution starts clean |
+//! | analyse data step by step, with charts and tables | [kernels](#kernels) ([`kernel`]) | one long-lived Jupyter kernel | variables, per context |
+//! | let an agent work in a shell and a file tree | [sessions](#sessions) ([`session`]) | one persistent container | files and processes |
 //!
-//! Everything goes through a [`Client`], created once and cloned freely.
+//! Warm pools ([`pool`]) take the start off the clock for one-shots and
+//! kernels. The `dockhand` command line and its MCP server (`dockhand mcp`)
+//! reach the same four from a shell and from LLM clients.
+//!
+//! Images come from [`ImageSpec`]s: a spec renders a Dockerfile whose content
+//! hash is the tag, so each image is built once per machine. The Python base
+//! is pulled where a registry answers and made from Debian packages where
+//! none does.
+//!
+//! ## One-shot sandboxes
+//!
+//! Declared code, typed inputs and outputs through `/var/inputs/<name>` and
+//! `/var/outputs/<name>`, a fresh container per call:
 //!
 //! ```no_run
+//! use dockhand::{Client, Sandbox, Type};
+//! # async fn demo() -> dockhand::Result<()> {
+//! let client = Client::connect().await?;
+//! let double = Sandbox::code("double", "result = x * 2")
+//!     .input("x", Type::Int)
+//!     .output("result", Type::Int)
+//!     .memory("512Mi")
+//!     .build()?;
+//! let out = client.run(&double, [("x", 21)]).await?;
+//! assert_eq!(out.get::<i64>("result")?, 42);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Code mode
+//!
+//! One execution of LLM-written Python (Monty, a sandboxed subset) that calls
+//! tools running on the host; only what it prints and its last value come
+//! back. A code host runs one execution at a time; for concurrency, take
+//! hosts from a pool ([`Client::code_host_pool`]).
+//!
+//! ```no_run
+//! use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+//! use serde_json::json;
 //! # async fn demo() -> dockhand::Result<()> {
 //! let client = dockhand::Client::connect().await?;
-//! let image = client.resolve_image(&dockhand::ImageSpec::default()).await?;
-//! println!("ready: {}", image.reference);
+//! let tools = Toolset::new().tool(
+//!     Tool::new("add", "Adds two numbers.")
+//!         .param("a", ParamType::Float, "first")
+//!         .param("b", ParamType::Float, "second")
+//!         .handler(|args| async move {
+//!             Ok(json!(args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0)))
+//!         }),
+//! );
+//! let host = client.code_host(CodeHostConfig::default());
+//! host.start().await?;
+//! let run = host.execute("total = add(a=1, b=2)\nprint(total)\ntotal", json!({}), &tools).await?;
+//! assert_eq!(run.stdout, "3.0\n");
+//! host.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Kernels
+//!
+//! A real Jupyter kernel: state across runs, contexts, and charts and tables
+//! as rich results.
+//!
+//! ```no_run
+//! use dockhand::kernel::KernelConfig;
+//! # async fn demo() -> dockhand::Result<()> {
+//! let client = dockhand::Client::connect().await?;
+//! let kernel = client.kernel(KernelConfig::data_science());
+//! kernel.start().await?;
+//! kernel.run("df = pd.DataFrame({'x': [1, 2, 3]})").await?;
+//! let chart = kernel.run("df.x.plot(title='x')").await?;
+//! println!("{} results", chart.results.len());
+//! kernel.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Sessions
+//!
+//! A persistent container an agent works in: commands, files, targeted
+//! edits, snapshots.
+//!
+//! ```no_run
+//! use dockhand::session::{Edit, SessionConfig};
+//! # async fn demo() -> dockhand::Result<()> {
+//! let client = dockhand::Client::connect().await?;
+//! let session = client.session(SessionConfig::new());
+//! session.start().await?;
+//! session.write_file("calc.py", b"def add(a, b):\n    return a - b\n").await?;
+//! session.edit_file("calc.py", &[Edit::replace("a - b", "a + b")]).await?;
+//! let run = session.exec("python3 -c 'import calc; print(calc.add(2, 3))'").await?;
+//! assert_eq!(run.stdout, "5\n");
+//! session.close().await?;
 //! # Ok(()) }
 //! ```
 

@@ -25,7 +25,7 @@
 //!     .unwrap();
 //! let session = SessionConfig::new()
 //!     .image(image.clone())
-//!     .cpus(0.5).memory(512 << 20).pids(64)
+//!     .cpus(0.5).memory(512u64 << 20).pids(64)
 //!     .timeout(Duration::from_secs(30))
 //!     .network(true)
 //!     .env("MODE", "test")
@@ -54,14 +54,21 @@ use crate::error::{Error, Result};
 /// ```
 /// use dockhand::Memory;
 /// assert_eq!(Memory::from("512Mi").bytes().unwrap(), 512 << 20);
-/// assert_eq!(Memory::from(64u64 << 20).bytes().unwrap(), 64 << 20);
+/// assert_eq!(Memory::from(2u64 << 30).bytes().unwrap(), 2 << 30);
 /// assert!(Memory::from("lots").bytes().is_err());
+/// ```
+///
+/// Byte counts are unsigned (`u64` or `usize`): an unsuffixed literal would
+/// be an `i32`, where `2 << 30` is already negative, so it does not compile.
+///
+/// ```compile_fail
+/// let two_gib = dockhand::Memory::from(2 << 30);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Memory {
     /// A byte count.
-    Bytes(i64),
+    Bytes(u64),
     /// Text with a unit, as [`parse_memory`] reads it.
     Text(String),
 }
@@ -71,11 +78,16 @@ impl Memory {
     pub fn bytes(&self) -> Result<i64> {
         match self {
             Memory::Text(text) => parse_memory(text),
-            Memory::Bytes(b) if *b < MIN_MEMORY => Err(Error::spec(
+            Memory::Bytes(b) if *b < MIN_MEMORY as u64 => Err(Error::spec(
                 "memory size",
                 format!("{b} bytes is less than 6Mi, Docker's minimum"),
             )),
-            Memory::Bytes(b) => Ok(*b),
+            Memory::Bytes(b) => i64::try_from(*b).map_err(|_| {
+                Error::spec(
+                    "memory size",
+                    format!("{b} bytes is more than Docker takes"),
+                )
+            }),
         }
     }
 }
@@ -94,28 +106,15 @@ impl From<String> for Memory {
     }
 }
 
-impl From<i64> for Memory {
-    fn from(bytes: i64) -> Self {
-        Memory::Bytes(bytes)
-    }
-}
-
-// An unsuffixed literal such as `512 << 20` is an i32.
-impl From<i32> for Memory {
-    fn from(bytes: i32) -> Self {
-        Memory::Bytes(bytes.into())
-    }
-}
-
 impl From<u64> for Memory {
     fn from(bytes: u64) -> Self {
-        Memory::Bytes(i64::try_from(bytes).unwrap_or(i64::MAX))
+        Memory::Bytes(bytes)
     }
 }
 
 impl From<usize> for Memory {
     fn from(bytes: usize) -> Self {
-        Memory::Bytes(i64::try_from(bytes).unwrap_or(i64::MAX))
+        Memory::Bytes(bytes as u64)
     }
 }
 
@@ -277,12 +276,12 @@ mod tests {
 
     #[test]
     fn memory_takes_text_or_bytes() {
-        assert_eq!(Memory::from(512 << 20).bytes().unwrap(), 512 << 20);
+        assert_eq!(Memory::from(512u64 << 20).bytes().unwrap(), 512 << 20);
         assert_eq!(Memory::from(1usize << 30).bytes().unwrap(), 1 << 30);
         assert_eq!(Memory::from("1Gi".to_string()).bytes().unwrap(), 1 << 30);
-        let small = Memory::from(1024).bytes().unwrap_err().to_string();
+        let small = Memory::from(1024u64).bytes().unwrap_err().to_string();
         assert!(small.contains("6Mi"), "{small}");
-        assert_eq!(Memory::from(u64::MAX).bytes().unwrap(), i64::MAX);
+        assert!(Memory::from(u64::MAX).bytes().is_err());
     }
 
     #[test]

@@ -279,15 +279,23 @@ pub async fn start(args: StartArgs, host: Option<String>, json: bool) -> Result<
     if let Some(host) = &host {
         command.args(["--host", host]);
     }
-    let mut child = command
+    command
         .args(["session", "serve", "--id", &id])
         .args(args.to_args())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("starting the session keeper")?;
+        .process_group(0);
+    // The keeper lives as long as the session: it must not hold what the
+    // caller inherited (a lock file, a pipe a script waits on to close).
+    // SAFETY: the closure only makes async-signal-safe system calls.
+    unsafe {
+        command.pre_exec(|| {
+            close_inherited_descriptors();
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().context("starting the session keeper")?;
     let started = Instant::now();
     loop {
         if let Ok(reply) = request(&id, json!({"op": "describe"})).await {
@@ -385,6 +393,32 @@ async fn shell(id: &str) -> Result<ExitCode> {
                 let _ = std::io::stdout().flush();
             }
             Err(e) => eprintln!("dockhand: {e:#}"),
+        }
+    }
+}
+
+/// Marks every descriptor above 2 close-on-exec, so the program about to be
+/// executed starts with stdin, stdout and stderr only. Runs between fork and
+/// exec: system calls only, no allocation.
+fn close_inherited_descriptors() {
+    // close_range(3, ~0, CLOSE_RANGE_CLOEXEC), Linux 5.11 and later.
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: plain system calls on descriptor numbers.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return;
+        }
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 16) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 3..top {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
     }
 }

@@ -23,29 +23,28 @@ use crate::sandbox::{confine, Hardening, Network, Resources};
 use crate::util::push_tail;
 
 /// The bridge program, uploaded into each code host's container.
-pub const BRIDGE: &str = include_str!("../../../images/codehost/bridge.py");
+pub const BRIDGE: &str = include_str!("../../images/codehost/bridge.py");
 /// The product rules the bridge applies before Monty runs code.
-pub const RULES: &str = include_str!("../../../images/codehost/rules.py");
+pub const RULES: &str = include_str!("../../images/codehost/rules.py");
 /// The bridge's program files by name: the bridge and the modules it imports.
 pub const PROGRAMS: [(&str, &str); 5] = [
     ("bridge.py", BRIDGE),
     ("rules.py", RULES),
     (
         "prelude.py",
-        include_str!("../../../images/codehost/bridge/src/prelude.py"),
+        include_str!("../../images/codehost/bridge/src/prelude.py"),
     ),
-    (
-        "values.py",
-        include_str!("../../../images/codehost/values.py"),
-    ),
+    ("values.py", include_str!("../../images/codehost/values.py")),
     (
         "failures.py",
-        include_str!("../../../images/codehost/failures.py"),
+        include_str!("../../images/codehost/failures.py"),
     ),
 ];
 /// The Monty release code hosts install (pinned: the bridge is written
 /// against its API, and the image tag follows it).
 pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
+/// The package with Monty's `monty` worker binary, at [`MONTY_PACKAGE`]'s version.
+pub(crate) const MONTY_RUNTIME_PACKAGE: &str = "pydantic-monty-runtime==1.4.0";
 
 /// Where it is uploaded into containers of prebuilt images.
 const UPLOAD_DIR: &str = "/var/inputs";
@@ -181,23 +180,17 @@ fn queue_messages(queue: &mut VecDeque<FromRunner>, lines: Vec<Vec<u8>>) {
     }
 }
 
-/// `spec` with Monty added (unless it names Monty already) and the compiled
-/// bridge built in, so a start needs no upload. Prebuilt images are used as
-/// they are.
-pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
-    let mut spec = spec.clone();
+/// The image a code host runs: `spec` with the compiled bridge and Monty's
+/// worker copied in from their image (made once per machine; progress goes to
+/// the client's handler). Prebuilt images are used as they are.
+pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result<ImageSpec> {
     if spec.is_prebuilt() {
-        return spec;
+        return Ok(spec.clone());
     }
-    let named = spec
-        .pip_packages
-        .iter()
-        .any(|p| p.trim_start().starts_with("pydantic-monty"));
-    if !named {
-        spec.pip_packages.push(MONTY_PACKAGE.into());
-    }
-    spec.commands.push(native::build_command());
-    spec
+    let bridge = native::program()
+        .ensure(client.engine(), client.images().reporter())
+        .await?;
+    Ok(native::with_bridge(spec, &bridge))
 }
 
 /// Makes the image if needed, then creates the container, uploads the
@@ -206,7 +199,8 @@ pub(crate) fn with_monty(spec: &ImageSpec) -> ImageSpec {
 pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
     // The image first, outside the start limit: the first build on a
     // machine compiles the bridge (minutes), under the builder's own limits.
-    let image = client.images().resolve(&with_monty(how.image)).await?;
+    let spec = code_host_image(client, how.image).await?;
+    let image = client.images().resolve(&spec).await?;
     let limit = how.start_timeout;
     match tokio::time::timeout(limit, launch_unbounded(client, how, image.reference)).await {
         Ok(result) => result,
@@ -315,18 +309,6 @@ fn bridge_exited(stderr: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn monty_and_the_bridge_go_into_built_images() {
-        let spec = with_monty(&ImageSpec::default());
-        assert_eq!(spec.pip_packages, vec![MONTY_PACKAGE.to_string()]);
-        assert_eq!(spec.commands, vec![native::build_command()]);
-        assert!(spec.render_dockerfile().contains(native::BINARY));
-        let pinned = ImageSpec::default().pip(["pydantic-monty==1.3.0"]);
-        assert_eq!(with_monty(&pinned).pip_packages, pinned.pip_packages);
-        let prebuilt = ImageSpec::prebuilt("mine:1");
-        assert_eq!(with_monty(&prebuilt), prebuilt);
-    }
 
     #[test]
     fn a_missing_monty_is_explained() {

@@ -195,6 +195,10 @@ impl CodeHost {
         Ok(())
     }
 
+    /// How many executions one host runs at once: one. More callers wait;
+    /// use a pool of hosts for concurrency.
+    pub const MAX_CONCURRENT_EXECUTIONS: usize = 1;
+
     /// Closes the host for good: the container is removed.
     pub async fn close(&self) -> Result<()> {
         let mut slot = self.inner.runner.lock().await;
@@ -210,6 +214,10 @@ impl CodeHost {
     /// Runs `code` in a fresh Monty interpreter with `inputs` (a JSON object
     /// whose keys become variables) and `tools`. A host still in `init`, or
     /// one that failed on its own (crash, unanswered deadline), is started first.
+    ///
+    /// A host runs one execution at a time ([`CodeHost::MAX_CONCURRENT_EXECUTIONS`]):
+    /// concurrent calls wait for their turn. For executions in parallel, take
+    /// a host per caller from a pool ([`Client::code_host_pool`](crate::Client::code_host_pool)).
     pub async fn execute(
         &self,
         code: &str,

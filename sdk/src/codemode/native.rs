@@ -1,84 +1,119 @@
-//! The code host's compiled bridge (`images/codehost/bridge`, Rust): built
-//! inside the code host image, from its pinned Cargo.lock, by the Rust
-//! toolchain Debian ships in `bookworm-security` (`cargo-web`, Rust 1.96), so
-//! no toolchain is needed on the machine running dockhand. The toolchain is
-//! removed again in the same layer; the image keeps one binary, linked
-//! against the image's own C library.
+//! The code host's compiled bridge (`sdk/images/codehost/bridge`, Rust),
+//! with the `monty` worker it drives, in an image of their own (see
+//! [`ProgramImage`]): compiled once per machine inside an image build by the
+//! Rust toolchain Debian ships in `bookworm-security` (`cargo-web`), so no
+//! toolchain is needed on the machine running dockhand. The bridge is linked
+//! statically; the worker is the one `pydantic-monty-runtime` ships. A code
+//! host's image then gets both with two `COPY --from` steps: a new image spec
+//! costs its own packages, not a compile.
 //!
-//! It drives Monty's worker processes directly (monty-pool), which answers an
-//! execution or a tool call in tens of microseconds where the Python bridge
-//! spent a millisecond in its client library and thread hand-offs.
+//! The bridge drives Monty's worker processes directly (monty-pool), which
+//! answers an execution or a tool call in tens of microseconds where the
+//! Python bridge spent a millisecond in its client library and thread
+//! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
 pub const SOURCES: [(&str, &str); 11] = [
     (
         "Cargo.toml",
-        include_str!("../../../images/codehost/bridge/Cargo.toml"),
+        include_str!("../../images/codehost/bridge/Cargo.toml.in"),
     ),
     (
         "Cargo.lock",
-        include_str!("../../../images/codehost/bridge/Cargo.lock"),
+        include_str!("../../images/codehost/bridge/Cargo.lock"),
     ),
     (
         "src/main.rs",
-        include_str!("../../../images/codehost/bridge/src/main.rs"),
+        include_str!("../../images/codehost/bridge/src/main.rs"),
     ),
     (
         "src/fanout.rs",
-        include_str!("../../../images/codehost/bridge/src/fanout.rs"),
+        include_str!("../../images/codehost/bridge/src/fanout.rs"),
     ),
     (
         "src/execution.rs",
-        include_str!("../../../images/codehost/bridge/src/execution.rs"),
+        include_str!("../../images/codehost/bridge/src/execution.rs"),
     ),
     (
         "src/failures.rs",
-        include_str!("../../../images/codehost/bridge/src/failures.rs"),
+        include_str!("../../images/codehost/bridge/src/failures.rs"),
     ),
     (
         "src/guards.rs",
-        include_str!("../../../images/codehost/bridge/src/guards.rs"),
+        include_str!("../../images/codehost/bridge/src/guards.rs"),
     ),
     (
         "src/prelude.rs",
-        include_str!("../../../images/codehost/bridge/src/prelude.rs"),
+        include_str!("../../images/codehost/bridge/src/prelude.rs"),
     ),
     (
         "src/prelude.py",
-        include_str!("../../../images/codehost/bridge/src/prelude.py"),
+        include_str!("../../images/codehost/bridge/src/prelude.py"),
     ),
     (
         "src/rules.rs",
-        include_str!("../../../images/codehost/bridge/src/rules.rs"),
+        include_str!("../../images/codehost/bridge/src/rules.rs"),
     ),
     (
         "src/values.rs",
-        include_str!("../../../images/codehost/bridge/src/values.rs"),
+        include_str!("../../images/codehost/bridge/src/values.rs"),
     ),
 ];
 
 use crate::image::crate_build::CrateBuild;
+use crate::image::program::ProgramImage;
+use crate::image::{CopyFrom, ImageSpec};
 
-/// Where built images carry the compiled bridge.
+/// Where images carry the compiled bridge.
 pub const BINARY: &str = "/opt/dockhand/codehost/dockhand-codehost";
+/// Where images carry Monty's worker (the bridge looks beside itself first).
+pub const WORKER: &str = "/opt/dockhand/codehost/monty";
 
 /// A shell command that builds the bridge into [`BINARY`] and leaves no
 /// toolchain, sources or caches behind.
-pub fn build_command() -> String {
-    // Packing gzips ~130 KB at the best level; every start asks for the
-    // command (its text is the image's tag), so it is made once.
-    static COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    COMMAND
-        .get_or_init(|| {
-            CrateBuild {
-                sources: &SOURCES,
-                binary: "dockhand-codehost",
-                install_to: BINARY,
-                static_link: false,
-            }
-            .command()
-        })
-        .clone()
+fn build_command() -> String {
+    CrateBuild {
+        sources: &SOURCES,
+        binary: "dockhand-codehost",
+        install_to: BINARY,
+        // It runs in any image, whatever C library the image has.
+        static_link: true,
+    }
+    .command()
+}
+
+/// The worker from the pinned `pydantic-monty-runtime` (pip puts it on PATH).
+fn worker_command() -> String {
+    format!("install -m 0755 \"$(command -v monty)\" {WORKER}")
+}
+
+/// The recipe of the bridge's image.
+pub(crate) fn program() -> &'static ProgramImage {
+    static PROGRAM: std::sync::OnceLock<ProgramImage> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(|| ProgramImage {
+        repository: "dockhand/codehost-bridge",
+        kind: "codehost-bridge-image",
+        compiler: ImageSpec::default()
+            .trust_host_certificates()
+            .pip([super::bridge::MONTY_RUNTIME_PACKAGE])
+            .run(build_command())
+            .run(worker_command()),
+        files: vec![(BINARY, BINARY), (WORKER, WORKER)],
+        entrypoint: None,
+    })
+}
+
+/// `spec` with the bridge and the worker copied in from `bridge_image`.
+pub(crate) fn with_bridge(spec: &ImageSpec, bridge_image: &str) -> ImageSpec {
+    let mut spec = spec.clone();
+    for path in [BINARY, WORKER] {
+        spec.copies.push(CopyFrom {
+            image: bridge_image.to_string(),
+            source: path.to_string(),
+            target: path.to_string(),
+        });
+    }
+    spec
 }
 
 #[cfg(test)]
@@ -89,11 +124,39 @@ mod tests {
     fn the_build_unpacks_every_source() {
         let command = build_command();
         assert!(command.len() < 100 * 1024, "{} bytes", command.len());
+        assert!(command.contains("+crt-static"));
         let found = crate::image::crate_build::unpack_command_sources(&command);
         for (path, text) in SOURCES {
             assert_eq!(found.get(path).map(String::as_str), Some(text), "{path}");
         }
         assert!(command.contains(BINARY));
+    }
+
+    #[test]
+    fn a_code_host_image_copies_the_bridge_and_the_worker() {
+        let spec = with_bridge(
+            &ImageSpec::default().pip(["requests"]),
+            "dockhand/codehost-bridge:ab",
+        );
+        let text = spec.render_dockerfile();
+        for path in [BINARY, WORKER] {
+            assert!(
+                text.contains(&format!(
+                    "COPY --from=dockhand/codehost-bridge:ab {path} {path}\n"
+                )),
+                "{text}"
+            );
+        }
+        assert!(
+            !text.contains("cargo"),
+            "nothing is compiled per spec: {text}"
+        );
+        let recipe = program();
+        assert!(recipe.tag().starts_with("dockhand/codehost-bridge:"));
+        assert!(recipe
+            .compiler
+            .pip_packages()
+            .contains(&super::super::bridge::MONTY_RUNTIME_PACKAGE.to_string()));
     }
 
     #[test]

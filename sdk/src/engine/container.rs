@@ -244,6 +244,25 @@ impl Engine {
             .map_err(|e| docker_err("upload archive", e))
     }
 
+    /// Extracts the tar at `path` on this machine into `dir` of a container,
+    /// streamed from disk (host memory stays flat whatever its size).
+    pub async fn upload_archive_file(
+        &self,
+        id: &str,
+        dir: &str,
+        path: &std::path::Path,
+    ) -> Result<()> {
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| crate::error::Error::io("reading the inputs archive", e))?;
+        let body = tokio_util::io::ReaderStream::with_capacity(file, 256 << 10);
+        let options = UploadToContainerOptionsBuilder::default().path(dir).build();
+        self.docker
+            .upload_to_container(id, Some(options), bollard::body_try_stream(body))
+            .await
+            .map_err(|e| docker_err("upload archive", e))
+    }
+
     /// Puts one file at `dir/path` in a container (its parent directories
     /// created world-readable), e.g. a program its main process runs.
     pub async fn upload_file(

@@ -8,6 +8,8 @@ use std::fmt;
 use std::time::Duration;
 
 mod describe;
+#[cfg(test)]
+mod tests;
 pub(crate) use describe::offline_hint;
 use describe::{
     describe_exit, describe_index, hint_suffix, list_names, signal_name, stderr_suffix, suggest,
@@ -463,8 +465,8 @@ pub enum Error {
     RetriesExhausted {
         /// Why each attempt failed, in order.
         attempts: Vec<String>,
-        /// The last attempt's error.
-        #[source]
+        /// The last attempt's error (its text ends this error's message, so
+        /// it is not also this error's `source()`).
         last: Box<Error>,
     },
 
@@ -496,7 +498,7 @@ pub enum Error {
 
     /// An edit could not be applied; nothing was changed.
     #[error("edit failed, file unchanged: {0}")]
-    Edit(#[from] crate::session::edits::EditError),
+    Edit(crate::session::edits::EditError),
 
     /// The session's container or agent is gone; `start` it again.
     #[error("the session is not available: {reason}")]
@@ -518,14 +520,20 @@ pub enum Error {
     Kernel(#[from] crate::kernel::KernelError),
 
     /// A local file operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        /// The underlying error (its text ends this error's message, so it
+        /// is not also this error's `source()`).
+        error: std::io::Error,
     },
+}
+
+impl From<crate::session::edits::EditError> for Error {
+    fn from(e: crate::session::edits::EditError) -> Self {
+        Error::Edit(e)
+    }
 }
 
 impl Error {
@@ -533,7 +541,7 @@ impl Error {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
-            source,
+            error: source,
         }
     }
 

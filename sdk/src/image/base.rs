@@ -27,9 +27,9 @@ use crate::error::{Error, Result};
 use crate::progress::{Reporter, Stage};
 
 /// The bootstrap script (runs on the host, needs root and debootstrap).
-pub const BOOTSTRAP_RECIPE: &str = include_str!("../../../images/base/bootstrap.sh");
+pub const BOOTSTRAP_RECIPE: &str = include_str!("../../images/base/bootstrap.sh");
 /// The Dockerfile that imports the bootstrapped root filesystem.
-pub const BASE_DOCKERFILE: &str = include_str!("../../../images/base/Dockerfile");
+pub const BASE_DOCKERFILE: &str = include_str!("../../images/base/Dockerfile");
 
 /// Python versions the Debian bootstrap offers, with their Debian release.
 pub const DEBIAN_PYTHONS: &[(&str, &str)] = &[("3.11", "bookworm"), ("3.13", "trixie")];

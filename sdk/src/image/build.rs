@@ -39,7 +39,29 @@ pub(crate) async fn run_build(
 fn push_line(log: &mut Vec<String>, raw: &str, tag: &str, reporter: &Reporter) {
     let line = build_log::strip_ansi(raw.trim_end_matches(['\n', '\r']));
     if !line.trim().is_empty() {
-        reporter.report(tag, Stage::Build, line.clone());
+        reporter.report(tag, Stage::Build, shortened(&line));
         log.push(line);
+    }
+}
+
+/// A progress line of at most 300 characters: a `RUN` step that carries a
+/// program's packed sources would otherwise fill a screen.
+fn shortened(line: &str) -> String {
+    const MAX: usize = 300;
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}… ({} characters)", &line[..cut], line.chars().count()),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_progress_lines_are_shortened() {
+        assert_eq!(super::shortened("Step 1/3 : FROM x"), "Step 1/3 : FROM x");
+        let long = format!("Step 7/9 : RUN {}", "é".repeat(1000));
+        let short = super::shortened(&long);
+        assert!(short.chars().count() < 340, "{short}");
+        assert!(short.ends_with("(1015 characters)"), "{short}");
     }
 }

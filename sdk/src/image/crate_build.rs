@@ -30,10 +30,17 @@ impl CrateBuild<'_> {
             .parent()
             .map_or_else(|| "/".to_string(), |p| p.display().to_string());
         let binary = self.binary;
-        let rustflags = if self.static_link {
-            "RUSTFLAGS='-C target-feature=+crt-static' "
+        // With an explicit target, RUSTFLAGS apply to the program only, not
+        // to the proc-macros cargo builds for the host (which cannot be
+        // static).
+        let (rustflags, target, built) = if self.static_link {
+            (
+                "RUSTFLAGS='-C target-feature=+crt-static' ",
+                " --target \"$host\"",
+                "target/$host/release",
+            )
         } else {
-            ""
+            ("", "", "target/release")
         };
         format!(
             "set -e; . /etc/os-release; \
@@ -42,9 +49,10 @@ impl CrateBuild<'_> {
              apt-get update -qq && apt-get install -y -qq --no-install-recommends cargo-web rustc-web > /dev/null; \
              src=/tmp/dockhand-{binary}; mkdir -p $src; \
              printf %s '{packed}' | base64 -d | tar -xz -C $src; \
+             host=$(rustc -vV | sed -n 's/^host: //p'); \
              cd $src && CARGO_HOME=/tmp/dockhand-cargo CARGO_HTTP_CAINFO=/etc/ssl/certs/ca-certificates.crt \
-             {rustflags}cargo build --release --locked --quiet; \
-             mkdir -p {dir} && install -m 0755 target/release/{binary} {install_to}; \
+             {rustflags}cargo build --release --locked --quiet{target}; \
+             mkdir -p {dir} && install -m 0755 {built}/{binary} {install_to}; \
              cd / && rm -rf $src /tmp/dockhand-cargo; \
              apt-get purge -y -qq --auto-remove cargo-web rustc-web > /dev/null; \
              apt-get clean; rm -f $list; rm -rf /var/lib/apt/lists/*"
@@ -127,7 +135,10 @@ mod tests {
         }
         assert!(command.contains("--locked"));
         assert!(command.contains("+crt-static"));
-        assert!(command.contains("install -m 0755 target/release/tool /opt/dockhand/tool/tool"));
+        assert!(command.contains("--target \"$host\""));
+        assert!(
+            command.contains("install -m 0755 target/$host/release/tool /opt/dockhand/tool/tool")
+        );
         assert!(command.contains("apt-get purge"));
         assert!(command.ends_with("rm -rf /var/lib/apt/lists/*"));
     }
@@ -141,5 +152,8 @@ mod tests {
             static_link: false,
         };
         assert!(!build.command().contains("RUSTFLAGS"));
+        assert!(build
+            .command()
+            .contains("install -m 0755 target/release/tool /opt/tool"));
     }
 }

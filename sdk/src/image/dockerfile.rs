@@ -167,6 +167,12 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
         let json = serde_json::to_string(command).unwrap_or_default();
         d.push_str(&format!("RUN [\"/bin/sh\", \"-c\", {json}]\n"));
     }
+    for copy in &spec.copies {
+        d.push_str(&format!(
+            "COPY --from={} {} {}\n",
+            copy.image, copy.source, copy.target
+        ));
+    }
     // Where sandboxes exchange inputs and outputs: inputs are read-only to
     // the unprivileged user, outputs writable.
     d.push_str(

@@ -63,6 +63,11 @@ impl ImageResolver {
         }
     }
 
+    /// Where this resolver reports progress.
+    pub(crate) fn reporter(&self) -> &Reporter {
+        &self.reporter
+    }
+
     /// Forgets what this process resolved (after images were removed behind its back).
     pub(crate) fn forget(&self, spec: &ImageSpec) {
         lock(&self.resolved).remove(spec);

@@ -45,6 +45,18 @@ pub struct ImageSpec {
     pub(crate) prebuilt: Option<String>,
     pub(crate) ca_files: Vec<PathBuf>,
     pub(crate) ca_from_env: bool,
+    /// Files copied from another image after everything else (dockhand's
+    /// own programs, from their [`ProgramImage`](super::program::ProgramImage)s).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) copies: Vec<CopyFrom>,
+}
+
+/// One `COPY --from=<image> <source> <target>` step.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) struct CopyFrom {
+    pub image: String,
+    pub source: String,
+    pub target: String,
 }
 
 impl Default for ImageSpec {
@@ -58,6 +70,7 @@ impl Default for ImageSpec {
             prebuilt: None,
             ca_files: Vec::new(),
             ca_from_env: true,
+            copies: Vec::new(),
         }
     }
 }

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use super::preamble::{self, CONTROL_DIR, INPUTS_DIR, MAIN_FILE, OUTPUTS_DIR, RUNNER_FILE};
+use super::preamble::{
+    self, CONTROL_DIR, INPUTS_DIR, MAIN_FILE, OUTPUTS_DIR, RUNNER_FILE, VERBATIM_FILE,
+};
 use super::spec::{Param, Program, Sandbox};
 use super::value::Value;
 use crate::archive;
@@ -100,9 +102,11 @@ pub fn command_line(sandbox: &Sandbox, inputs: &[(Param, Value)]) -> Vec<String>
         Program::Code { auto_io: true, .. } => {
             vec!["python3".into(), format!("{control}/{RUNNER_FILE}")]
         }
-        Program::Code { auto_io: false, .. } => {
-            vec!["python3".into(), format!("{control}/{MAIN_FILE}")]
-        }
+        Program::Code { auto_io: false, .. } => vec![
+            "python3".into(),
+            format!("{control}/{VERBATIM_FILE}"),
+            format!("{control}/{MAIN_FILE}"),
+        ],
         Program::Command { program, args } => {
             let lookup = |name: &str| {
                 inputs.iter().find(|(p, _)| p.name == name).map(|(p, v)| {
@@ -127,7 +131,7 @@ pub fn archive(
     inputs: &[(Param, Value)],
     cmd: &[String],
     frame_marker: Option<&str>,
-) -> Result<Vec<u8>> {
+) -> Result<InputsTar> {
     // What a warm container's waiter runs once handed the job (see `pool`);
     // a cold container is created with the command instead.
     let mut files = vec![archive::TarFile::new(
@@ -139,6 +143,12 @@ pub fn archive(
             format!("{CONTROL_DIR}/{MAIN_FILE}"),
             source.clone(),
         ));
+        if !*auto_io {
+            files.push(archive::TarFile::new(
+                format!("{CONTROL_DIR}/{VERBATIM_FILE}"),
+                preamble::VERBATIM_LAUNCHER,
+            ));
+        }
         if *auto_io {
             let mut runner =
                 preamble::render(&sandbox.inputs, &sandbox.outputs, INPUTS_DIR, OUTPUTS_DIR);
@@ -151,16 +161,19 @@ pub fn archive(
             ));
         }
     }
-    let mut dirs: Vec<(&str, &Path)> = Vec::new();
+    let mut from_disk: Vec<(&str, &Path, bool)> = Vec::new();
+    let mut disk_bytes = 0u64;
     for (p, value) in inputs {
         match value {
             Value::File(path) => {
-                let data = std::fs::read(path).map_err(|e| {
-                    Error::io(format!("input `{}`: reading {}", p.name, path.display()), e)
-                })?;
-                files.push(archive::TarFile::new(p.name.clone(), data));
+                disk_bytes += std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                from_disk.push((&p.name, path, false));
             }
-            Value::Dir(path) => dirs.push((&p.name, path)),
+            Value::Dir(path) => {
+                // A tree's size is only known by walking it: spool it.
+                disk_bytes = u64::MAX;
+                from_disk.push((&p.name, path, true));
+            }
             other => files.push(archive::TarFile::new(
                 p.name.clone(),
                 other.to_text().unwrap_or_default(),
@@ -170,20 +183,83 @@ pub fn archive(
     // Root-owned and not writable by others (as /var/inputs itself is in the
     // images dockhand builds): the code reads its inputs and cannot change
     // them or add files beside them.
-    let mut tar = archive::build_tar(&[(CONTROL_DIR, 0o755)], &files)?;
-    if !dirs.is_empty() {
-        // Continue the archive: drop its two end-of-archive blocks, append the trees.
-        tar.truncate(tar.len().saturating_sub(1024));
-        let mut builder = tar::Builder::new(tar);
-        for (name, path) in dirs {
-            archive::append_tree(&mut builder, name, path)
-                .map_err(|e| Error::io(format!("input `{name}`: reading {}", path.display()), e))?;
-        }
-        tar = builder
-            .into_inner()
-            .map_err(|e| Error::io("building the inputs archive", e))?;
+    let head = archive::build_tar(&[(CONTROL_DIR, 0o755)], &files)?;
+    if from_disk.is_empty() {
+        return Ok(InputsTar::Memory(head.into()));
     }
-    Ok(tar)
+    // Continue the archive: drop its two end-of-archive blocks, append the
+    // files and trees from disk.
+    let head = &head[..head.len().saturating_sub(1024)];
+    let wrap = |e| Error::io("building the inputs archive", e);
+    if disk_bytes <= IN_MEMORY_LIMIT {
+        let builder = tar::Builder::new(head.to_vec());
+        let tar = append_from_disk(builder, &from_disk)?
+            .into_inner()
+            .map_err(wrap)?;
+        return Ok(InputsTar::Memory(tar.into()));
+    }
+    // Large inputs go to a file and stream from there to the daemon: host
+    // memory stays flat whatever their size.
+    let mut spool = tempfile::Builder::new()
+        .prefix("dockhand-inputs-")
+        .tempfile()
+        .map_err(wrap)?;
+    std::io::Write::write_all(spool.as_file_mut(), head).map_err(wrap)?;
+    let (file, path) = spool.into_parts();
+    let builder = tar::Builder::new(std::io::BufWriter::with_capacity(1 << 20, file));
+    let writer = append_from_disk(builder, &from_disk)?
+        .into_inner()
+        .map_err(wrap)?;
+    writer
+        .into_inner()
+        .map_err(|e| wrap(e.into_error()))?
+        .sync_data()
+        .map_err(wrap)?;
+    Ok(InputsTar::Spooled(std::sync::Arc::new(path)))
+}
+
+/// File and Dir inputs up to this many bytes in all are archived in memory;
+/// more are spooled to a temporary file.
+const IN_MEMORY_LIMIT: u64 = 8 << 20;
+
+/// Appends File and Dir inputs (`name`, host path, is a dir) to `builder`.
+fn append_from_disk<W: std::io::Write>(
+    mut builder: tar::Builder<W>,
+    inputs: &[(&str, &Path, bool)],
+) -> Result<tar::Builder<W>> {
+    for (name, path, is_dir) in inputs {
+        let appended = if *is_dir {
+            archive::append_tree(&mut builder, name, path)
+        } else {
+            archive::append_file(&mut builder, name, path)
+        };
+        appended
+            .map_err(|e| Error::io(format!("input `{name}`: reading {}", path.display()), e))?;
+    }
+    builder
+        .finish()
+        .map_err(|e| Error::io("building the inputs archive", e))?;
+    Ok(builder)
+}
+
+/// The archive of a run's inputs: in memory when small, else in a temporary
+/// file (removed with the last clone) that is streamed to the daemon.
+#[derive(Clone, Debug)]
+pub enum InputsTar {
+    /// Small: held in memory.
+    Memory(bytes::Bytes),
+    /// Large: on disk.
+    Spooled(std::sync::Arc<tempfile::TempPath>),
+}
+
+impl InputsTar {
+    /// Extracts the archive into `dir` of container `id`.
+    pub async fn upload(&self, engine: &crate::engine::Engine, id: &str, dir: &str) -> Result<()> {
+        match self {
+            InputsTar::Memory(tar) => engine.upload_archive(id, dir, tar.clone()).await,
+            InputsTar::Spooled(path) => engine.upload_archive_file(id, dir, path).await,
+        }
+    }
 }
 
 /// The environment variable an inline job travels in (the runner removes it
@@ -352,6 +428,54 @@ mod tests {
         assert!(matches!(err, Error::InputType { .. }), "{err}");
     }
 
+    /// The archive's entries, by path, as text.
+    fn entries(tar: &InputsTar) -> std::collections::BTreeMap<String, String> {
+        let bytes = match tar {
+            InputsTar::Memory(b) => b.to_vec(),
+            InputsTar::Spooled(path) => std::fs::read(path.to_path_buf()).unwrap(),
+        };
+        let mut a = tar::Archive::new(bytes.as_slice());
+        let mut found = std::collections::BTreeMap::new();
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let path = e.path().unwrap().to_string_lossy().into_owned();
+            let mut data = String::new();
+            e.read_to_string(&mut data).unwrap_or_default();
+            found.insert(path, data);
+        }
+        found
+    }
+
+    #[test]
+    fn small_files_stay_in_memory_and_large_ones_are_spooled() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small");
+        std::fs::write(&small, "tiny").unwrap();
+        let large = dir.path().join("large");
+        let big_text = "x".repeat((IN_MEMORY_LIMIT + 1) as usize);
+        std::fs::write(&large, &big_text).unwrap();
+        let s = Sandbox::code("t", "print(1)")
+            .input("f", Type::File)
+            .build()
+            .unwrap();
+        for (path, spooled) in [(&small, false), (&large, true)] {
+            let inputs = validate(&s, vec![("f".into(), Value::file(path))]).unwrap();
+            let tar = archive(&s, &inputs, &command_line(&s, &inputs), None).unwrap();
+            assert_eq!(matches!(tar, InputsTar::Spooled(_)), spooled);
+            let found = entries(&tar);
+            assert_eq!(
+                found["f"].len(),
+                std::fs::metadata(path).unwrap().len() as usize
+            );
+            assert_eq!(found[".dockhand/main.py"], "print(1)");
+            if let InputsTar::Spooled(spool) = &tar {
+                let spool = spool.to_path_buf();
+                drop(tar);
+                assert!(!spool.exists(), "the spool goes with the archive");
+            }
+        }
+    }
+
     #[test]
     fn archive_layout() {
         let dir = tempfile::tempdir().unwrap();
@@ -368,15 +492,8 @@ mod tests {
         )
         .unwrap();
         let tar = archive(&s, &inputs, &command_line(&s, &inputs), None).unwrap();
-        let mut a = tar::Archive::new(tar.as_slice());
-        let mut found = std::collections::BTreeMap::new();
-        for e in a.entries().unwrap() {
-            let mut e = e.unwrap();
-            let path = e.path().unwrap().to_string_lossy().into_owned();
-            let mut data = String::new();
-            e.read_to_string(&mut data).unwrap_or_default();
-            found.insert(path, data);
-        }
+        assert!(matches!(tar, InputsTar::Spooled(_)), "trees are spooled");
+        let found = entries(&tar);
         assert_eq!(found["n"], "5");
         assert_eq!(found[".dockhand/main.py"], "print(1)");
         assert!(found[".dockhand/run.py"].contains("_dh_ns[\"n\"] = int("));

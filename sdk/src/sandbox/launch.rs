@@ -87,9 +87,7 @@ pub(super) async fn hand_over(
     let line = match &prepared.job {
         JobDelivery::Inline { job, .. } => format!("{number} {job}\n"),
         JobDelivery::Upload { tar, .. } => {
-            engine
-                .upload_archive(container.id(), INPUTS_DIR, tar.clone())
-                .await?;
+            tar.upload(engine, container.id(), INPUTS_DIR).await?;
             format!("{number}\n")
         }
     };

@@ -23,6 +23,34 @@ pub const CONTROL_DIR: &str = ".dockhand";
 pub const MAIN_FILE: &str = "main.py";
 /// The runner, under the control directory.
 pub const RUNNER_FILE: &str = "run.py";
+/// The launcher of verbatim code (see [`VERBATIM_LAUNCHER`]).
+pub const VERBATIM_FILE: &str = "verbatim.py";
+
+/// Runs verbatim code as `python3 main.py` would, as the `__main__` module
+/// with `sys.argv[0] == "main.py"`, but so that its tracebacks and syntax
+/// errors name `main.py` and show the user's frames only, not where
+/// dockhand keeps the file or this launcher's frame.
+pub const VERBATIM_LAUNCHER: &str = r#"import sys, types, linecache
+_path = sys.argv[1]
+with open(_path, encoding='utf-8') as _f:
+    _src = _f.read()
+linecache.cache['main.py'] = (len(_src), None, _src.splitlines(True), 'main.py')
+sys.argv = ['main.py'] + sys.argv[2:]
+_main = types.ModuleType('__main__')
+_main.__file__ = 'main.py'
+_main.__builtins__ = __builtins__
+sys.modules['__main__'] = _main
+del _f, _path
+try:
+    exec(compile(_src, 'main.py', 'exec'), _main.__dict__)
+except SystemExit:
+    raise
+except BaseException as _e:
+    # The user's frames only: this launcher's goes.
+    _e = _e.with_traceback(_e.__traceback__.tb_next)
+    sys.excepthook(type(_e), _e, _e.__traceback__)
+    sys.exit(1)
+"#;
 /// The status report, under `<outputs>/.dockhand/`.
 pub const STATUS_FILE: &str = "status.json";
 
@@ -237,13 +265,13 @@ const RUNNER_EXEC: &str = r#"if _dh_job is not None:
 else:
     with open(_DH_CONTROL + '/main.py', encoding='utf-8') as _dh_f:
         _dh_src = _dh_f.read()
-_dh_code = compile(_dh_src, 'main.py', 'exec')
 # What exists now lives as long as the process: kept out of the collections,
 # so the one before the outputs frame only looks at what the code made.
 import gc as _dh_gc
 _dh_gc.freeze()
 try:
-    exec(_dh_code, _dh_ns)
+    # Compiled in here, so a syntax error is reported as the code's own.
+    exec(compile(_dh_src, 'main.py', 'exec'), _dh_ns)
 except SystemExit:
     raise
 except BaseException as _dh_e:

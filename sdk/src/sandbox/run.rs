@@ -103,7 +103,10 @@ pub(super) enum JobDelivery {
     /// handover line, run by `command` (see [`inputs::inline_job`]).
     Inline { command: Vec<String>, job: String },
     /// As an archive uploaded into `/var/inputs`, run by `command`.
-    Upload { command: Vec<String>, tar: Bytes },
+    Upload {
+        command: Vec<String>,
+        tar: inputs::InputsTar,
+    },
 }
 
 /// Everything an attempt needs, prepared once per call.
@@ -184,14 +187,24 @@ impl Client {
         let cacheable = rt.cache != CacheMode::Disable
             && (secrets.is_empty() || rt.cache_with_secrets)
             && (rt.network == Network::None || rt.cache_with_network);
-        let store = self.output_cache().store();
+        let store = std::sync::Arc::new(self.output_cache().store());
+        // Hashing File and Dir inputs and copying cached files read the
+        // disk: off the async threads.
         let key = if cacheable {
-            Some(cache::key(sandbox, &image.id, &inputs)?)
+            let (sandbox, image_id, inputs) = (sandbox.clone(), image.id.clone(), inputs.clone());
+            Some(
+                blocking("hashing the inputs for the output cache", move || {
+                    cache::key(&sandbox, &image_id, &inputs)
+                })
+                .await?,
+            )
         } else {
             None
         };
         if let (Some(key), CacheMode::Auto) = (&key, rt.cache) {
-            if let Some(hit) = store.get(key)? {
+            let (lookup, wanted) = (store.clone(), key.clone());
+            let found = blocking("reading the output cache", move || lookup.get(&wanted)).await?;
+            if let Some(hit) = found {
                 tracing::debug!(sandbox = %sandbox.name, key = %key, "output cache hit");
                 return Ok(RunOutput {
                     outputs: hit.outputs,
@@ -235,10 +248,7 @@ impl Client {
                 .map_err(|e| {
                     Error::io("building the inputs archive", std::io::Error::other(e))
                 })??;
-                JobDelivery::Upload {
-                    command,
-                    tar: Bytes::from(tar),
-                }
+                JobDelivery::Upload { command, tar }
             }
         };
         let mut prepared = Prepared {
@@ -270,11 +280,18 @@ impl Client {
                     });
                     out.attempts = attempts;
                     out.duration = started.elapsed();
-                    if let Some(key) = &key {
-                        // A cache that cannot be written costs speed later, not this result.
-                        if let Err(e) = store.put(key, &out) {
-                            tracing::warn!(error = %e, "could not store outputs in the cache");
-                        }
+                    let Some(key) = key else {
+                        return Ok(out);
+                    };
+                    let writer = store.clone();
+                    let (out, put) = blocking("writing the output cache", move || {
+                        let put = writer.put(&key, &out);
+                        Ok((out, put))
+                    })
+                    .await?;
+                    // A cache that cannot be written costs speed later, not this result.
+                    if let Err(e) = put {
+                        tracing::warn!(error = %e, "could not store outputs in the cache");
                     }
                     return Ok(out);
                 }
@@ -376,7 +393,7 @@ impl Client {
                 let launch = async {
                     let uploads = async {
                         if let JobDelivery::Upload { tar, .. } = &prepared.job {
-                            engine.upload_archive(&id, INPUTS_DIR, tar.clone()).await?;
+                            tar.upload(engine, &id, INPUTS_DIR).await?;
                         }
                         if prepared.needs_outputs_dir {
                             let tar = Bytes::from(inputs::writable_root()?);
@@ -588,4 +605,14 @@ async fn within<T>(
             })
         }),
     }
+}
+
+/// Runs blocking file work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::io(what, std::io::Error::other(e)))?
 }

@@ -296,15 +296,30 @@ impl Hardening {
 }
 
 /// How the output cache is used.
+///
+/// Off by default: a run runs. Turn it on for sandboxes whose result depends
+/// only on their code, inputs and image (no clock, no randomness, no
+/// network), where a hit saves a container start:
+///
+/// ```
+/// use dockhand::{CacheMode, Sandbox, Type};
+/// let square = Sandbox::code("square", "y = x * x")
+///     .input("x", Type::Int)
+///     .output("y", Type::Int)
+///     .cache(CacheMode::Auto)
+///     .build()?;
+/// # Ok::<(), dockhand::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheMode {
-    /// Return stored outputs for identical runs; store successful runs.
-    #[default]
+    /// Return stored outputs for identical runs; store successful runs. For
+    /// deterministic sandboxes only: a hit replays `random()` and `time()`.
     Auto,
     /// Always run, and store the result (replacing a stored one).
     Override,
-    /// Neither read nor write the cache.
+    /// Neither read nor write the cache (the default).
+    #[default]
     Disable,
 }
 
@@ -366,7 +381,7 @@ impl Default for Runtime {
             secrets: Vec::new(),
             network: Network::None,
             hardening: Hardening::default(),
-            cache: CacheMode::Auto,
+            cache: CacheMode::Disable,
             cache_with_secrets: false,
             cache_with_network: false,
             outputs_limit: DEFAULT_OUTPUTS_LIMIT,

@@ -273,7 +273,9 @@ impl SandboxBuilder {
         self
     }
 
-    /// Output cache mode (default [`CacheMode::Auto`]).
+    /// Output cache mode (default [`CacheMode::Disable`]: every call runs).
+    /// [`CacheMode::Auto`] replays a stored result for an identical call;
+    /// use it for deterministic sandboxes only.
     pub fn cache(mut self, mode: CacheMode) -> Self {
         self.runtime.cache = mode;
         self

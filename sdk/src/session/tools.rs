@@ -32,7 +32,7 @@ fn definition(name: &str) -> Option<ToolDefinition> {
             "Runs a shell command in the workspace and returns its exit code, stdout and stderr.",
             json!({"type": "object", "properties": {
                 "command": {"type": "string", "description": "the command, run by /bin/sh -c"},
-                "timeout_s": {"type": "number", "description": "kill it after this many seconds"}
+                "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "description": "kill it after this many seconds"}
             }, "required": ["command"], "additionalProperties": false}),
         ),
         "read_file" => (
@@ -155,7 +155,8 @@ impl<S: SessionApi> SessionTools<S> {
         let outcome = match name {
             "shell" => {
                 let mut options = ExecOptions::new();
-                if let Some(t) = args["timeout_s"].as_f64().filter(|t| *t > 0.0) {
+                // The schema check made it a positive number of seconds.
+                if let Some(t) = args["timeout"].as_f64() {
                     options = options.timeout(std::time::Duration::from_secs_f64(t));
                 }
                 self.session.exec_with(&text("command"), options).await.map(|r| {

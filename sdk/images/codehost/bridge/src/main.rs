@@ -347,8 +347,16 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The `monty` worker binary: on PATH, where pip puts it.
+/// The `monty` worker binary: beside this program, where dockhand's images
+/// put the one this bridge was built against, or else on PATH, where pip
+/// puts it.
 fn monty_binary() -> Option<std::path::PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("monty")));
+    if let Some(beside) = beside.filter(|p| p.is_file()) {
+        return Some(beside);
+    }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin".into());
     std::env::split_paths(&path)
         .map(|dir| dir.join("monty"))

@@ -29,8 +29,24 @@ mkdir -p "$ROOTFS"
     --include=python3,python3-pip,python3-venv,ca-certificates \
     "$SUITE" "$ROOTFS" "$MIRROR"
 
-# apt inside derived images talks to the same mirror.
-echo "deb $MIRROR $SUITE main" > "$ROOTFS/etc/apt/sources.list"
+# apt inside derived images talks to the same mirror, with the point-release
+# updates and Debian's security updates (on the mirror's sibling path,
+# http://deb.debian.org/debian-security for http://deb.debian.org/debian).
+SECURITY_MIRROR="${MIRROR%/}-security"
+cat > "$ROOTFS/etc/apt/sources.list" <<EOF_SOURCES
+deb $MIRROR $SUITE main
+deb $MIRROR $SUITE-updates main
+deb $SECURITY_MIRROR $SUITE-security main
+EOF_SOURCES
+
+# Apply them now: the image starts with every security fix published today.
+# The chroot resolves names with the host's resolver while it runs.
+cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
+mount -t proc proc "$ROOTFS/proc"
+cleanup() { umount "$ROOTFS/proc" 2>/dev/null || true; rm -rf "$ROOTFS"; }
+chroot "$ROOTFS" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
+    'apt-get update -qq && apt-get upgrade -y -qq -o Dpkg::Options::=--force-confold >/dev/null && apt-get clean'
+umount "$ROOTFS/proc"
 
 # Smaller image, and nothing host-specific baked in.
 rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb \

@@ -1,0 +1,156 @@
+//! Images that hold one of dockhand's own compiled programs and nothing else
+//! (`FROM scratch`): the watchdog, and the code host's bridge with Monty's
+//! worker. Each is compiled once per machine in a first image built on
+//! dockhand's base, then its files alone are copied into the final image.
+//! Other images take the program from there with `COPY --from`, which costs a
+//! copy instead of a compile.
+//!
+//! The tag is a hash of the recipe (the compile commands and the final
+//! Dockerfile), independent of the base the program was compiled on, so each
+//! version is made once per machine and found by every process.
+
+use sha2::{Digest, Sha256};
+
+use super::{ImageResolver, ImageSpec};
+use crate::archive::{build_tar, TarFile};
+use crate::engine::{label_instruction, Engine};
+use crate::error::Result;
+use crate::progress::{Reporter, Stage};
+
+/// One program image's recipe.
+pub(crate) struct ProgramImage {
+    /// Repository of its images; the tag is the recipe's hash.
+    pub repository: &'static str,
+    /// The `kind` label of its images.
+    pub kind: &'static str,
+    /// The image that compiles the program (on dockhand's base).
+    pub compiler: ImageSpec,
+    /// What the final image holds: (path in the compiler, path in the final image).
+    pub files: Vec<(&'static str, &'static str)>,
+    /// The final image's entrypoint, if it is run itself.
+    pub entrypoint: Option<&'static str>,
+}
+
+impl ProgramImage {
+    /// The final Dockerfile: the files alone, owned by root, no shell.
+    pub(crate) fn dockerfile(&self, compiled_in: &str) -> String {
+        let mut text = String::from("FROM scratch\n");
+        for (from, to) in &self.files {
+            text.push_str(&format!("COPY --from={compiled_in} {from} {to}\n"));
+        }
+        text.push_str(&label_instruction(self.kind, &Default::default()));
+        if let Some(program) = self.entrypoint {
+            text.push_str(&format!("USER 0:0\nENTRYPOINT [\"{program}\"]\n"));
+        }
+        text
+    }
+
+    /// `<repository>:<hash of the recipe>`.
+    pub(crate) fn tag(&self) -> String {
+        let mut hash = Sha256::new();
+        for part in [
+            &self.compiler.pip_packages,
+            &self.compiler.apt_packages,
+            &self.compiler.commands,
+        ] {
+            for item in part {
+                hash.update(item.as_bytes());
+                hash.update(b"\0");
+            }
+            hash.update(b"\x01");
+        }
+        hash.update(self.dockerfile("compiler"));
+        let hex: String = hash
+            .finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{}:{hex}", self.repository)
+    }
+
+    /// Finds the image, or makes it (once per machine: processes that ask at
+    /// the same time wait for the first); returns its reference. Progress
+    /// goes to `reporter`: the first make compiles for minutes.
+    pub(crate) async fn ensure(&self, engine: &Engine, reporter: &Reporter) -> Result<String> {
+        let tag = self.tag();
+        if engine.inspect_image(&tag).await?.is_some() {
+            return Ok(tag);
+        }
+        let locks = std::env::temp_dir().join("dockhand-locks");
+        let _lock = super::base::lock_file(&locks, &tag).await?;
+        if engine.inspect_image(&tag).await?.is_some() {
+            return Ok(tag);
+        }
+        reporter.report(
+            &tag,
+            Stage::Build,
+            "compiling dockhand's program, once per machine (a few minutes)",
+        );
+        let started = std::time::Instant::now();
+        let compiler = ImageResolver::new(engine.clone(), reporter.clone())
+            .resolve(&self.compiler)
+            .await?;
+        let tar = build_tar(
+            &[],
+            &[TarFile::new(
+                "Dockerfile",
+                self.dockerfile(&compiler.reference),
+            )],
+        )?;
+        let context = futures::stream::iter([Ok(bytes::Bytes::from(tar))]);
+        super::build::run_build(engine, &tag, context, reporter).await?;
+        // It only served to compile the program; the layers it shares with
+        // the base stay.
+        let _ = engine.remove_image_if_unused(&compiler.reference).await;
+        reporter.report(
+            &tag,
+            Stage::Ready,
+            format!("made in {:.1}s", started.elapsed().as_secs_f64()),
+        );
+        Ok(tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program() -> ProgramImage {
+        ProgramImage {
+            repository: "dockhand/tool",
+            kind: "tool-image",
+            compiler: ImageSpec::default().run("make tool"),
+            files: vec![("/build/tool", "/tool"), ("/build/helper", "/helper")],
+            entrypoint: Some("/tool"),
+        }
+    }
+
+    #[test]
+    fn the_final_image_holds_the_files_alone() {
+        let text = program().dockerfile("dockhand/image:abc");
+        assert!(text.starts_with("FROM scratch\n"), "{text}");
+        assert!(text.contains("COPY --from=dockhand/image:abc /build/tool /tool\n"));
+        assert!(text.contains("COPY --from=dockhand/image:abc /build/helper /helper\n"));
+        assert!(text.contains("dev.dockhand.kind=\"tool-image\""), "{text}");
+        assert!(text.ends_with("ENTRYPOINT [\"/tool\"]\n"), "{text}");
+        assert!(!text.contains("RUN"), "nothing runs in it: {text}");
+    }
+
+    #[test]
+    fn the_tag_follows_the_recipe_not_the_base() {
+        let a = program();
+        assert_eq!(a.tag(), program().tag());
+        assert!(a.tag().starts_with("dockhand/tool:"));
+        assert_eq!(a.tag().len(), "dockhand/tool:".len() + 16);
+        let mut other_base = program();
+        other_base.compiler = other_base.compiler.base_image("debian:bookworm");
+        assert_eq!(a.tag(), other_base.tag());
+        let mut changed = program();
+        changed.compiler = ImageSpec::default().run("make tool2");
+        assert_ne!(a.tag(), changed.tag());
+        let mut moved = program();
+        moved.files.pop();
+        assert_ne!(a.tag(), moved.tag());
+    }
+}
