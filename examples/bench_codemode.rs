@@ -34,7 +34,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(200);
-    let client = Client::connect().await?;
+    let began = Instant::now();
+    let client = Client::builder()
+        .on_progress(move |p| eprintln!("{:>7.1}s {p}", began.elapsed().as_secs_f64()))
+        .connect()
+        .await?;
     // When each sleepy call started and ended, for where the gathered
     // figure's time goes.
     let spans: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();

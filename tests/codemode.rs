@@ -182,7 +182,8 @@ async fn loop_guard_time_memory_and_print_limits() {
             limit: Duration::from_secs(2)
         }
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // Generous: it only tells a timeout from a run to the end (minutes).
+    assert!(started.elapsed() < Duration::from_secs(30));
 
     let err = code_error(
         host.execute("x = 'a' * (1024 * 1024 * 1024)", json!({}), &no_tools())

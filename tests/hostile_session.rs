@@ -137,7 +137,8 @@ async fn a_paused_session_answers_at_its_limit_and_restarts() {
         .unwrap_err();
     let took = started_at.elapsed();
     assert!(matches!(err, Error::SessionUnavailable { .. }), "{err:?}");
-    assert!(took < Duration::from_secs(4), "took {took:?}");
+    // Generous: it only catches a hang.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     assert_eq!(s.state(), State::Error);
     s.start().await.expect("starts again");
     assert_works(&s).await;

@@ -158,7 +158,8 @@ async fn unreachable_daemon_fails_fast_and_says_where_it_looked() {
         .connect()
         .await
         .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // Generous: it only catches a wait for a timeout.
+    assert!(started.elapsed() < Duration::from_secs(20));
     match &err {
         Error::DaemonUnreachable { endpoint, hint, .. } => {
             assert_eq!(endpoint, "unix:///nonexistent/docker.sock");

@@ -396,7 +396,8 @@ async fn hostile_and_dropped_pooled_runs_leave_nothing() {
         matches!(stopped, dockhand::Error::Timeout { .. }),
         "{stopped:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(8));
+    // Generous: a stopped container would otherwise never answer.
+    assert!(started.elapsed() < Duration::from_secs(30));
     settles_at("pool-hostile", 1).await;
     fresh_run(&mut hosts).await;
 

@@ -235,7 +235,8 @@ async fn remote_daemons_over_tls_contexts_and_ssh() {
             }
             other => panic!("{case}: expected DaemonTls, got {other:?}"),
         }
-        assert!(took < Duration::from_secs(1), "{case}: took {took:?}");
+        // Generous: it only catches a wait for a timeout.
+        assert!(took < Duration::from_secs(10), "{case}: took {took:?}");
     }
     // TLS files that are not there: named before any connection.
     match Client::builder()
@@ -256,7 +257,7 @@ async fn remote_daemons_over_tls_contexts_and_ssh() {
             matches!(result, Err(Error::DaemonUnreachable { .. })),
             "{target}: {result:?}"
         );
-        assert!(took < Duration::from_secs(1), "{target}: took {took:?}");
+        assert!(took < Duration::from_secs(10), "{target}: took {took:?}");
     }
 
     // An address nothing answers from (TEST-NET-1): the connect limit holds.
@@ -271,7 +272,8 @@ async fn remote_daemons_over_tls_contexts_and_ssh() {
         matches!(result, Err(Error::DaemonUnreachable { .. })),
         "{result:?}"
     );
-    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // Under the 5 s default: the 800 ms limit was the one applied.
+    assert!(took < Duration::from_secs(4), "took {took:?}");
 
     // SSH, through the system `ssh` and `docker system dial-stdio` on the far side.
     match sshd::Sshd::start(&format!("unix://{}/sock", daemon.dir().display())) {

@@ -122,7 +122,8 @@ async fn timeout_kills_and_keeps_output_seen_so_far() {
         }
         other => panic!("expected Timeout, got {other:?}"),
     }
-    assert!(elapsed < Duration::from_secs(6), "took {elapsed:?}");
+    // Generous: the program sleeps 60 s.
+    assert!(elapsed < Duration::from_secs(40), "took {elapsed:?}");
     common::assert_no_container("sleeper");
 }
 

@@ -60,7 +60,8 @@ async fn a_timeout_kills_the_command_and_the_session_survives() {
         )
         .await
         .unwrap_err();
-    assert!(started_at.elapsed() < Duration::from_secs(5));
+    // Generous: the command sleeps 30 s.
+    assert!(started_at.elapsed() < Duration::from_secs(20));
     match err {
         Error::CommandTimeout { stdout, .. } => assert_eq!(stdout, "before\n"),
         other => panic!("expected Timeout, got {other:?}"),
@@ -463,7 +464,8 @@ async fn lifecycle_describe_and_close_leave_nothing() {
     s.start().await.unwrap();
     let started_close = Instant::now();
     s.close().await.unwrap();
-    assert!(started_close.elapsed() < Duration::from_secs(2));
+    // Generous: it only catches waiting out a stop timeout twice.
+    assert!(started_close.elapsed() < Duration::from_secs(15));
     assert_eq!(s.state(), State::Closed);
     assert!(matches!(
         s.start().await,

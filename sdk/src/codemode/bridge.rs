@@ -3,8 +3,8 @@
 //! The bridge runs Monty, pydantic's sandboxed Python interpreter, in the
 //! hardened, offline container; the host speaks JSON lines with it over the
 //! container's attach stream. Images dockhand builds carry the compiled
-//! bridge (`images/codehost/bridge`, see [`super::native`]); prebuilt images
-//! get the Python bridge (`images/codehost/bridge.py` with `rules.py`)
+//! bridge (`sdk/images/codehost/bridge`, see [`super::native`]); prebuilt images
+//! get the Python bridge (`sdk/images/codehost/bridge.py` with `rules.py`)
 //! uploaded, which speaks the same protocol through pydantic-monty's client.
 
 use std::collections::VecDeque;

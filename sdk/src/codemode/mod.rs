@@ -4,7 +4,7 @@
 //!
 //! One long-lived, hardened, offline container ([`CodeHost`]) runs Monty,
 //! pydantic's Python interpreter for LLM-written code, behind a small bridge
-//! (`images/codehost/`). Monty is the boundary inside the container: it has no
+//! (`sdk/images/codehost/`). Monty is the boundary inside the container: it has no
 //! filesystem, network, environment or process access, and its time, memory
 //! and recursion limits cannot be caught. The container is the boundary
 //! outside it. Every execution runs in a fresh Monty interpreter.
@@ -70,7 +70,7 @@ pub use toolset::{ToolCallRecord, Toolset, LANGUAGE_RULES};
 
 #[cfg(test)]
 mod rules_checks {
-    //! The bridge's product rules (`images/codehost/rules.py`), checked with
+    //! The bridge's product rules (`sdk/images/codehost/rules.py`), checked with
     //! the host's python3 (no Docker); skipped where the host has none.
 
     use std::process::Command;

@@ -103,16 +103,18 @@ pub(crate) fn program() -> &'static ProgramImage {
     })
 }
 
-/// `spec` with the bridge and the worker copied in from `bridge_image`.
+/// The directory that holds both, in the bridge's image and in code host images.
+const DIR: &str = "/opt/dockhand/codehost/";
+
+/// `spec` with the bridge and the worker copied in from `bridge_image` (one
+/// step: each step of a build costs a layer commit).
 pub(crate) fn with_bridge(spec: &ImageSpec, bridge_image: &str) -> ImageSpec {
     let mut spec = spec.clone();
-    for path in [BINARY, WORKER] {
-        spec.copies.push(CopyFrom {
-            image: bridge_image.to_string(),
-            source: path.to_string(),
-            target: path.to_string(),
-        });
-    }
+    spec.copies.push(CopyFrom {
+        image: bridge_image.to_string(),
+        source: DIR.to_string(),
+        target: DIR.to_string(),
+    });
     spec
 }
 
@@ -139,14 +141,15 @@ mod tests {
             "dockhand/codehost-bridge:ab",
         );
         let text = spec.render_dockerfile();
-        for path in [BINARY, WORKER] {
-            assert!(
-                text.contains(&format!(
-                    "COPY --from=dockhand/codehost-bridge:ab {path} {path}\n"
-                )),
-                "{text}"
-            );
-        }
+        assert!(
+            text.contains(&format!(
+                "COPY --from=dockhand/codehost-bridge:ab {DIR} {DIR}\n"
+            )),
+            "{text}"
+        );
+        assert!(BINARY.starts_with(DIR) && WORKER.starts_with(DIR));
+        // Before the spec's own steps: the layer is shared by every spec.
+        assert!(text.find("COPY --from").unwrap() < text.find("pip install").unwrap());
         assert!(
             !text.contains("cargo"),
             "nothing is compiled per spec: {text}"

@@ -1,5 +1,5 @@
 //! The bridge protocol between the host and the in-container bridge
-//! (`images/codehost/bridge.py`): one JSON object per line, both ways.
+//! (`sdk/images/codehost/bridge.py`): one JSON object per line, both ways.
 //! Pure: framing and message types, tested without Docker.
 
 use serde::{Deserialize, Serialize};

@@ -149,6 +149,19 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
              REQUESTS_CA_BUNDLE={SYSTEM_CA_BUNDLE} CURL_CA_BUNDLE={SYSTEM_CA_BUNDLE}\n"
         ));
     }
+    // Where sandboxes exchange inputs and outputs: inputs are read-only to
+    // the unprivileged user, outputs writable. Before the spec's own steps,
+    // and dockhand's programs with it, so that these layers are shared by
+    // every spec on the same base (each step costs a layer commit).
+    d.push_str(
+        "RUN mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs\n",
+    );
+    for copy in &spec.copies {
+        d.push_str(&format!(
+            "COPY --from={} {} {}\n",
+            copy.image, copy.source, copy.target
+        ));
+    }
     let apt = canonical(&spec.apt_packages);
     if !apt.is_empty() {
         let words: Vec<String> = apt.iter().map(|p| quote(p)).collect();
@@ -167,17 +180,6 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
         let json = serde_json::to_string(command).unwrap_or_default();
         d.push_str(&format!("RUN [\"/bin/sh\", \"-c\", {json}]\n"));
     }
-    for copy in &spec.copies {
-        d.push_str(&format!(
-            "COPY --from={} {} {}\n",
-            copy.image, copy.source, copy.target
-        ));
-    }
-    // Where sandboxes exchange inputs and outputs: inputs are read-only to
-    // the unprivileged user, outputs writable.
-    d.push_str(
-        "RUN mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs\n",
-    );
     d
 }
 

@@ -1,4 +1,4 @@
-//! The watchdog's image: dockhand's own static program (`images/watchdog`)
+//! The watchdog's image: dockhand's own static program (`sdk/images/watchdog`)
 //! in an image `FROM scratch`, with no shell, no interpreter and no other
 //! file, made here and never taken from a caller. The watchdog holds the
 //! daemon's socket, so nothing from an image a caller chose may run in it.

@@ -3,7 +3,7 @@
 //! snapshots. [`SessionTools`] exposes them to any LLM framework;
 //! [`crate::testing::FakeSession`] stands in for a real session in tests.
 //!
-//! The container runs a small agent (`images/session/agent.py`) that serves
+//! The container runs a small agent (`sdk/images/session/agent.py`) that serves
 //! commands and file operations over its attached stdin/stdout, so a command
 //! costs a few milliseconds instead of a `docker exec`.
 //!

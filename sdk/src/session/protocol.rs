@@ -1,5 +1,5 @@
 //! The protocol between the host and the session agent
-//! (`images/session/agent.py`): JSON lines, binary data base64-encoded.
+//! (`sdk/images/session/agent.py`): JSON lines, binary data base64-encoded.
 //! Pure: message types and codecs, tested without Docker.
 
 use base64::Engine as _;
