@@ -118,8 +118,7 @@ pub fn append_tree<W: io::Write>(
             } else {
                 0o644
             };
-            let h = header(&name, meta.len(), mode, tar::EntryType::Regular)?;
-            builder.append(&h, std::fs::File::open(&path)?)?;
+            append_file_with_mode(builder, &name, &path, mode)?;
         }
     }
     Ok(())
@@ -134,10 +133,19 @@ pub fn append_file<W: io::Write>(
     name: &str,
     path: &Path,
 ) -> io::Result<()> {
+    append_file_with_mode(builder, name, path, 0o644)
+}
+
+fn append_file_with_mode<W: io::Write>(
+    builder: &mut tar::Builder<W>,
+    name: &str,
+    path: &Path,
+    mode: u32,
+) -> io::Result<()> {
     use std::io::Read as _;
     let file = std::fs::File::open(path)?;
     let size = file.metadata()?.len();
-    let h = header(name, size, 0o644, tar::EntryType::Regular)?;
+    let h = header(name, size, mode, tar::EntryType::Regular)?;
     let mut counted = CountingReader {
         inner: file.take(size),
         read: 0,

@@ -91,7 +91,7 @@
 //! edits, snapshots.
 //!
 //! ```no_run
-//! use dockhand::session::{Edit, SessionConfig};
+//! use dockhand::session::{Edit, SessionApi, SessionConfig};
 //! # async fn demo() -> dockhand::Result<()> {
 //! let client = dockhand::Client::connect().await?;
 //! let session = client.session(SessionConfig::new());
