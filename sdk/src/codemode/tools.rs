@@ -536,7 +536,10 @@ mod tests {
         // Ranges are checked as declared: a u32 is not negative.
         let negative = Map::from_iter([("limit".to_string(), json!(-1))]);
         let err = t.bind(&[json!("sales")], &negative).unwrap_err();
-        assert!(err.contains("argument `limit` should be at least 0"), "{err}");
+        assert!(
+            err.contains("argument `limit` should be at least 0"),
+            "{err}"
+        );
     }
 
     #[test]
