@@ -52,7 +52,8 @@ async fn everything() {
     let main = common::client().await;
     let base = main.resolve_image(&ImageSpec::default()).await.unwrap();
     let daemon = SecondDaemon::start(RUNSC, &base.reference);
-    // The code host's image has Monty pip-installed: made here, where PyPI answers.
+    // The code host's image (the bridge and Monty's worker copied in) is made
+    // here, where the package indexes answer, and loaded there.
     let made = main.code_host(CodeHostConfig::new());
     made.start().await.unwrap();
     daemon.load(&made.describe().image.unwrap());

@@ -187,10 +187,16 @@ pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result
     if spec.is_prebuilt() {
         return Ok(spec.clone());
     }
-    let bridge = native::program()
-        .ensure(client.engine(), client.images().reporter())
-        .await?;
-    Ok(native::with_bridge(spec, &bridge))
+    let program = native::program();
+    let with_bridge = native::with_bridge(spec, &program.tag());
+    // A code host image already made (or loaded onto a daemon that cannot
+    // reach the package indexes) needs no bridge image.
+    if !client.images().is_present(&with_bridge).await? {
+        program
+            .ensure(client.engine(), client.images().reporter())
+            .await?;
+    }
+    Ok(with_bridge)
 }
 
 /// Makes the image if needed, then creates the container, uploads the

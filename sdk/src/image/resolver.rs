@@ -63,6 +63,20 @@ impl ImageResolver {
         }
     }
 
+    /// Whether the image `spec` builds is present already (its base is
+    /// found, or made, to know its tag). Prebuilt images: whether present.
+    pub(crate) async fn is_present(&self, spec: &ImageSpec) -> Result<bool> {
+        if let Some(reference) = &spec.prebuilt {
+            return Ok(self.engine.inspect_image(reference).await?.is_some());
+        }
+        let base = match &spec.base_image {
+            None => base::ensure_base(&self.engine, &spec.python_version, &self.reporter).await?,
+            Some(reference) => reference.clone(),
+        };
+        let plan = spec.plan_on(&base)?;
+        Ok(self.engine.inspect_image(&plan.tag).await?.is_some())
+    }
+
     /// Where this resolver reports progress.
     pub(crate) fn reporter(&self) -> &Reporter {
         &self.reporter
