@@ -2,6 +2,17 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+/// Runs blocking file work on tokio's blocking pool; `what` names it in
+/// the error if the work panicked.
+pub(crate) async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
+) -> crate::error::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| crate::error::Error::io(what, std::io::Error::other(e)))?
+}
+
 /// Locks a mutex, recovering from poisoning: the data behind these locks are
 /// caches and status records that a panic elsewhere does not make wrong.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -193,7 +193,7 @@ impl Client {
         let key = if cacheable {
             let (sandbox, image_id, inputs) = (sandbox.clone(), image.id.clone(), inputs.clone());
             Some(
-                blocking("hashing the inputs for the output cache", move || {
+                crate::util::blocking("hashing the inputs for the output cache", move || {
                     cache::key(&sandbox, &image_id, &inputs)
                 })
                 .await?,
@@ -203,7 +203,9 @@ impl Client {
         };
         if let (Some(key), CacheMode::Auto) = (&key, rt.cache) {
             let (lookup, wanted) = (store.clone(), key.clone());
-            let found = blocking("reading the output cache", move || lookup.get(&wanted)).await?;
+            let found =
+                crate::util::blocking("reading the output cache", move || lookup.get(&wanted))
+                    .await?;
             if let Some(hit) = found {
                 tracing::debug!(sandbox = %sandbox.name, key = %key, "output cache hit");
                 return Ok(RunOutput {
@@ -241,13 +243,10 @@ impl Client {
                 // File and Dir inputs are read from disk: off the async threads.
                 let (sandbox, cmd, marker) =
                     (sandbox.clone(), command.clone(), frame_marker.clone());
-                let tar = tokio::task::spawn_blocking(move || {
+                let tar = crate::util::blocking("building the inputs archive", move || {
                     inputs::archive(&sandbox, &inputs, &cmd, marker.as_deref())
                 })
-                .await
-                .map_err(|e| {
-                    Error::io("building the inputs archive", std::io::Error::other(e))
-                })??;
+                .await?;
                 JobDelivery::Upload { command, tar }
             }
         };
@@ -284,7 +283,7 @@ impl Client {
                         return Ok(out);
                     };
                     let writer = store.clone();
-                    let (out, put) = blocking("writing the output cache", move || {
+                    let (out, put) = crate::util::blocking("writing the output cache", move || {
                         let put = writer.put(&key, &out);
                         Ok((out, put))
                     })
@@ -605,14 +604,4 @@ async fn within<T>(
             })
         }),
     }
-}
-
-/// Runs blocking file work on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
-    what: &'static str,
-    work: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Error::io(what, std::io::Error::other(e)))?
 }

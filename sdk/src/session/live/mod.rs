@@ -33,7 +33,10 @@ use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
 
 /// The agent program, uploaded into each session's container.
-pub const AGENT: &str = include_str!("../../../images/session/agent.py");
+pub const AGENT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/images/session/agent.py"
+));
 const AGENT_DIR: &str = "/var/inputs";
 const AGENT_PATH: &str = "/var/inputs/.dockhand/session-agent.py";
 
