@@ -208,16 +208,7 @@ impl Client {
                     .await?;
             if let Some(hit) = found {
                 tracing::debug!(sandbox = %sandbox.name, key = %key, "output cache hit");
-                return Ok(RunOutput {
-                    outputs: hit.outputs,
-                    exit_code: hit.exit_code,
-                    stdout: hit.stdout,
-                    stderr: hit.stderr,
-                    duration: started.elapsed(),
-                    image: hit.image,
-                    cached: true,
-                    attempts: Vec::new(),
-                });
+                return Ok(hit.into_output(started.elapsed()));
             }
         }
 

@@ -37,6 +37,22 @@ pub struct Hit {
     pub image: String,
 }
 
+impl Hit {
+    /// The run's result as a hit returns it: no container, no attempts.
+    pub fn into_output(self, duration: std::time::Duration) -> crate::sandbox::RunOutput {
+        crate::sandbox::RunOutput {
+            outputs: self.outputs,
+            exit_code: self.exit_code,
+            stdout: self.stdout,
+            stderr: self.stderr,
+            duration,
+            image: self.image,
+            cached: true,
+            attempts: Vec::new(),
+        }
+    }
+}
+
 /// The store under `<cache dir>/outputs`, holding at most `limit` bytes.
 pub struct Store {
     root: PathBuf,
