@@ -26,6 +26,18 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// One transfer's figures: time, throughput and the peak RSS it added.
+fn report(what: &str, mib: u64, took: Duration, before_kib: u64, after_kib: u64) {
+    println!(
+        "{what}: run took {:.1} s ({:.0} MiB/s end to end); peak RSS {} MiB before, {} MiB after (+{} MiB; target <= 64 MiB)",
+        took.as_secs_f64(),
+        mib as f64 / took.as_secs_f64(),
+        before_kib / 1024,
+        after_kib / 1024,
+        after_kib.saturating_sub(before_kib) / 1024
+    );
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mib: u64 = std::env::args()
@@ -74,14 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (mib << 20) as i64,
         "the File input arrived whole"
     );
-    println!(
-        "{mib} MiB File input: run took {:.1} s ({:.0} MiB/s end to end); peak RSS {} MiB before, {} MiB after (+{} MiB; target <= 64 MiB)",
-        took.as_secs_f64(),
-        mib as f64 / took.as_secs_f64(),
-        before / 1024,
-        after / 1024,
-        after.saturating_sub(before) / 1024
-    );
+    report(&format!("{mib} MiB File input"), mib, took, before, after);
     drop(dir);
 
     let before = status_kib("VmHWM:");
@@ -94,14 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path: std::path::PathBuf = out.get("blob")?;
     let size = std::fs::metadata(&path)?.len();
     assert_eq!(size, mib << 20, "the File output arrived whole");
-    println!(
-        "{mib} MiB File output: run took {:.1} s ({:.0} MiB/s end to end); peak RSS {} MiB before, {} MiB after (+{} MiB; target <= 64 MiB)",
-        took.as_secs_f64(),
-        mib as f64 / took.as_secs_f64(),
-        before / 1024,
-        after / 1024,
-        after.saturating_sub(before) / 1024
-    );
+    report(&format!("{mib} MiB File output"), mib, took, before, after);
     let line_mb: u64 = std::env::args()
         .nth(2)
         .and_then(|a| a.parse().ok())

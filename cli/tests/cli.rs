@@ -229,14 +229,7 @@ fn code_mode_calls_the_python_tool() {
 
 #[test]
 fn a_session_outlives_each_command_until_closed() {
-    let out = dockhand()
-        .args(["session", "start"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let id = String::from_utf8_lossy(&out).trim().to_string();
+    let id = common::start_session();
     assert!(id.starts_with('s'), "{id}");
     dockhand()
         .args([

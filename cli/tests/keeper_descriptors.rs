@@ -28,14 +28,7 @@ fn the_keeper_does_not_hold_the_callers_lock() {
         unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETFD, 0) },
         0
     );
-    let out = dockhand()
-        .args(["session", "start"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let id = String::from_utf8_lossy(&out).trim().to_string();
+    let id = common::start_session();
     drop(held);
     let again = std::fs::File::open(&path).unwrap();
     let free = try_lock(&again);

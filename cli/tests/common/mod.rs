@@ -17,6 +17,18 @@ pub fn dockhand() -> assert_cmd::Command {
     cmd
 }
 
+/// Starts a detached session with `dockhand session start`; returns its id.
+pub fn start_session() -> String {
+    let out = dockhand()
+        .args(["session", "start"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
 /// An MCP client of `dockhand mcp`.
 pub type Client = RunningService<RoleClient, ()>;
 
