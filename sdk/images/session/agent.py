@@ -89,6 +89,7 @@ def do_exec(req):
     cwd = resolve(req.get("cwd") or WORKSPACE)
     stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
     keep_stdin = bool(req.get("keep_stdin"))
+    refused_before = fork_refusals()
     with _commands_lock:
         proc = subprocess.Popen(
             ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
@@ -100,7 +101,7 @@ def do_exec(req):
         if keep_stdin:
             feed_inputs(rid, proc)
             stdin = None
-        run_command(req, rid, proc, stdin, limit, stream)
+        run_command(req, rid, proc, stdin, limit, stream, refused_before)
     except BaseException:
         # Could not watch the command (no thread to read it, say, when it
         # used up every pid): end it and all it started, now.
@@ -114,7 +115,7 @@ def do_exec(req):
             pending.put(None)
 
 
-def run_command(req, rid, proc, stdin, limit, stream):
+def run_command(req, rid, proc, stdin, limit, stream, refused_before):
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     cut = {"stdout": False, "stderr": False}
 
@@ -164,6 +165,11 @@ def run_command(req, rid, proc, stdin, limit, stream):
         # succeeded and left nothing is not to blame for pids others still
         # hold (a bomb's remains being ended as it ran).
         contain_exhaustion(first=proc.pid)
+    elif proc.returncode != 0 and fork_refusals() > refused_before:
+        # The limit refused forks while it ran, and it has already fallen
+        # apart (each part that could not fork gave up): still its doing.
+        _exhausted.add(proc.pid)
+        kill_group(proc.pid)
     exhausted = proc.pid in _exhausted
     _exhausted.discard(proc.pid)
     if exhausted:
@@ -400,6 +406,7 @@ def reap_once(own):
 # The container's pids limit (threads count too), as the host set it.
 PIDS_LIMIT = int(os.environ.get("DOCKHAND_PIDS_LIMIT") or 0)
 _PIDS_CURRENT = ("/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids/pids.current")
+_PIDS_EVENTS = ("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events")
 # Commands (by process group) ended for using up the pids: their exit says so.
 _exhausted = set()
 
@@ -422,6 +429,20 @@ def processes():
         except (OSError, IndexError, ValueError):
             continue
     return found
+
+
+def fork_refusals():
+    """How many forks the container's pids limit has refused so far."""
+    for path in _PIDS_EVENTS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    name, _, count = line.partition(" ")
+                    if name == "max":
+                        return int(count)
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def near_pids_limit():
