@@ -126,19 +126,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         paced.push(t.elapsed());
     }
 
-    // A guarded loop: what the loop guard costs per iteration shows here.
-    let mut loops = Vec::with_capacity(20);
+    // Loops of 10,000 iterations, with no guard (the default policy) and
+    // with the strict policy's guard: over a range (a sized container the
+    // guard lets through at full speed) and over a generator-like iterator
+    // (every iteration counted).
+    let strict = client.code_host(
+        CodeHostConfig::new()
+            .cpus(cpus)
+            .policy(dockhand::codemode::CodePolicy::Strict),
+    );
+    strict.start().await?;
+    const RANGE_LOOP: &str = "t = 0\nfor i in range(10000):\n    t += i\nt";
+    const ITER_LOOP: &str = "t = 0\nfor i in iter(range(10000)):\n    t += i\nt";
+    let loops = [
+        (
+            "a range loop of 10,000, no guard",
+            loop_times(&host, RANGE_LOOP, &tools).await?,
+        ),
+        (
+            "  the same, strict guard",
+            loop_times(&strict, RANGE_LOOP, &tools).await?,
+        ),
+        (
+            "an iterator loop of 10,000, no guard",
+            loop_times(&host, ITER_LOOP, &tools).await?,
+        ),
+        (
+            "  the same, strict guard",
+            loop_times(&strict, ITER_LOOP, &tools).await?,
+        ),
+    ];
+    strict.close().await?;
+
+    // 100 gathered 50 ms sleeps: they overlap.
+    let mut sleeps = Vec::with_capacity(20);
     for _ in 0..20 {
         let t = Instant::now();
         let run = host
             .execute(
-                "t = 0\nfor i in range(10000):\n    t += i\nt",
+                "r = await gather(*[asyncio.sleep(0.05) for _ in range(100)])\nlen(r)",
                 Map::new(),
                 &tools,
             )
             .await?;
-        loops.push(t.elapsed());
-        assert_eq!(run.value, json!(49_995_000));
+        sleeps.push(t.elapsed());
+        assert_eq!(run.value, json!(100));
     }
 
     // Tool round trip: an execution with K sequential calls, minus a trivial
@@ -196,7 +228,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let p_start = report("host start (image built)", starts);
     let p_trivial = report("trivial execution, back to back", trivial);
     let p_paced = report("trivial execution, 20 ms apart", paced);
-    report("a for loop of 10,000 iterations", loops);
+    let mut p_loops = Vec::new();
+    for (name, samples) in loops {
+        p_loops.push(report(name, samples));
+    }
+    report("100 gathered 50 ms sleeps", sleeps);
     let p_rt = report("tool-call round trip", round_trips);
     let p_gather = report("100 gathered calls of a 50 ms tool", gathered);
     report("  the slowest of those calls by itself", slowest_call);
@@ -212,6 +248,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         p_gather.as_secs_f64() * 1e3,
         p_gather.as_secs_f64() / 0.05
     );
+    let ratio = |guarded: Duration, plain: Duration| guarded.as_secs_f64() / plain.as_secs_f64();
+    println!(
+        "loop guard: {:.2}x over a range, {:.2}x over an iterator (target <= 1.5x)",
+        ratio(p_loops[1], p_loops[0]),
+        ratio(p_loops[3], p_loops[2])
+    );
     host.close().await?;
     Ok(())
+}
+
+/// Twenty runs of a loop that sums 0..10,000.
+async fn loop_times(
+    host: &dockhand::codemode::CodeHost,
+    code: &str,
+    tools: &Toolset,
+) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+    let mut times = Vec::with_capacity(20);
+    for _ in 0..20 {
+        let t = Instant::now();
+        let run = host.execute(code, Map::new(), tools).await?;
+        times.push(t.elapsed());
+        assert_eq!(run.value, json!(49_995_000));
+    }
+    Ok(times)
 }

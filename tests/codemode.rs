@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dockhand::codemode::{
-    run_agent, CodeError, CodeGenerator, CodeHost, CodeHostConfig, ParamType, State, Tool, Toolset,
+    run_agent, CodeError, CodeGenerator, CodeHost, CodeHostConfig, CodePolicy, ParamType, State,
+    Tool, Toolset,
 };
 use dockhand::{Error, Sandbox, Type};
 use serde_json::{json, Value};
@@ -23,9 +24,13 @@ fn no_tools() -> Toolset {
     Toolset::new()
 }
 
+async fn strict_host(config: CodeHostConfig) -> CodeHost {
+    host_with(config.policy(CodePolicy::Strict)).await
+}
+
 #[tokio::test]
-async fn every_validation_rule_rejects_with_line_and_column() {
-    let host = host().await;
+async fn every_strict_rule_rejects_with_line_and_column() {
+    let host = strict_host(CodeHostConfig::default()).await;
     let long_literal = format!("s = 'a' * 3\nt = '{}'", "x".repeat(10_001));
     let cases = [
         ("import os", "import"),
@@ -141,7 +146,7 @@ async fn loop_guard_time_memory_and_print_limits() {
         .timeout(Duration::from_secs(2))
         .exec_memory(256u64 << 20)
         .print_limit(100);
-    let host = host_with(config).await;
+    let host = strict_host(config).await;
     assert!(matches!(
         code_error(
             host.execute("while True:\n    pass", json!({}), &no_tools())
@@ -362,15 +367,46 @@ async fn sandboxes_as_tools_pass_file_handles() {
         host.execute("r = make_report(n=1)\nopen(r['report'])", json!({}), &tools)
             .await,
     );
-    assert!(matches!(err, CodeError::Validation { .. }));
-    // Results go with the execution that made them: a handle kept from an
-    // earlier execution is refused at once, and nothing piles up.
-    let kept = host
-        .execute("make_report(n=3)['report']", json!({}), &tools)
+    assert!(matches!(err, CodeError::Runtime { .. }), "{err:?}");
+    // What the code returns leaves code mode: kept for the application, to
+    // download, and usable by later executions until released.
+    let run = host
+        .execute(
+            "r = make_report(n=3)\nunused = make_report(n=4)\n{'chart': r['report']}",
+            json!({}),
+            &tools,
+        )
         .await
-        .unwrap()
-        .value;
-    assert_eq!(host.describe().held_results, 0);
+        .unwrap();
+    assert_eq!(run.files.len(), 1, "only the returned one: {:?}", run.files);
+    let file = &run.files[0];
+    assert_eq!(run.value["chart"]["$handle"], json!(file.handle));
+    assert_eq!(
+        (file.name.as_str(), file.is_dir, file.bytes),
+        ("report", false, 3)
+    );
+    assert_eq!(
+        host.describe().held_results,
+        0,
+        "the execution's own are gone"
+    );
+    let dest = tempfile::tempdir().unwrap();
+    host.download(&file.handle, dest.path().join("report.txt"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("report.txt")).unwrap(),
+        "n=3"
+    );
+    let kept = run.value["chart"].clone();
+    let again = host
+        .execute("read_report(kept)", json!({ "kept": kept }), &tools)
+        .await
+        .unwrap();
+    assert_eq!(again.value, json!("N=3"));
+    assert_eq!(host.result_files(), run.files);
+    // Released: gone for the code and for the application, typed.
+    assert!(host.release(&file.handle));
     let err = code_error(
         host.execute("read_report(kept)", json!({ "kept": kept }), &tools)
             .await,
@@ -379,6 +415,12 @@ async fn sandboxes_as_tools_pass_file_handles() {
         matches!(err, CodeError::Tool { ref message, .. } if message.contains("no longer held")),
         "{err:?}"
     );
+    let err = host
+        .download(&file.handle, dest.path().join("again"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownHandle { .. }), "{err:?}");
+    assert!(host.result_files().is_empty());
     // A REPL session keeps its results until it closes.
     let session = host.session();
     session
@@ -532,7 +574,7 @@ impl CodeGenerator for Scripted {
 
 #[tokio::test]
 async fn agent_loop_feeds_the_error_back_and_retries() {
-    let host = host().await;
+    let host = strict_host(CodeHostConfig::default()).await;
     let mut generator = Scripted {
         answers: vec![
             "import statistics\nstatistics.mean(xs)",

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{code_error, code_host, new_socket_dirs, socket_dirs};
-use dockhand::codemode::{CodeError, CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::codemode::{CodeError, CodeHostConfig, CodePolicy, ParamType, Tool, Toolset};
 use dockhand::ImageSpec;
 use serde_json::json;
 
@@ -117,38 +117,35 @@ async fn a_gathered_call_starts_while_the_code_keeps_computing() {
     host.close().await.unwrap();
 }
 
-/// A prebuilt image gets the Python bridge, uploaded at start and spoken to
-/// over the attach stream; it feeds the same prelude (asyncio and gather
-/// without an import, the loop guard at the host's limit) and answers alike.
+/// A prebuilt image gets the compiled bridge in an image of its own (one
+/// copy step on top of it), so it is a code host like any other: the direct
+/// channel, the fan-out, the policy's loop guard.
 #[tokio::test]
-async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
+async fn a_prebuilt_image_gets_the_compiled_bridge_by_one_copy() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    // An image with Monty's Python package, used as a prebuilt image:
-    // nothing is built into it and the bridge is uploaded.
-    let image = common::client()
+    // A user's image, as far as dockhand knows: a name it did not make.
+    let plain = common::client()
         .await
-        .resolve_image(
-            &ImageSpec::default()
-                .pip([dockhand::codemode::MONTY_PACKAGE])
-                .trust_host_certificates(),
-        )
+        .resolve_image(&ImageSpec::default())
         .await
-        .expect("an image with Monty's Python package")
+        .expect("a plain image")
         .reference;
-    let before = socket_dirs();
+    let name = format!("dockhand-test/prebuilt-codehost:{}", std::process::id());
+    common::docker(&["tag", &plain, &name]);
     let (log, _guard) = common::LogCapture::debug_on_this_thread();
     let config = CodeHostConfig::default()
-        .image(ImageSpec::prebuilt(&image))
+        .image(ImageSpec::prebuilt(&name))
+        .policy(CodePolicy::Strict)
         .loop_limit(50);
     let host = code_host(config).await;
     assert!(
-        !log.text().contains("on the direct channel"),
-        "a prebuilt image has no compiled bridge to connect"
+        log.text().contains("on the direct channel"),
+        "the compiled bridge connects as in any code host"
     );
-    assert_eq!(
-        new_socket_dirs(&before),
-        Vec::<String>::new(),
-        "no socket is offered to it"
+    let image = host.describe().image.unwrap_or_default();
+    assert!(
+        image.starts_with("dockhand/") && image != name,
+        "it runs an image made on top of the prebuilt one: {image}"
     );
     let calls = Arc::new(AtomicUsize::new(0));
     let tools = Toolset::new().tool(echo_tool(calls.clone()));
@@ -201,4 +198,5 @@ async fn a_prebuilt_image_gets_the_python_bridge_with_the_same_prelude() {
         .unwrap();
     assert_eq!(fits.value, json!(1225));
     host.close().await.unwrap();
+    common::docker(&["rmi", &name]);
 }

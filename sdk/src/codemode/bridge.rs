@@ -2,10 +2,11 @@
 //!
 //! The bridge runs Monty, pydantic's sandboxed Python interpreter, in the
 //! hardened, offline container; the host speaks JSON lines with it over the
-//! container's attach stream. Images dockhand builds carry the compiled
-//! bridge (`sdk/images/codehost/bridge`, see [`super::native`]); prebuilt images
-//! get the Python bridge (`sdk/images/codehost/bridge.py` with `rules.py`)
-//! uploaded, which speaks the same protocol through pydantic-monty's client.
+//! container's attach stream (or a Unix socket it offers). Every code host
+//! image carries the compiled bridge (`sdk/images/codehost/bridge`, see
+//! [`super::native`]): an image dockhand builds gets it as one copy step, and
+//! a prebuilt image gets an image of its own made from it with that one
+//! copy step.
 
 use std::collections::VecDeque;
 
@@ -22,32 +23,11 @@ use crate::image::ImageSpec;
 use crate::sandbox::{confine, Hardening, Network, Resources};
 use crate::util::push_tail;
 
-/// The bridge program, uploaded into each code host's container.
-pub const BRIDGE: &str = include_str!("../../images/codehost/bridge.py");
-/// The product rules the bridge applies before Monty runs code.
-pub const RULES: &str = include_str!("../../images/codehost/rules.py");
-/// The bridge's program files by name: the bridge and the modules it imports.
-pub const PROGRAMS: [(&str, &str); 5] = [
-    ("bridge.py", BRIDGE),
-    ("rules.py", RULES),
-    (
-        "prelude.py",
-        include_str!("../../images/codehost/bridge/src/prelude.py"),
-    ),
-    ("values.py", include_str!("../../images/codehost/values.py")),
-    (
-        "failures.py",
-        include_str!("../../images/codehost/failures.py"),
-    ),
-];
 /// The Monty release code hosts install (pinned: the bridge is written
 /// against its API, and the image tag follows it).
 pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
 /// The package with Monty's `monty` worker binary, at [`MONTY_PACKAGE`]'s version.
 pub(crate) const MONTY_RUNTIME_PACKAGE: &str = "pydantic-monty-runtime==1.4.0";
-
-/// Where it is uploaded into containers of prebuilt images.
-const UPLOAD_DIR: &str = "/var/inputs";
 
 /// What a code host's container runs, and its limits.
 pub(crate) struct Launch<'a> {
@@ -63,29 +43,13 @@ pub(crate) struct Launch<'a> {
 pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> {
     let config = serde_json::to_string(&how.bridge)
         .map_err(|e| Error::spec("code host settings", e.to_string()))?;
-    let upload = how.image.is_prebuilt();
-    let cmd = if upload {
-        vec![
-            "python3".into(),
-            "-u".into(),
-            format!("{UPLOAD_DIR}/.dockhand/bridge.py"),
-            config,
-        ]
-    } else {
-        vec![native::BINARY.into(), config]
-    };
     let mut spec = ContainerSpec {
         image: image.to_string(),
-        cmd,
+        cmd: vec![native::BINARY.into(), config],
         entrypoint: Some(Vec::new()),
         env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
         working_dir: Some("/tmp".into()),
         kind: "code-host",
-        scratch_volumes: if upload {
-            vec![UPLOAD_DIR.into()]
-        } else {
-            Vec::new()
-        },
         open_stdin: true,
         no_log: true,
         // The program exits when its stdin closes, as it does when the owner dies.
@@ -182,13 +146,22 @@ fn queue_messages(queue: &mut VecDeque<FromRunner>, lines: Vec<Vec<u8>>) {
 
 /// The image a code host runs: `spec` with the compiled bridge and Monty's
 /// worker copied in from their image (made once per machine; progress goes to
-/// the client's handler). Prebuilt images are used as they are.
+/// the client's handler). A prebuilt image is the base of an image that adds
+/// them, named by its id: a prebuilt tag moved to a new image gets a new one.
 pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result<ImageSpec> {
-    if spec.is_prebuilt() {
-        return Ok(spec.clone());
-    }
+    let spec = match spec.prebuilt_reference() {
+        Some(_) => {
+            let prebuilt = client.images().resolve(spec).await?;
+            // Nothing of the caller's environment (CA files) goes into it:
+            // the code host is offline.
+            ImageSpec::default()
+                .without_env_ca()
+                .base_image(prebuilt.id)
+        }
+        None => spec.clone(),
+    };
     let program = native::program();
-    let with_bridge = native::with_bridge(spec, &program.tag());
+    let with_bridge = native::with_bridge(&spec, &program.tag());
     // A code host image already made (or loaded onto a daemon that cannot
     // reach the package indexes) needs no bridge image.
     if !client.images().is_present(&with_bridge).await? {
@@ -222,10 +195,9 @@ async fn launch_unbounded(
     image: String,
 ) -> Result<(Runner, String)> {
     let engine = client.engine();
-    let upload = how.image.is_prebuilt();
-    // The direct channel needs the daemon's filesystem to be this one, and
-    // the compiled bridge; gVisor does not pass host sockets through.
-    let offer = if engine.shares_filesystem() && !upload && how.isolation.runtime_name().is_none() {
+    // The direct channel needs the daemon's filesystem to be this one;
+    // gVisor does not pass host sockets through.
+    let offer = if engine.shares_filesystem() && how.isolation.runtime_name().is_none() {
         Some(Offer::new()?)
     } else {
         None
@@ -240,20 +212,6 @@ async fn launch_unbounded(
         spec.mounts.push(offer.mount());
     }
     let container = engine.create_container(&spec).await?;
-    if upload {
-        let programs = crate::archive::build_tar(
-            &[(".dockhand", 0o755)],
-            &PROGRAMS
-                .iter()
-                .map(|(name, text)| {
-                    crate::archive::TarFile::new(format!(".dockhand/{name}"), *text)
-                })
-                .collect::<Vec<_>>(),
-        )?;
-        engine
-            .upload_archive(container.id(), UPLOAD_DIR, bytes::Bytes::from(programs))
-            .await?;
-    }
     let attached = engine.attach(container.id()).await?;
     engine.start_container(container.id()).await?;
     let mut runner = Runner {
@@ -298,14 +256,11 @@ async fn launch_unbounded(
 /// Why the bridge did not come up, with the fix where it is known.
 fn bridge_exited(stderr: &str) -> Error {
     let stderr = stderr.trim();
-    let hint = if stderr.contains("No module named 'pydantic_monty'")
-        || stderr.contains("`monty` worker binary is not on PATH")
-    {
-        format!(
-            "; the image has no Monty: install `{MONTY_PACKAGE}` in it (specs that are built get it automatically)"
-        )
+    // The bridge is static; Monty's worker is a manylinux program.
+    let hint = if stderr.contains("worker") && stderr.contains("No such file") {
+        "; Monty's worker needs the GNU C library (glibc 2.17 or later) in the image"
     } else {
-        String::new()
+        ""
     };
     Error::CodeHostUnavailable {
         reason: format!("the bridge exited: {stderr}{hint}"),
@@ -317,8 +272,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_missing_monty_is_explained() {
-        let e = bridge_exited("ModuleNotFoundError: No module named 'pydantic_monty'\n");
-        assert!(e.to_string().contains(MONTY_PACKAGE), "{e}");
+    fn a_worker_that_cannot_load_is_explained() {
+        let e =
+            bridge_exited("no interpreter could be started: worker: No such file or directory\n");
+        assert!(e.to_string().contains("glibc"), "{e}");
+        let e = bridge_exited("something else");
+        assert!(!e.to_string().contains("glibc"), "{e}");
     }
 }

@@ -49,6 +49,50 @@ pub struct CodeHostConfig {
     pub(crate) max_sessions: u32,
     pub(crate) type_check: bool,
     pub(crate) start_timeout: Duration,
+    pub(crate) policy: CodePolicy,
+    pub(crate) env: std::collections::BTreeMap<String, String>,
+    pub(crate) clock: Option<std::time::SystemTime>,
+    pub(crate) random_seed: Option<u64>,
+    pub(crate) exact_values: bool,
+    pub(crate) keep: super::kept::KeepLimits,
+}
+
+/// What code mode checks before Monty runs code, beyond Monty's own rules.
+///
+/// Monty is the sandbox: code reaches no file, socket, environment variable
+/// or process but what the code host answers, and its time, memory and
+/// recursion limits cannot be caught. Neither policy is a security
+/// boundary; they differ in how much model-written code they let through.
+///
+/// | | [`Default`](CodePolicy::Default) | [`Strict`](CodePolicy::Strict) |
+/// |---|---|---|
+/// | code size (1 MiB) and nesting (200 levels) | checked | checked |
+/// | names starting with `_dh` (dockhand's helpers) | refused | refused |
+/// | imports | Monty's modules | `asyncio base64 binascii bisect collections copy csv dataclasses datetime decimal functools hashlib itertools json math random re sys time tomllib typing unicodedata` and `__future__` |
+/// | `eval exec compile open input breakpoint` | as Monty has them (`open` raises `PermissionError`) | refused |
+/// | dunders | all | refused where they reach internals (`__class__`, `__subclasses__`, `__globals__`, `__import__`, `__dict__`, `__mro__`, ...); `__name__`, special methods and `if __name__ == "__main__":` allowed |
+/// | string literals | any size | up to 10,000 characters |
+/// | loops | Monty's time limit | also [`loop_limit`](CodeHostConfig::loop_limit) iterations per loop |
+///
+/// A refused piece of code is a [`CodeError::Validation`](super::CodeError::Validation)
+/// naming the rule, its line and column; nothing of it has run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CodePolicy {
+    /// Monty's own rules, with dockhand's size limits.
+    #[default]
+    Default,
+    /// Also the import, builtin, dunder and literal rules and the loop guard.
+    Strict,
+}
+
+impl CodePolicy {
+    fn wire_name(self) -> &'static str {
+        match self {
+            CodePolicy::Default => "default",
+            CodePolicy::Strict => "strict",
+        }
+    }
 }
 
 impl Default for CodeHostConfig {
@@ -69,6 +113,12 @@ impl Default for CodeHostConfig {
             max_sessions: 8,
             type_check: false,
             start_timeout: Duration::from_secs(300),
+            policy: CodePolicy::Default,
+            env: Default::default(),
+            clock: None,
+            random_seed: None,
+            exact_values: false,
+            keep: super::kept::KeepLimits::default(),
         }
     }
 }
@@ -148,6 +198,80 @@ impl CodeHostConfig {
         self
     }
 
+    /// Which checks code gets beyond Monty's own (default
+    /// [`CodePolicy::Default`]).
+    ///
+    /// ```
+    /// use dockhand::codemode::{CodeHostConfig, CodePolicy};
+    /// let config = CodeHostConfig::new().policy(CodePolicy::Strict).loop_limit(1_000);
+    /// # let _ = config;
+    /// ```
+    pub fn policy(mut self, policy: CodePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// An environment variable `os.getenv` and `os.environ` show the code.
+    /// The code sees these and nothing else: not the container's
+    /// environment, not the host's.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Fixes the clock `time.time()`, `datetime.now()` and `date.today()`
+    /// read, so an execution can be replayed (default: the real clock).
+    pub fn fixed_clock(mut self, at: std::time::SystemTime) -> Self {
+        self.clock = Some(at);
+        self
+    }
+
+    /// Starts `random` as `random.seed(seed)` leaves it, so an execution can
+    /// be replayed (default: fresh OS entropy).
+    pub fn random_seed(mut self, seed: u64) -> Self {
+        self.random_seed = Some(seed);
+        self
+    }
+
+    /// Values come back from the code, and reach tools, with every Python
+    /// type kept: ints past 64 bits, tuples, sets, frozensets, bytes,
+    /// non-finite floats, `Decimal`s, dates, datetimes, times, timedeltas
+    /// and dicts with keys other than `str` travel as one-key objects that
+    /// name their type (`{"$int": "1180591620717411303424"}`,
+    /// `{"$tuple": [1, 2]}`, `{"$bytes": "<base64>"}`, ...). Inputs and tool
+    /// results may use the same objects in either mode, so a value makes the
+    /// round trip unchanged.
+    ///
+    /// Off by default: values come back as JSON a model reads (tuples and
+    /// sets as lists, datetimes as ISO text, timedeltas as seconds), and an
+    /// int past 64 bits, the one value plain JSON would change, as
+    /// `{"$int": digits}`.
+    ///
+    /// ```
+    /// use dockhand::codemode::CodeHostConfig;
+    /// let config = CodeHostConfig::new().exact_values(true);
+    /// # let _ = config;
+    /// ```
+    pub fn exact_values(mut self, on: bool) -> Self {
+        self.exact_values = on;
+        self
+    }
+
+    /// How File and Dir results the code returns are kept for the
+    /// application (see [`Execution::files`]): each for `ttl` unless
+    /// released first (default 15 minutes), at most `max_files` of them
+    /// (default 100) and `max_bytes` together (default 1 GiB); past either
+    /// budget the oldest go first, and one larger than `max_bytes` is not
+    /// kept.
+    pub fn keep_results(mut self, ttl: Duration, max_files: usize, max_bytes: u64) -> Self {
+        self.keep = super::kept::KeepLimits {
+            ttl,
+            max_files,
+            max_bytes,
+        };
+        self
+    }
+
     /// How long starting the container and its bridge may take (default
     /// 300 s). Making the image, the first time on a machine, is not counted:
     /// it compiles the bridge, which takes minutes on a small machine.
@@ -215,6 +339,11 @@ impl CodeHostConfig {
             value_limit: self.value_limit,
             max_tool_calls: self.max_tool_calls,
             max_sessions: self.max_sessions,
+            policy: self.policy.wire_name(),
+            env: self.env.clone(),
+            clock_unix_micros: self.clock.map(unix_micros),
+            random_seed: self.random_seed,
+            exact_values: self.exact_values,
             socket: None,
             token: None,
         }
@@ -224,6 +353,14 @@ impl CodeHostConfig {
     /// limit; past this the container is taken to have stopped answering.
     pub(crate) fn deadline(&self) -> Duration {
         self.exec_timeout + (self.exec_timeout / 8).max(Duration::from_millis(250))
+    }
+}
+
+/// Microseconds since the Unix epoch (negative before it).
+fn unix_micros(at: std::time::SystemTime) -> i64 {
+    match at.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_micros()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
     }
 }
 
@@ -241,6 +378,10 @@ pub struct Execution {
     pub tool_calls: Vec<ToolCallRecord>,
     /// Wall time of the execution.
     pub duration: Duration,
+    /// The File and Dir results (from sandbox tools) that the value names
+    /// by handle, kept on the host for the application: download one with
+    /// [`CodeHost::download`](super::CodeHost::download).
+    pub files: Vec<super::ResultFile>,
 }
 
 /// What [`CodeHost::describe`](super::CodeHost::describe) reports.

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::protocol::RunnerError;
+use super::config::Execution;
+use super::protocol::{ExecResult, RunnerError};
 use super::toolset::ToolCallRecord;
 
 /// Why an execution failed. Each variant renders (via `Display`) as a short
@@ -213,6 +214,39 @@ impl fmt::Display for CodeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "code failed: {}", self.error)
     }
+}
+
+/// The caller's result of an execution the bridge answered.
+pub(super) fn finish(
+    result: ExecResult,
+    calls: Vec<ToolCallRecord>,
+    duration: Duration,
+    timeout: Duration,
+    files: Vec<super::ResultFile>,
+) -> crate::error::Result<Execution> {
+    if result.ok {
+        return Ok(Execution {
+            value: result.value,
+            stdout: result.stdout,
+            stdout_truncated: result.stdout_truncated,
+            tool_calls: calls,
+            duration,
+            files,
+        });
+    }
+    let error = result
+        .error
+        .as_ref()
+        .map(|e| CodeError::from_runner(e, timeout))
+        .unwrap_or(CodeError::Crashed {
+            message: "the bridge reported a failure without details".into(),
+        });
+    Err(crate::Error::Code(Box::new(CodeFailure {
+        error,
+        stdout: result.stdout,
+        stdout_truncated: result.stdout_truncated,
+        tool_calls: calls,
+    })))
 }
 
 #[cfg(test)]

@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::kept::{handles_in, KeepLimits, KeptResults, ResultFile};
 use crate::client::Client;
 use crate::sandbox::{Outputs, Sandbox, Type, Value as SbValue};
 use crate::util::lock;
@@ -15,12 +16,14 @@ use crate::util::lock;
 /// File and Dir values returned by sandbox tools, kept on the host while the
 /// code passes opaque handles around. Each belongs to a scope (the execution,
 /// or the REPL session, that made it) and goes when its scope ends, so a
-/// long-lived host holds only what running code can still refer to.
+/// long-lived host holds only what running code can still refer to, and
+/// what the code returned ([`KeptResults`]).
 #[derive(Default)]
 pub(crate) struct Handles {
     next: AtomicU64,
     values: Mutex<HashMap<String, (String, SbValue)>>,
-    owners: Mutex<Vec<(String, Outputs)>>,
+    owners: Mutex<Vec<(String, Arc<Outputs>)>>,
+    pub(crate) kept: KeptResults,
 }
 
 impl Handles {
@@ -34,6 +37,42 @@ impl Handles {
     pub(crate) fn clear(&self) {
         lock(&self.values).clear();
         lock(&self.owners).clear();
+        self.kept.clear();
+    }
+
+    /// Keeps for the application the File and Dir results of `scope` that
+    /// `value` (what the code returned) names.
+    pub(crate) async fn keep_returned(
+        &self,
+        scope: &str,
+        value: &Value,
+        limits: KeepLimits,
+    ) -> Vec<ResultFile> {
+        let mut named = Vec::new();
+        handles_in(value, &mut named);
+        let mut candidates = Vec::new();
+        for id in named {
+            let held = lock(&self.values).get(&id).cloned();
+            let Some((owner, value)) = held.filter(|(owner, _)| owner == scope) else {
+                continue;
+            };
+            let path = match &value {
+                SbValue::File(p) | SbValue::Dir(p) => p.clone(),
+                _ => continue,
+            };
+            let outputs = lock(&self.owners)
+                .iter()
+                .find(|(o, out)| *o == owner && out.dir().is_some_and(|d| path.starts_with(d)))
+                .map(|(_, out)| out.clone());
+            if let Some(outputs) = outputs {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                candidates.push((id, name, value, outputs));
+            }
+        }
+        self.kept.keep(candidates, limits).await
     }
 
     /// How many sandbox results are held.
@@ -60,8 +99,9 @@ impl Handles {
         lock(&self.values)
             .get(id)
             .map(|(_, v)| v.clone())
+            .or_else(|| self.kept.value(id))
             .ok_or_else(|| {
-                format!("is handle `{id}`, which is no longer held (File and Dir results live as long as the execution, or session, that made them)")
+                format!("is handle `{id}`, which is no longer held (File and Dir results live as long as the execution, or session, that made them, unless the code returned them)")
             })
     }
 }
@@ -120,7 +160,7 @@ pub(crate) async fn run_sandbox_tool(
     }
     // Keep File/Dir outputs on disk while handles to them may be used.
     if out.outputs.dir().is_some() {
-        lock(&handles.owners).push((scope.to_string(), out.outputs));
+        lock(&handles.owners).push((scope.to_string(), Arc::new(out.outputs)));
     }
     Ok(match result.len() {
         1 => result

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::bridge::{launch, Runner};
 use super::config::{CodeHostConfig, Execution, HostDescription};
-use super::errors::{CodeError, CodeFailure};
+use super::errors::{finish, CodeError, CodeFailure};
 use super::handles::{run_sandbox_tool, Handles};
 use super::protocol::{self, ExecResult, FromRunner, ToRunner};
 use super::tools::ToolKind;
@@ -70,6 +70,13 @@ impl std::fmt::Debug for CodeHost {
         f.debug_struct("CodeHost")
             .field("state", &self.state())
             .finish()
+    }
+}
+
+impl CodeHost {
+    /// The File and Dir results it holds.
+    pub(super) fn handles(&self) -> &Handles {
+        &self.inner.handles
     }
 }
 
@@ -293,8 +300,9 @@ impl CodeHost {
             tokio::time::timeout(c.deadline(), self.converse(runner, &request, tools, &scope))
                 .await;
         idle.armed = false;
-        if session.is_none() {
-            // Nothing can refer to this execution's results any more.
+        if session.is_none() && !matches!(&outcome, Ok(Ok(_))) {
+            // Nothing can refer to this execution's results any more (a
+            // success releases them once what it returned is kept).
             self.inner.handles.release(&id);
         }
         match outcome {
@@ -302,7 +310,18 @@ impl CodeHost {
                 runner.in_flight = None;
                 self.set_state(State::Idle)?;
                 lock(&self.inner.status).executions += 1;
-                finish(result, calls, started.elapsed(), c.exec_timeout)
+                let files = if result.ok {
+                    self.inner
+                        .handles
+                        .keep_returned(&scope, &result.value, c.keep)
+                        .await
+                } else {
+                    Vec::new()
+                };
+                if session.is_none() {
+                    self.inner.handles.release(&id);
+                }
+                finish(result, calls, started.elapsed(), c.exec_timeout, files)
             }
             Ok(Err(e)) => {
                 let stderr = slot.as_ref().map(|r| r.stderr.trim().to_string());
@@ -504,36 +523,6 @@ fn code_inputs(inputs: impl Serialize) -> Result<Map<String, Value>> {
 
 fn is_variable_name(name: &str) -> bool {
     is_identifier(name) && !name.starts_with("__") && !name.starts_with("_dh")
-}
-
-fn finish(
-    result: ExecResult,
-    calls: Vec<ToolCallRecord>,
-    duration: Duration,
-    timeout: Duration,
-) -> Result<Execution> {
-    if result.ok {
-        return Ok(Execution {
-            value: result.value,
-            stdout: result.stdout,
-            stdout_truncated: result.stdout_truncated,
-            tool_calls: calls,
-            duration,
-        });
-    }
-    let error = result
-        .error
-        .as_ref()
-        .map(|e| CodeError::from_runner(e, timeout))
-        .unwrap_or(CodeError::Crashed {
-            message: "the bridge reported a failure without details".into(),
-        });
-    Err(Error::Code(Box::new(CodeFailure {
-        error,
-        stdout: result.stdout,
-        stdout_truncated: result.stdout_truncated,
-        tool_calls: calls,
-    })))
 }
 
 /// A persistent namespace on a code host (see [`CodeHost::session`]).

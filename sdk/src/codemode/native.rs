@@ -13,7 +13,7 @@
 //! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 11] = [
+pub const SOURCES: [(&str, &str); 13] = [
     (
         "Cargo.toml",
         include_str!("../../images/codehost/bridge/Cargo.toml.in"),
@@ -25,6 +25,14 @@ pub const SOURCES: [(&str, &str); 11] = [
     (
         "src/main.rs",
         include_str!("../../images/codehost/bridge/src/main.rs"),
+    ),
+    (
+        "src/checks.rs",
+        include_str!("../../images/codehost/bridge/src/checks.rs"),
+    ),
+    (
+        "src/tagged.rs",
+        include_str!("../../images/codehost/bridge/src/tagged.rs"),
     ),
     (
         "src/fanout.rs",
@@ -160,6 +168,23 @@ mod tests {
             .compiler
             .pip_packages()
             .contains(&super::super::bridge::MONTY_RUNTIME_PACKAGE.to_string()));
+    }
+
+    #[test]
+    fn every_source_file_of_the_bridge_is_embedded() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("images/codehost/bridge/src");
+        let on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .expect("the bridge's sources")
+            .filter_map(|e| e.ok())
+            .map(|e| format!("src/{}", e.file_name().to_string_lossy()))
+            .collect();
+        for path in on_disk {
+            assert!(
+                SOURCES.iter().any(|(p, _)| *p == path),
+                "{path} is not in native::SOURCES: the image build would not see it"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The bridge protocol between the host and the in-container bridge
-//! (`sdk/images/codehost/bridge.py`): one JSON object per line, both ways.
+//! (`sdk/images/codehost/bridge`): one JSON object per line, both ways.
 //! Pure: framing and message types, tested without Docker.
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,20 @@ pub struct BridgeConfig {
     pub max_tool_calls: u64,
     /// REPL sessions open at once.
     pub max_sessions: u32,
+    /// `"default"` or `"strict"` (see [`CodePolicy`](super::CodePolicy)).
+    pub policy: &'static str,
+    /// What `os.getenv` and `os.environ` see.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// A fixed clock, in microseconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_unix_micros: Option<i64>,
+    /// The seed `random` starts from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub random_seed: Option<u64>,
+    /// Values come back in the exact (tagged) encoding.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact_values: bool,
     /// The host's Unix socket inside the container, when it offers one
     /// (local daemons), and the token the bridge greets it with.
     #[serde(default, skip_serializing_if = "Option::is_none")]

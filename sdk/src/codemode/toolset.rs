@@ -1,6 +1,7 @@
 //! The tools one execution may call, the prompt and stubs that describe them,
 //! and the record of each call.
 
+use super::config::CodePolicy;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -37,25 +38,32 @@ pub struct Toolset {
     tools: Vec<Tool>,
 }
 
-/// The language rules of the sandbox, as told to a model.
+/// The language rules of the sandbox, as told to a model (the default
+/// [`CodePolicy`]).
 pub const LANGUAGE_RULES: &str = "\
 Write Python 3 that runs in Monty, a sandboxed Python interpreter:
 - Most of the language works: functions, classes (no inheritance), closures,
   comprehensions, f-strings, try/except, async/await, dataclasses, type hints.
-  Not available: generators (yield), class inheritance, files, the network,
-  the environment and processes.
+  Not available: generators (yield), class inheritance, the network and
+  processes; files raise PermissionError.
 - Already available without importing: json, math, re, datetime, asyncio, gather,
   Counter, defaultdict. Other modules you may import: base64, binascii, bisect,
   collections, copy, csv, dataclasses, decimal, functools, hashlib, itertools,
   random, sys, time, tomllib, typing, unicodedata.
-- No dunder names or attributes (like __class__), no eval, exec, compile, open,
-  input or breakpoint; string literals up to 10,000 characters; any loop stops
-  after 10,000 iterations.
+- time.sleep() and asyncio.sleep() wait (gathered sleeps overlap); os.getenv()
+  sees only the variables you were given.
 - Call tools like functions: `x = tool(a)` or `x = await tool(a)`. To run calls
   concurrently, gather them: `a, b = await gather(tool(1), tool(2))`.
 - A failing tool raises ToolError (catch it with `except ToolError as e`).
 - Only print() output and the value of the last expression are returned; make the
   last line an expression with the answer (a dict is a good choice).";
+
+/// What [`CodePolicy::Strict`] adds to [`LANGUAGE_RULES`], as told to a model.
+pub const STRICT_LANGUAGE_RULES: &str = "\
+- Import only the modules listed above. No dunder attributes that reach the
+  interpreter's internals (like __class__ or __globals__; __name__ is fine), no
+  eval, exec, compile, open, input or breakpoint; string literals up to 10,000
+  characters; any loop stops after its iteration limit.";
 
 /// Names the stubs refer to besides the tools (handles of sandbox outputs).
 const STUB_PREAMBLE: &str = "\
@@ -121,7 +129,22 @@ impl Toolset {
     /// Tool signatures in Python syntax with hints and docstrings, plus the
     /// sandbox's language rules: ready to paste into a system prompt.
     pub fn prompt(&self) -> String {
+        self.prompt_for(CodePolicy::Default)
+    }
+
+    /// [`Toolset::prompt`] for code hosts with `policy`.
+    ///
+    /// ```
+    /// use dockhand::codemode::{CodePolicy, Toolset};
+    /// let strict = Toolset::new().prompt_for(CodePolicy::Strict);
+    /// assert!(strict.contains("no\n  eval"));
+    /// ```
+    pub fn prompt_for(&self, policy: CodePolicy) -> String {
         let mut text = String::from(LANGUAGE_RULES);
+        if policy == CodePolicy::Strict {
+            text.push('\n');
+            text.push_str(STRICT_LANGUAGE_RULES);
+        }
         text.push_str("\n\nAvailable tools:\n\n```python\n");
         for t in &self.tools {
             text.push_str(&t.python_signature());

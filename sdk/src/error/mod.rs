@@ -515,6 +515,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A File or Dir handle that the code host does not keep: it was
+    /// released, its time passed, newer results pushed it out, or the code
+    /// never returned it.
+    #[error("the code host keeps no result `{handle}`: it was released, expired, or pushed out by newer results (see CodeHostConfig::keep_results)")]
+    UnknownHandle {
+        /// The handle (`h1`).
+        handle: String,
+    },
+
     /// A kernel, context or relay failure (see [`KernelError`](crate::kernel::KernelError)).
     #[error(transparent)]
     Kernel(#[from] crate::kernel::KernelError),

@@ -323,16 +323,9 @@ pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifest
     let naming = Naming::new("code-host", "monty", &spec, opts);
     let (volumes, mounts) = pod::scratch(&spec, opts);
     let main = pod::container("bridge", &spec, mounts, opts)?;
-    // A prebuilt image gets the Python bridge mounted; dockhand's own has
-    // the compiled bridge built in.
-    let programs: &[(&str, &str)] = if launch.image.is_prebuilt() {
-        &crate::codemode::PROGRAMS
-    } else {
-        &[]
-    };
-    Ok(long_lived(
-        naming, &spec, main, volumes, programs, false, opts,
-    ))
+    // The image carries the compiled bridge: a code host image dockhand
+    // made, pushed where the cluster pulls from.
+    Ok(long_lived(naming, &spec, main, volumes, &[], false, opts))
 }
 
 /// A session as a Pod: the session agent (mounted from a ConfigMap) in the

@@ -137,6 +137,7 @@ impl Execution {
         let limits = rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
+            policy: self.bridge.config.policy,
         };
         let prepared =
             rules::prepare(&self.code, &self.tools, &limits, self.fan_out).map_err(Failed::from)?;
@@ -214,7 +215,8 @@ impl Execution {
     }
 
     fn finish(&self, value: &MontyObject) -> Result<Value, Outcome> {
-        let wire = to_wire(value).map_err(|e| Failed::new("value", e.0))?;
+        let wire =
+            to_wire(value, self.bridge.config.encoding).map_err(|e| Failed::new("value", e.0))?;
         let size = serde_json::to_vec(&wire).map_or(usize::MAX, |v| v.len());
         let limit = self.bridge.config.value_limit;
         if size > limit {
@@ -266,7 +268,17 @@ impl Execution {
             TurnEvent::ResolveFutures {
                 pending_call_ids, ..
             } => Ok(Answer::Settle(pending_call_ids)),
-            TurnEvent::OsCall { .. } => Ok(Answer::Resume(ResumeValue::NotHandled)),
+            TurnEvent::OsCall {
+                function_name,
+                args,
+                call_id,
+                allow_eager_await,
+                system_sleep,
+                ..
+            } => Ok(match system_sleep {
+                Some(delay) => self.sleep(delay, call_id, allow_eager_await),
+                None => Answer::Resume(os_call(&function_name, &args, &self.bridge.config.env)),
+            }),
             TurnEvent::FunctionCall {
                 function_name,
                 args,
@@ -298,10 +310,11 @@ impl Execution {
             ))));
         }
         self.count_calls(1)?;
-        let (positional, keywords) = match wire_args(args.args(), args.kwargs()) {
-            Ok(parts) => parts,
-            Err(e) => return Ok(Answer::Resume(self.bad_arguments(name, &e))),
-        };
+        let (positional, keywords) =
+            match wire_args(args.args(), args.kwargs(), self.bridge.config.encoding) {
+                Ok(parts) => parts,
+                Err(e) => return Ok(Answer::Resume(self.bad_arguments(name, &e))),
+            };
         let number = self.call_host(name, positional, keywords);
         self.hold_or_send();
         let sync = self
@@ -338,7 +351,11 @@ impl Execution {
             }
             let positional = positional.items().unwrap_or_default();
             let keywords = keywords.pairs().unwrap_or_default();
-            match wire_args(positional.into_iter(), keywords.into_iter()) {
+            match wire_args(
+                positional.into_iter(),
+                keywords.into_iter(),
+                self.bridge.config.encoding,
+            ) {
                 Ok((positional, keywords)) => calls.push((name, positional, keywords)),
                 // As the call itself would have raised: before any went out.
                 Err(e) => return Ok(Answer::Resume(self.bad_arguments(&name, &e))),
@@ -357,6 +374,25 @@ impl Execution {
         };
         self.waiting.insert(call_id, Waiting::Fan(fan));
         Ok(Answer::Resume(ResumeValue::Future))
+    }
+
+    /// `time.sleep` waits here (Monty already capped the delay at the time
+    /// limit); `asyncio.sleep` becomes a future, so gathered sleeps overlap.
+    /// The execution's deadline or cancellation ends the wait: the timer
+    /// then has no one to tell.
+    fn sleep(&mut self, delay: Duration, call_id: u32, as_future: bool) -> Answer {
+        let number = self.bridge.next_call_number();
+        let inbox = self.inbox_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = inbox.send((number, serde_json::json!({"ok": true, "value": null})));
+        });
+        if as_future {
+            self.waiting.insert(call_id, Waiting::One(number));
+            Answer::Resume(ResumeValue::Future)
+        } else {
+            Answer::Wait(number)
+        }
     }
 
     /// Counts `n` more tool calls against the limit.
@@ -517,6 +553,30 @@ impl Execution {
     fn tool_failed(&mut self, message: String) -> ResumeValue {
         self.tool_errors.insert(message.clone());
         ResumeValue::Error(MontyException::new(ExcType::RuntimeError, Some(message)))
+    }
+}
+
+/// The answer to an OS call other than a sleep: `os.getenv` and
+/// `os.environ` from the host's map; everything else (files, `os.urandom`
+/// under a host-answered policy) raises Monty's own default, a
+/// `PermissionError` naming the path for a file.
+fn os_call(name: &str, args: &monty_types::CallArgs, env: &Map<String, Value>) -> ResumeValue {
+    let text = |value: &Value| MontyObject::string(value.as_str().unwrap_or_default());
+    match name {
+        "os.getenv" => {
+            let mut args = args.args();
+            let key = args.next().and_then(|k| k.as_str().map(String::from));
+            let default = args.next().map_or_else(MontyObject::none, |d| d.to_owned());
+            match key.and_then(|k| env.get(&k)) {
+                Some(value) => ResumeValue::Return(text(value)),
+                None => ResumeValue::Return(default),
+            }
+        }
+        "os.environ" => ResumeValue::Return(MontyObject::dict(
+            env.iter()
+                .map(|(k, v)| (MontyObject::string(k.as_str()), text(v))),
+        )),
+        _ => ResumeValue::NotHandled,
     }
 }
 

@@ -218,6 +218,7 @@ mod tests {
         let limits = crate::rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
+            policy: crate::rules::Policy::Strict,
         };
         crate::rules::prepare(code, &tools, &limits, fan_out)
             .unwrap()
@@ -228,15 +229,36 @@ mod tests {
     fn a_gather_over_calls_of_one_tool_fans_out() {
         assert_eq!(
             fed("rs = await gather(*[t(i) for i in range(3)])", true),
-            "rs = await _dh_fan(gather)(*[(\"t\", _dh_args(i)) for i in _dh_loop(range(3), 1)])"
+            "rs = await _dh_fan(gather)(*[(\"t\", _dh_args(i)) for i in _dh_loop((range(3)), 1)])"
         );
         assert_eq!(
             fed("import asyncio\nr = asyncio.gather(*(t(x, k=1) for x in xs if x))", true),
-            "import asyncio\nr = _dh_fan(asyncio.gather)(*((\"t\", _dh_args(x, k=1)) for x in _dh_loop(xs, 2) if x))"
+            "import asyncio\nr = _dh_fan(asyncio.gather)(*((\"t\", _dh_args(x, k=1)) for x in _dh_loop((xs), 2) if x))"
         );
         assert_eq!(
             fed("from asyncio import gather\nawait gather(*[t(i) for i in a])", true),
-            "from asyncio import gather\nawait _dh_fan(gather)(*[(\"t\", _dh_args(i)) for i in _dh_loop(a, 2)])"
+            "from asyncio import gather\nawait _dh_fan(gather)(*[(\"t\", _dh_args(i)) for i in _dh_loop((a), 2)])"
+        );
+    }
+
+    #[test]
+    fn fan_outs_need_no_loop_guard() {
+        let tools = ["t"].iter().map(|t| t.to_string()).collect();
+        let limits = crate::rules::Limits {
+            max_literal: 10_000,
+            max_code_bytes: 1 << 20,
+            policy: crate::rules::Policy::Default,
+        };
+        let p = crate::rules::prepare(
+            "r = await gather(*[t(i) for i in a])",
+            &tools,
+            &limits,
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            p.code,
+            "r = await _dh_fan(gather)(*[(\"t\", _dh_args(i)) for i in a])"
         );
     }
 
@@ -266,6 +288,7 @@ mod tests {
         let limits = crate::rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
+            policy: crate::rules::Policy::Strict,
         };
         let p = crate::rules::prepare("r = gather(*[t(1/i) for i in a])", &tools, &limits, true)
             .unwrap();

@@ -1,9 +1,9 @@
 //! Loop guards and synchronous tool calls: what `rules::prepare` inserts
 //! into the code and which calls it answers with a value.
 //!
-//! Every `for` loop and comprehension iterates through `_dh_loop(it, line)`
-//! and every `while` test starts with `_dh_tick(n, line)` (both defined by
-//! the prelude). A tool call that is neither awaited nor inside `gather(...)`
+//! Under the strict policy every `for` loop and comprehension iterates
+//! through `_dh_loop((it), line)` and every `while` test starts with
+//! `_dh_tick(n, line)` (both defined by the prelude). A tool call that is neither awaited nor inside `gather(...)`
 //! is synchronous: the bridge waits for its value instead of handing Monty a
 //! future. A gather over a comprehension of calls of one tool may fan out
 //! (see `fanout`).
@@ -17,19 +17,29 @@ use ruff_text_size::{Ranged, TextRange};
 use crate::fanout;
 use crate::rules::{Lines, Prepared};
 
-/// The guards and synchronous calls of `body` applied to `code`, and the
-/// fan-outs when `fan_out`.
+/// Which rewrites [`rewrite`] makes besides marking synchronous calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Rewrites {
+    /// Gathers of calls of one tool become one suspension (see `fanout`).
+    pub fan_out: bool,
+    /// Loops count their iterations (the strict policy).
+    pub guard_loops: bool,
+}
+
+/// The synchronous calls of `body` marked in `code`, with the rewrites `how`
+/// asks for.
 pub fn rewrite(
     code: &str,
     lines: &Lines<'_>,
     tools: &HashSet<String>,
     body: &[Stmt],
-    fan_out: bool,
+    how: Rewrites,
 ) -> Prepared {
-    let bound = fan_out.then(|| fanout::bound_names(body));
+    let bound = how.fan_out.then(|| fanout::bound_names(body));
     let mut rewriter = Rewriter {
         lines,
         tools,
+        guard_loops: how.guard_loops,
         bound: bound.as_ref(),
         insertions: Vec::new(),
         sync_calls: Vec::new(),
@@ -64,6 +74,7 @@ struct Insertion {
 struct Rewriter<'a> {
     lines: &'a Lines<'a>,
     tools: &'a HashSet<String>,
+    guard_loops: bool,
     /// The names the code binds; `None`: no fan-out.
     bound: Option<&'a HashSet<String>>,
     insertions: Vec<Insertion>,
@@ -102,8 +113,12 @@ impl Rewriter<'_> {
     }
 
     fn guard_for(&mut self, iter: &Expr) {
+        if !self.guard_loops {
+            return;
+        }
         let (line, _) = self.lines.position(iter.start().to_usize());
-        self.wrap(iter.range(), "_dh_loop(".into(), format!(", {line})"));
+        // In parentheses: `for x in a, b:` iterates one tuple, not two arguments.
+        self.wrap(iter.range(), "_dh_loop((".into(), format!("), {line})"));
     }
 }
 
@@ -111,7 +126,7 @@ impl<'a> Visitor<'a> for Rewriter<'_> {
     fn visit_stmt(&mut self, stmt: &'a Stmt) {
         match stmt {
             Stmt::For(f) => self.guard_for(&f.iter),
-            Stmt::While(w) => {
+            Stmt::While(w) if self.guard_loops => {
                 self.loops += 1;
                 let (line, _) = self.lines.position(w.start().to_usize());
                 self.wrap(

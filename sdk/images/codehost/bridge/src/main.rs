@@ -40,12 +40,14 @@
 //! the daemon's attach relay. If it cannot connect it stays on stdin/stdout.
 //! Either way it exits when stdin closes, as it does when its owner dies.
 
+mod checks;
 mod execution;
 mod failures;
 mod fanout;
 mod guards;
 mod prelude;
 mod rules;
+mod tagged;
 mod values;
 
 use std::collections::HashMap;
@@ -54,7 +56,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use monty_pool::{on_print_sync, Checkout, Pool, PoolConfig, ReplConfig, TurnEvent};
-use monty_types::{ResourceLimits, TypeCheckingConfig, TypeCheckingFormat};
+use monty_types::{
+    DateTimeSource, OsPolicy, RandomSeed, RandomStart, ResourceLimits, SleepMode,
+    TypeCheckingConfig, TypeCheckingFormat,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Notify};
@@ -75,6 +80,15 @@ pub struct Config {
     pub max_sessions: usize,
     pub memory_bytes: usize,
     pub recursion_limit: usize,
+    /// Which checks code gets beyond Monty's own (see `rules`).
+    pub policy: rules::Policy,
+    /// How values go to the host (see `values`).
+    pub encoding: values::Encoding,
+    /// What `os.getenv` and `os.environ` see: this map only.
+    pub env: serde_json::Map<String, Value>,
+    /// Clocks, random state and sleeps (see [`Config::os_policy`]).
+    clock: Option<(i64, u32)>,
+    random_seed: Option<u64>,
     /// The host's Unix socket (inside the container) and the token to greet it with.
     pub socket: Option<String>,
     pub token: Option<String>,
@@ -93,6 +107,32 @@ impl Config {
             max_sessions: int("max_sessions", 8) as usize,
             memory_bytes: int("memory_bytes", 256 << 20) as usize,
             recursion_limit: int("recursion_limit", 200) as usize,
+            policy: rules::Policy::named(v.get("policy").and_then(Value::as_str).unwrap_or("")),
+            encoding: if v.get("exact_values").and_then(Value::as_bool) == Some(true) {
+                values::Encoding::Exact
+            } else {
+                values::Encoding::Plain
+            },
+            env: v
+                .get("env")
+                .and_then(Value::as_object)
+                .map(|env| {
+                    env.iter()
+                        .filter(|(_, value)| value.is_string())
+                        .map(|(k, value)| (k.clone(), value.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            clock: v
+                .get("clock_unix_micros")
+                .and_then(Value::as_i64)
+                .map(|micros| {
+                    (
+                        micros.div_euclid(1_000_000),
+                        micros.rem_euclid(1_000_000) as u32,
+                    )
+                }),
+            random_seed: v.get("random_seed").and_then(Value::as_u64),
             socket: v.get("socket").and_then(Value::as_str).map(String::from),
             token: v.get("token").and_then(Value::as_str).map(String::from),
         }
@@ -106,6 +146,28 @@ impl Config {
             // Each tool call may cost a call and a future resolution; the prelude a few more.
             max_suspensions: 2 * self.max_tool_calls as usize + 100,
             ..ResourceLimits::default()
+        }
+    }
+
+    /// Monty's clock, random and sleep settings: the real clock unless the
+    /// host fixed one, OS entropy unless it gave a seed (so an execution can
+    /// be replayed), and sleeps the bridge waits out itself, each capped at
+    /// the execution's time limit (its deadline ends them sooner).
+    fn os_policy(&self) -> OsPolicy {
+        OsPolicy {
+            datetime: match self.clock {
+                Some((unix_seconds, microsecond)) => DateTimeSource::Fixed {
+                    unix_seconds,
+                    microsecond,
+                },
+                None => DateTimeSource::System,
+            },
+            random_start: match self.random_seed {
+                Some(seed) => RandomStart::Seed(RandomSeed::Int(seed.into())),
+                None => RandomStart::System,
+            },
+            sleep: SleepMode::System(self.timeout),
+            ..OsPolicy::default()
         }
     }
 
@@ -157,6 +219,7 @@ impl Bridge {
                 format: TypeCheckingFormat::Concise,
                 color: false,
             },
+            os_policy: self.config.os_policy(),
             ..ReplConfig::default()
         }
     }
@@ -197,6 +260,12 @@ impl Bridge {
     /// Registers a tool call and returns its number and the line that asks
     /// the host for it; the caller sends the line (see [`Bridge::send_lines`]).
     /// Its reply goes to `inbox`.
+    /// A number for a call the host or the bridge answers: tool calls and
+    /// sleeps share one sequence, so their replies share one inbox.
+    pub fn next_call_number(&self) -> u64 {
+        self.calls.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     pub fn tool_call(
         &self,
         execution: &str,
@@ -205,7 +274,7 @@ impl Bridge {
         args: Vec<Value>,
         kwargs: serde_json::Map<String, Value>,
     ) -> (u64, Vec<u8>) {
-        let number = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let number = self.next_call_number();
         lock(&self.owners).insert(number, (execution.to_string(), inbox.clone()));
         let message = json!({"type": "tool_call", "call": number, "name": name, "args": args, "kwargs": kwargs});
         let mut line = serde_json::to_vec(&message).unwrap_or_default();

@@ -1,7 +1,6 @@
-# Fed to every Monty session before the user's code, by both bridges (the
-# compiled one in bridge/src/prelude.rs, bridge.py for prebuilt images): what
-# the code may use without importing, the loop guards the rules insert and
-# the fan-out of gathers.
+# Fed to every Monty session before the user's code (see prelude.rs): what
+# the code may use without importing, the loop guards the strict policy
+# inserts and the fan-out of gathers.
 # A guard raises KeyboardInterrupt, which `except Exception` does not catch;
 # the bridge reports it as the loop limit (the time limit stands behind it
 # either way). The placeholders DH_LOOP_LIMIT and DH_TICK_LIMIT (one more),
@@ -33,7 +32,16 @@ class _DhLoop:
         return x
 
 
+# Containers whose size at the loop's start bounds the loop: at most the
+# limit's worth of items is iterated as Monty iterates it, at full speed (a
+# dict or set that changes size raises; a list grown inside its own loop is
+# left to the time and memory limits). Anything else is counted.
+_DH_SIZED = (range, list, tuple, str, bytes, dict, set, frozenset)
+
+
 def _dh_loop(it, line):
+    if isinstance(it, _DH_SIZED) and len(it) <= __DH_LOOP_LIMIT__:
+        return it
     return _DhLoop(it, line)
 
 

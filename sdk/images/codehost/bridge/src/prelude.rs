@@ -1,6 +1,6 @@
 //! Fed to every Monty session before the user's code: what the code may use
 //! without importing, and the loop guards `rules.rs` inserts. The text is
-//! `prelude.py`, which the Python bridge (prebuilt images) feeds too.
+//! `prelude.py`.
 
 /// The prelude's text, with its limits as placeholders.
 pub const TEMPLATE: &str = include_str!("prelude.py");

@@ -1,18 +1,27 @@
-//! dockhand code-mode rules: checks and rewrites applied before Monty runs code.
+//! dockhand code-mode rules: what `prepare` checks and rewrites before Monty
+//! runs code.
 //!
 //! None of this is a security boundary: Monty is the boundary inside the code
-//! host's container (no filesystem, network, environment or process access,
-//! and uncatchable time, memory and recursion limits) and the container is
-//! the one outside it. These rules are product features that keep
-//! model-written code honest and its errors clear:
+//! host's container (no filesystem, network, environment or process access
+//! but what the bridge answers, and uncatchable time, memory and recursion
+//! limits) and the container is the one outside it. So the default policy
+//! adds to Monty only what Monty does not do itself:
 //!
-//! - imports are limited to the modules dockhand offers;
-//! - no dunder names or attributes (a class may still *define* `__init__` &
-//!   co., and `super().__init__()` is fine);
+//! - a limit on the code's size and nesting (the parser and checks recurse);
+//! - no names starting with `_dh` (the prelude's helpers);
+//! - tool calls made synchronously or fanned out (see `guards`, `fanout`).
+//!
+//! The strict policy adds checks that keep model-written code to a known
+//! shape (see `checks`):
+//!
+//! - imports limited to the modules dockhand offers;
+//! - no dunder access that reaches interpreter internals (`__class__`,
+//!   `__subclasses__`, `__globals__`, `__import__` and the like), while
+//!   `__name__`, special method definitions and `if __name__ == "__main__":`
+//!   stay allowed;
 //! - no `eval`, `exec`, `compile`, `open`, `input` or `breakpoint`;
-//! - no names starting with `_dh` (dockhand's own helpers);
 //! - string and bytes literals up to a set size;
-//! - every loop is guarded: a `for` loop or comprehension stops after a set
+//! - every loop guarded: a `for` loop or comprehension stops after a set
 //!   number of iterations per entry, a `while` loop after that many in one
 //!   execution.
 //!
@@ -22,41 +31,31 @@
 
 use std::collections::HashSet;
 
-use crate::guards;
+use crate::{checks, guards};
 
-use ruff_python_ast::visitor::{self, Visitor};
-use ruff_python_ast::{
-    self as ast, Expr, ExprContext, InterpolatedStringElement, Parameters, Stmt,
-};
-use ruff_text_size::TextRange;
+use ruff_python_ast::{self as ast, Stmt};
 
-/// The modules `import` may name.
-pub const ALLOWED_IMPORTS: &[&str] = &[
-    "asyncio",
-    "base64",
-    "binascii",
-    "bisect",
-    "collections",
-    "copy",
-    "csv",
-    "dataclasses",
-    "datetime",
-    "decimal",
-    "functools",
-    "hashlib",
-    "itertools",
-    "json",
-    "math",
-    "random",
-    "re",
-    "sys",
-    "time",
-    "tomllib",
-    "typing",
-    "unicodedata",
-];
-const BLOCKED_BUILTINS: &[&str] = &["eval", "exec", "compile", "open", "input", "breakpoint"];
-const RESERVED_PREFIX: &str = "_dh";
+/// Which checks `prepare` makes beyond Monty's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Monty's own rules, with dockhand's size limits.
+    #[default]
+    Default,
+    /// Also the import, builtin, dunder and literal rules and the loop guard.
+    Strict,
+}
+
+impl Policy {
+    /// The policy the host names (`"strict"`; anything else is the default).
+    pub fn named(name: &str) -> Self {
+        if name == "strict" {
+            Policy::Strict
+        } else {
+            Policy::Default
+        }
+    }
+}
+
 /// Deeper bracket nesting than this is refused before parsing: the parser
 /// and the checks recurse, and Monty refuses far less anyway.
 const MAX_NESTING: usize = 200;
@@ -129,244 +128,6 @@ impl<'a> Lines<'a> {
     }
 }
 
-fn is_dunder(name: &str) -> bool {
-    name.len() > 4 && name.starts_with("__") && name.ends_with("__")
-}
-
-fn is_super_call(expr: &Expr) -> bool {
-    matches!(expr, Expr::Call(c) if matches!(&*c.func, Expr::Name(n) if n.id.as_str() == "super"))
-}
-
-/// A `{...}` format field reaching an attribute or item that starts with `_`.
-fn format_reaches_underscore(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'{' {
-            let mut j = i + 1;
-            while j < bytes.len() && bytes[j] != b'{' && bytes[j] != b'}' {
-                if bytes[j] == b'.' || bytes[j] == b'[' {
-                    let rest = text[j + 1..].trim_start();
-                    if rest.starts_with('_') {
-                        return true;
-                    }
-                }
-                j += 1;
-            }
-            i = j;
-        } else {
-            i += 1;
-        }
-    }
-    false
-}
-
-struct Checker<'a> {
-    lines: &'a Lines<'a>,
-    max_literal: usize,
-    class_depth: usize,
-    found: Option<Rejected>,
-}
-
-impl Checker<'_> {
-    fn reject(&mut self, rule: &'static str, message: String, range: TextRange) {
-        if self.found.is_none() {
-            let (line, col) = self.lines.position(range.start().to_usize());
-            self.found = Some(Rejected {
-                rule,
-                message,
-                line,
-                col,
-            });
-        }
-    }
-
-    fn check_module(&mut self, name: &str, range: TextRange) {
-        let top = name.split('.').next().unwrap_or_default();
-        if !ALLOWED_IMPORTS.contains(&top) {
-            self.reject(
-                "import",
-                format!(
-                    "module `{name}` is not available; the modules offered are {}",
-                    ALLOWED_IMPORTS.join(", ")
-                ),
-                range,
-            );
-        }
-    }
-
-    fn check_binding(&mut self, name: &str, range: TextRange) {
-        if is_dunder(name) {
-            self.reject(
-                "dunder",
-                format!("dunder names like `{name}` are not allowed"),
-                range,
-            );
-        } else if name.starts_with(RESERVED_PREFIX) {
-            self.reject(
-                "reserved",
-                format!("names starting with `{RESERVED_PREFIX}` are reserved"),
-                range,
-            );
-        }
-    }
-
-    fn check_parameters(&mut self, parameters: &Parameters) {
-        for p in parameters.iter() {
-            let name = p.name();
-            self.check_binding(name.id.as_str(), name.range);
-        }
-    }
-
-    fn check_text(&mut self, text: &str, chars: usize, is_str: bool, range: TextRange) {
-        if chars > self.max_literal {
-            self.reject(
-                "literal_size",
-                format!(
-                    "a literal of {} characters is over the limit of {}; pass large data as an input or get it from a tool",
-                    thousands(chars),
-                    thousands(self.max_literal)
-                ),
-                range,
-            );
-        } else if is_str && format_reaches_underscore(text) {
-            self.reject(
-                "dunder",
-                "format fields may not reach attributes or items starting with `_`".into(),
-                range,
-            );
-        }
-    }
-}
-
-impl<'a> Visitor<'a> for Checker<'_> {
-    fn visit_stmt(&mut self, stmt: &'a Stmt) {
-        if self.found.is_some() {
-            return;
-        }
-        match stmt {
-            Stmt::Import(s) => {
-                for alias in &s.names {
-                    self.check_module(alias.name.id.as_str(), s.range);
-                    if let Some(asname) = &alias.asname {
-                        self.check_binding(asname.id.as_str(), asname.range);
-                    }
-                }
-            }
-            Stmt::ImportFrom(s) => {
-                if s.level > 0 {
-                    self.reject(
-                        "import",
-                        "relative imports are not available".into(),
-                        s.range,
-                    );
-                }
-                let module = s.module.as_ref().map_or("", |m| m.id.as_str());
-                self.check_module(module, s.range);
-                for alias in &s.names {
-                    let name = alias.name.id.as_str();
-                    if is_dunder(name) || name.starts_with(RESERVED_PREFIX) {
-                        self.reject("dunder", format!("`{name}` cannot be imported"), s.range);
-                    }
-                    if let Some(asname) = &alias.asname {
-                        self.check_binding(asname.id.as_str(), asname.range);
-                    }
-                }
-            }
-            Stmt::ClassDef(c) => {
-                self.check_binding(c.name.id.as_str(), c.range);
-                self.class_depth += 1;
-                visitor::walk_stmt(self, stmt);
-                self.class_depth -= 1;
-            }
-            Stmt::FunctionDef(f) => {
-                // Special methods are how classes work: a class body may define them.
-                if !(self.class_depth > 0 && is_dunder(f.name.id.as_str())) {
-                    self.check_binding(f.name.id.as_str(), f.range);
-                }
-                self.check_parameters(&f.parameters);
-                let saved = std::mem::replace(&mut self.class_depth, 0);
-                visitor::walk_stmt(self, stmt);
-                self.class_depth = saved;
-            }
-            _ => visitor::walk_stmt(self, stmt),
-        }
-    }
-
-    fn visit_expr(&mut self, expr: &'a Expr) {
-        if self.found.is_some() {
-            return;
-        }
-        match expr {
-            Expr::Name(n) => {
-                let id = n.id.as_str();
-                if is_dunder(id) {
-                    self.reject(
-                        "dunder",
-                        format!("dunder names like `{id}` are not allowed"),
-                        n.range,
-                    );
-                } else if id.starts_with(RESERVED_PREFIX) {
-                    self.reject(
-                        "reserved",
-                        format!("names starting with `{RESERVED_PREFIX}` are reserved"),
-                        n.range,
-                    );
-                } else if BLOCKED_BUILTINS.contains(&id) && n.ctx == ExprContext::Load {
-                    self.reject(
-                        "builtin",
-                        format!("`{id}` is not available in this sandbox"),
-                        n.range,
-                    );
-                }
-            }
-            Expr::Attribute(a) => {
-                if a.attr.id.as_str().starts_with("__") && !is_super_call(&a.value) {
-                    self.reject(
-                        "dunder",
-                        format!(
-                            "dunder attributes like `.{}` are not allowed",
-                            a.attr.id.as_str()
-                        ),
-                        a.range,
-                    );
-                }
-                visitor::walk_expr(self, expr);
-            }
-            Expr::Lambda(l) => {
-                if let Some(parameters) = &l.parameters {
-                    self.check_parameters(parameters);
-                }
-                visitor::walk_expr(self, expr);
-            }
-            Expr::StringLiteral(s) => {
-                let text = s.value.to_str();
-                self.check_text(text, text.chars().count(), true, s.range);
-            }
-            Expr::BytesLiteral(b) => {
-                let len: usize = b.value.iter().map(|part| part.as_slice().len()).sum();
-                self.check_text("", len, false, b.range);
-            }
-            _ => visitor::walk_expr(self, expr),
-        }
-    }
-
-    fn visit_except_handler(&mut self, handler: &'a ast::ExceptHandler) {
-        let ast::ExceptHandler::ExceptHandler(h) = handler;
-        if let Some(name) = &h.name {
-            self.check_binding(name.id.as_str(), name.range);
-        }
-        visitor::walk_except_handler(self, handler);
-    }
-
-    fn visit_interpolated_string_element(&mut self, element: &'a InterpolatedStringElement) {
-        if let InterpolatedStringElement::Literal(l) = element {
-            self.check_text(&l.value, l.value.chars().count(), true, l.range);
-        }
-        visitor::walk_interpolated_string_element(self, element);
-    }
-}
-
 /// The deepest bracket nesting of `code`, outside strings and comments not
 /// told apart: an over-estimate is fine for a limit this far above real code.
 fn bracket_depth(code: &str) -> usize {
@@ -388,6 +149,7 @@ fn bracket_depth(code: &str) -> usize {
 pub struct Limits {
     pub max_literal: usize,
     pub max_code_bytes: usize,
+    pub policy: Policy,
 }
 
 /// Checks `code` and rewrites it for Monty; `fan_out` lets gathers of tool
@@ -431,17 +193,20 @@ pub fn prepare(
     if statement_depth(body) > MAX_NESTING {
         return Err(nesting);
     }
-    let mut checker = Checker {
-        lines: &lines,
-        max_literal: limits.max_literal,
-        class_depth: 0,
-        found: None,
-    };
-    checker.visit_body(body);
-    if let Some(rejected) = checker.found {
+    if let Some(rejected) = checks::check(body, &lines, limits.policy, limits.max_literal) {
         return Err(rejected);
     }
-    Ok(guards::rewrite(code, &lines, tools, body, fan_out))
+    let guard_loops = limits.policy == Policy::Strict;
+    Ok(guards::rewrite(
+        code,
+        &lines,
+        tools,
+        body,
+        guards::Rewrites {
+            fan_out,
+            guard_loops,
+        },
+    ))
 }
 
 /// How deeply statements nest (an indentation bound for the recursive checks).
@@ -501,24 +266,29 @@ pub fn thousands(n: usize) -> String {
 mod tests {
     use super::*;
 
-    fn prep(code: &str, tools: &[&str]) -> Result<Prepared, Rejected> {
+    fn prep_with(policy: Policy, code: &str, tools: &[&str]) -> Result<Prepared, Rejected> {
         let tools = tools.iter().map(|t| t.to_string()).collect();
-        prepare(
-            code,
-            &tools,
-            &Limits {
-                max_literal: 10_000,
-                max_code_bytes: 1 << 20,
-            },
-            true,
-        )
+        let limits = Limits {
+            max_literal: 10_000,
+            max_code_bytes: 1 << 20,
+            policy,
+        };
+        prepare(code, &tools, &limits, true)
+    }
+
+    fn strict(code: &str) -> Result<Prepared, Rejected> {
+        prep_with(Policy::Strict, code, &[])
+    }
+
+    fn default(code: &str) -> Result<Prepared, Rejected> {
+        prep_with(Policy::Default, code, &[])
     }
 
     #[test]
-    fn loops_are_guarded_and_columns_map_back() {
-        let p = prep("for x in range(3):\n    pass\nwhile x:\n    x -= 1\n", &[]).unwrap();
+    fn strict_loops_are_guarded_and_columns_map_back() {
+        let p = strict("for x in range(3):\n    pass\nwhile x:\n    x -= 1\n").unwrap();
         assert!(
-            p.code.contains("for x in _dh_loop(range(3), 1):"),
+            p.code.contains("for x in _dh_loop((range(3)), 1):"),
             "{}",
             p.code
         );
@@ -527,38 +297,70 @@ mod tests {
             "{}",
             p.code
         );
-        // `range` is at column 10 of the user's line; `_dh_loop(` shifts it by 9.
-        assert_eq!(p.user_column(1, 19), 10);
+        // `range` is at column 10 of the user's line; `_dh_loop((` shifts it by 10.
+        assert_eq!(p.user_column(1, 20), 10);
+    }
+
+    #[test]
+    fn a_loop_over_a_bare_tuple_stays_one_argument() {
+        for (code, fed) in [
+            (
+                "for x in a, b:\n    pass\n",
+                "for x in _dh_loop((a, b), 1):",
+            ),
+            (
+                "for x in *a, *b:\n    pass\n",
+                "for x in _dh_loop((*a, *b), 1):",
+            ),
+        ] {
+            let p = strict(code).unwrap();
+            assert!(p.code.starts_with(fed), "{}", p.code);
+        }
+    }
+
+    #[test]
+    fn the_default_policy_leaves_loops_alone() {
+        let code = "for x in a, b:\n    pass\nwhile x:\n    x -= 1\n";
+        assert_eq!(default(code).unwrap().code, code);
     }
 
     #[test]
     fn nested_comprehensions_wrap_inner_then_outer() {
-        let p = prep("[y for x in a for y in x]", &[]).unwrap();
+        let p = strict("[y for x in a for y in x]").unwrap();
         assert_eq!(
             p.code,
-            "[y for x in _dh_loop(a, 1) for y in _dh_loop(x, 1)]"
+            "[y for x in _dh_loop((a), 1) for y in _dh_loop((x), 1)]"
         );
     }
 
     #[test]
     fn sync_calls_are_found_at_their_fed_offsets() {
-        let p = prep("for i in t(1):\n    x = t(i)\ny = await t(2)\n", &["t"]).unwrap();
-        let mut offsets: Vec<u32> = p.sync_calls.iter().copied().collect();
-        offsets.sort();
-        let found: Vec<&str> = offsets
-            .iter()
-            .map(|&o| &p.code[o as usize..o as usize + 4])
-            .collect();
-        assert_eq!(found, vec!["t(1)", "t(i)"]);
-        let p = prep("r = gather(t(1), t(2))", &["t"]).unwrap();
-        assert!(p.sync_calls.is_empty());
+        for policy in [Policy::Default, Policy::Strict] {
+            let p = prep_with(
+                policy,
+                "for i in t(1):\n    x = t(i)\ny = await t(2)\n",
+                &["t"],
+            )
+            .unwrap();
+            let mut offsets: Vec<u32> = p.sync_calls.iter().copied().collect();
+            offsets.sort();
+            let found: Vec<&str> = offsets
+                .iter()
+                .map(|&o| &p.code[o as usize..o as usize + 4])
+                .collect();
+            assert_eq!(found, vec!["t(1)", "t(i)"], "{policy:?}");
+            let p = prep_with(policy, "r = gather(t(1), t(2))", &["t"]).unwrap();
+            assert!(p.sync_calls.is_empty());
+        }
     }
 
     #[test]
-    fn rules_name_what_is_wrong() {
-        let rule = |code: &str| prep(code, &[]).unwrap_err().rule;
+    fn strict_rules_name_what_is_wrong() {
+        let rule = |code: &str| strict(code).unwrap_err().rule;
         assert_eq!(rule("import os"), "import");
         assert_eq!(rule("x = (1).__class__"), "dunder");
+        assert_eq!(rule("x = f.__globals__"), "dunder");
+        assert_eq!(rule("x = C.__subclasses__()"), "dunder");
         assert_eq!(rule("__import__('os')"), "dunder");
         assert_eq!(rule("eval('1')"), "builtin");
         assert_eq!(rule("_dh_loop = 1"), "reserved");
@@ -568,19 +370,51 @@ mod tests {
             "literal_size"
         );
         assert_eq!(rule(&"(".repeat(300)), "nesting");
-        let e = prep("x = 1\ny = open('f')", &[]).unwrap_err();
+        let e = strict("x = 1\ny = open('f')").unwrap_err();
         assert_eq!((e.line, e.col), (2, 5));
     }
 
     #[test]
-    fn classes_may_define_special_methods() {
-        let code = "class A:\n    def __init__(self):\n        super().__init__()\n";
-        assert!(prep(code, &[]).is_ok());
+    fn strict_allows_everyday_dunders() {
+        for code in [
+            "class A:\n    def __init__(self):\n        super().__init__()\n",
+            "class A:\n    __hash__ = None\n",
+            "name = type(x).__name__",
+            "if __name__ == '__main__':\n    pass\n",
+            "from __future__ import annotations",
+            "y = a.__add__(b)",
+        ] {
+            assert!(strict(code).is_ok(), "{code}: {:?}", strict(code));
+        }
+    }
+
+    #[test]
+    fn the_default_policy_refuses_only_reserved_names_and_sizes() {
+        for code in [
+            "import os",
+            "x = (1).__class__",
+            "p.__class__ is Point",
+            "eval('1')",
+            "try:\n    import pandas\nexcept ImportError:\n    pandas = None\n",
+            "if __name__ == '__main__':\n    pass\n",
+        ] {
+            assert!(default(code).is_ok(), "{code}: {:?}", default(code));
+        }
+        assert_eq!(default("_dh_fan = 1").unwrap_err().rule, "reserved");
+        assert_eq!(default(&"(".repeat(300)).unwrap_err().rule, "nesting");
+        let big = "x = 1\n".repeat(300_000);
+        assert_eq!(default(&big).unwrap_err().rule, "code_size");
+    }
+
+    #[test]
+    fn policies_are_named_by_the_host() {
+        assert_eq!(Policy::named("strict"), Policy::Strict);
+        assert_eq!(Policy::named("default"), Policy::Default);
     }
 
     #[test]
     fn unparsable_code_goes_to_monty_unchanged() {
-        let p = prep("def f(:\n", &[]).unwrap();
+        let p = default("def f(:\n").unwrap();
         assert_eq!(p.code, "def f(:\n");
     }
 

@@ -1,8 +1,9 @@
 //! Values crossing between the host's JSON and Monty's Python objects.
 //!
-//! Datetimes travel tagged (`{"$datetime": iso}`, `{"$date": iso}`,
-//! `{"$timedelta": seconds}`) from the host and as ISO strings and seconds
-//! back.
+//! The plain encoding is JSON as a model reads it: tuples and sets as lists,
+//! datetimes as ISO strings, timedeltas as seconds; an int past 64 bits as
+//! `{"$int": digits}` rather than a rounded float. The exact encoding (see
+//! `tagged`) keeps every type. Hosts may send tagged values either way.
 
 use chrono::{Datelike, NaiveDate, NaiveDateTime, Timelike};
 use monty_types::unstable::{self, graph_parts, MontyNode};
@@ -12,6 +13,16 @@ use serde_json::{Map, Number, Value};
 /// A value that cannot cross to the host.
 #[derive(Debug)]
 pub struct NotJson(pub String);
+
+/// How values go to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// JSON as a model reads it.
+    #[default]
+    Plain,
+    /// Every type kept (see `tagged`).
+    Exact,
+}
 
 /// Host JSON -> a Monty value (tagged datetimes become datetimes).
 pub fn from_wire(value: &Value) -> Result<MontyObject, String> {
@@ -73,7 +84,7 @@ fn tagged(map: &Map<String, Value>) -> Result<Option<MontyObject>, String> {
             let seconds = n.as_f64().ok_or("the timedelta is not a number")?;
             Some(MontyObject::timedelta(timedelta(seconds)?))
         }
-        _ => None,
+        (key, inner) => crate::tagged::decode(key, inner, &from_wire).transpose()?,
     })
 }
 
@@ -110,35 +121,31 @@ fn timedelta(seconds: f64) -> Result<MontyTimeDelta, String> {
     if !seconds.is_finite() || seconds.abs() > 86_400.0 * 999_999_999.0 {
         return Err(format!("{seconds} seconds is not a timedelta"));
     }
-    let micros = (seconds * 1e6).round() as i64;
-    let days = micros.div_euclid(86_400_000_000);
-    let rest = micros.rem_euclid(86_400_000_000);
-    Ok(MontyTimeDelta {
-        days: days as i32,
-        seconds: (rest / 1_000_000) as i32,
-        microseconds: (rest % 1_000_000) as i32,
-    })
+    crate::tagged::timedelta_of((seconds * 1e6).round() as i128)
 }
 
 /// A Monty value -> JSON for the host.
-pub fn to_wire(value: &MontyObject) -> Result<Value, NotJson> {
+pub fn to_wire(value: &MontyObject, encoding: Encoding) -> Result<Value, NotJson> {
     let (graph, root) = graph_parts(value);
-    convert(graph.value(root), 0)
+    convert(graph.value(root), 0, encoding)
 }
 
 /// A borrowed Monty value (a tool argument) -> JSON for the host.
-pub fn ref_to_wire(value: ObjectRef<'_>) -> Result<Value, NotJson> {
-    convert(value, 0)
+pub fn ref_to_wire(value: ObjectRef<'_>, encoding: Encoding) -> Result<Value, NotJson> {
+    convert(value, 0, encoding)
 }
 
 /// A call's arguments as JSON: positional, and keyword by name.
 pub fn wire_args<'a>(
     args: impl Iterator<Item = ObjectRef<'a>>,
     kwargs: impl Iterator<Item = (ObjectRef<'a>, ObjectRef<'a>)>,
+    encoding: Encoding,
 ) -> Result<(Vec<Value>, Map<String, Value>), String> {
     let argument = |v: ObjectRef<'_>| {
-        let value = ref_to_wire(v).map_err(|e| e.0)?;
-        fits_64_bits(&value)?;
+        let value = ref_to_wire(v, encoding).map_err(|e| e.0)?;
+        if encoding == Encoding::Plain {
+            fits_64_bits(&value)?;
+        }
         Ok::<_, String>(value)
     };
     let positional = args.map(argument).collect::<Result<Vec<_>, _>>()?;
@@ -150,12 +157,16 @@ pub fn wire_args<'a>(
     Ok((positional, keywords))
 }
 
-/// Tools take JSON as the host reads it: an int past 64 bits would reach
-/// them rounded to a float, so it is refused instead.
+/// Tools take plain JSON: an int past 64 bits is refused rather than sent
+/// in a shape they do not expect (hosts asking for exact values get it).
 fn fits_64_bits(value: &Value) -> Result<(), String> {
     match value {
         Value::Number(n) if !(n.is_i64() || n.is_u64() || n.is_f64()) => Err(format!(
             "the int {n} does not fit in 64 bits; pass it as a str"
+        )),
+        Value::Object(map) if map.len() == 1 && map.contains_key("$int") => Err(format!(
+            "the int {} does not fit in 64 bits; pass it as a str",
+            map["$int"].as_str().unwrap_or_default()
         )),
         Value::Array(items) => items.iter().try_for_each(fits_64_bits),
         Value::Object(map) => map.values().try_for_each(fits_64_bits),
@@ -163,18 +174,28 @@ fn fits_64_bits(value: &Value) -> Result<(), String> {
     }
 }
 
-fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
+fn convert(value: ObjectRef<'_>, depth: usize, encoding: Encoding) -> Result<Value, NotJson> {
     if depth > 100 {
         return Err(NotJson(
             "the value is nested more than 100 levels deep".into(),
         ));
     }
+    if encoding == Encoding::Exact {
+        let inner = |v: ObjectRef<'_>, d: usize| convert(v, d, encoding);
+        if let Some(tagged) = crate::tagged::encode(value, depth, &inner)? {
+            return Ok(tagged);
+        }
+    }
     Ok(match unstable::node(value) {
         MontyNode::None => Value::Null,
         MontyNode::Bool(b) => Value::Bool(*b),
         MontyNode::Int(i) => Value::from(*i),
-        MontyNode::BigInt(b) => serde_json::from_str(&b.to_string())
-            .map_err(|e| NotJson(format!("the int could not be written: {e}")))?,
+        // Past 64 bits the host's JSON reader would round it to a float.
+        MontyNode::BigInt(b) => match (i64::try_from(b), u64::try_from(b)) {
+            (Ok(i), _) => Value::from(i),
+            (_, Ok(u)) => Value::from(u),
+            _ => serde_json::json!({"$int": b.to_string()}),
+        },
         MontyNode::Float(f) => {
             if !f.is_finite() {
                 return Err(NotJson(format!("{} is not a JSON number", float_repr(*f))));
@@ -186,10 +207,10 @@ fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
         // container that holds itself (`[...]`), as pydantic-monty gives them.
         MontyNode::Repr(s) | MontyNode::Cycle(s) => Value::String(s.to_string()),
         MontyNode::List(_) | MontyNode::Tuple(_) | MontyNode::NamedTuple { .. } => {
-            list(value, depth)?
+            list(value, depth, encoding)?
         }
         MontyNode::Set(_) | MontyNode::FrozenSet(_) => {
-            let Value::Array(mut items) = list(value, depth)? else {
+            let Value::Array(mut items) = list(value, depth, encoding)? else {
                 return Err(NotJson("a set could not be read".into()));
             };
             sort_if_comparable(&mut items);
@@ -198,20 +219,13 @@ fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
         MontyNode::Dict(_) | MontyNode::ClassInstance { .. } => {
             let mut out = Map::new();
             for (k, v) in value.pairs().unwrap_or_default() {
-                out.insert(key(k)?, convert(v, depth + 1)?);
+                out.insert(key(k)?, convert(v, depth + 1, encoding)?);
             }
             Value::Object(out)
         }
-        MontyNode::Date(d) => Value::String(format!("{:04}-{:02}-{:02}", d.year, d.month, d.day)),
-        MontyNode::DateTime(dt) => Value::String(datetime_iso(dt)),
-        MontyNode::Time(t) => Value::String(format!(
-            "{:02}:{:02}:{:02}{}{}",
-            t.hour,
-            t.minute,
-            t.second,
-            fraction(t.microsecond),
-            offset_iso(t.offset_seconds)
-        )),
+        MontyNode::Date(_) | MontyNode::DateTime(_) | MontyNode::Time(_) => {
+            Value::String(iso(value))
+        }
         MontyNode::TimeDelta(d) => Number::from_f64(
             d.days as f64 * 86_400.0 + d.seconds as f64 + d.microseconds as f64 / 1e6,
         )
@@ -230,15 +244,32 @@ fn convert(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
     })
 }
 
-fn list(value: ObjectRef<'_>, depth: usize) -> Result<Value, NotJson> {
+fn list(value: ObjectRef<'_>, depth: usize, encoding: Encoding) -> Result<Value, NotJson> {
     Ok(Value::Array(
         value
             .items()
             .unwrap_or_default()
             .into_iter()
-            .map(|item| convert(item, depth + 1))
+            .map(|item| convert(item, depth + 1, encoding))
             .collect::<Result<_, _>>()?,
     ))
+}
+
+/// A date, datetime or time as ISO text (`isoformat()`); empty for others.
+pub fn iso(value: ObjectRef<'_>) -> String {
+    match unstable::node(value) {
+        MontyNode::Date(d) => format!("{:04}-{:02}-{:02}", d.year, d.month, d.day),
+        MontyNode::DateTime(dt) => datetime_iso(dt),
+        MontyNode::Time(t) => format!(
+            "{:02}:{:02}:{:02}{}{}",
+            t.hour,
+            t.minute,
+            t.second,
+            fraction(t.microsecond),
+            offset_iso(t.offset_seconds)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Python's `sorted` of the set's JSON items, when they are all numbers or
@@ -262,7 +293,7 @@ fn key(k: ObjectRef<'_>) -> Result<String, NotJson> {
     }
     match k.type_name() {
         "int" | "float" | "bool" | "NoneType" => {
-            let v = convert(k, 0)?;
+            let v = convert(k, 0, Encoding::Plain)?;
             Ok(v.to_string())
         }
         other => Err(NotJson(format!(
@@ -323,12 +354,52 @@ mod tests {
     use serde_json::json;
 
     fn round_trip(v: Value) -> Value {
-        to_wire(&from_wire(&v).unwrap()).unwrap()
+        to_wire(&from_wire(&v).unwrap(), Encoding::Plain).unwrap()
+    }
+
+    fn exact(v: Value) -> Value {
+        to_wire(&from_wire(&v).unwrap(), Encoding::Exact).unwrap()
+    }
+
+    #[test]
+    fn tagged_values_round_trip_exactly() {
+        for v in [
+            json!({"$int": "1180591620717411303424"}),
+            json!({"$int": "-15511210043330985984000000"}),
+            json!({"$tuple": [1, {"$tuple": []}, "x"]}),
+            json!({"$set": [1]}),
+            json!({"$frozenset": ["a"]}),
+            json!({"$bytes": "AP8="}),
+            json!({"$float": "nan"}),
+            json!({"$float": "-inf"}),
+            json!({"$decimal": "1.10"}),
+            json!({"$date": "2024-01-02"}),
+            json!({"$datetime": "2024-01-02T03:04:05.000006+01:00"}),
+            json!({"$datetime": "2024-01-02T03:04:05"}),
+            json!({"$time": "03:04:05.000006"}),
+            json!({"$timedelta": {"days": -1, "seconds": 86399, "microseconds": 999999}}),
+            json!({"$dict": [[1, "a"], [{"$tuple": [1, 2]}, "b"]]}),
+            json!({"$dict": [["$int", "not a tag"]]}),
+            json!([0.1, 1e300, -0.0, 9007199254740993u64, i64::MIN]),
+        ] {
+            assert_eq!(exact(v.clone()), v);
+        }
+    }
+
+    #[test]
+    fn plain_ints_past_64_bits_stay_exact() {
+        let big = MontyObject::bigint("1180591620717411303424".parse().unwrap());
+        assert_eq!(
+            to_wire(&big, Encoding::Plain).unwrap(),
+            json!({"$int": "1180591620717411303424"})
+        );
+        let fits = MontyObject::bigint(u64::MAX.into());
+        assert_eq!(to_wire(&fits, Encoding::Plain).unwrap(), json!(u64::MAX));
     }
 
     #[test]
     fn json_round_trips() {
-        let v = json!({"a": [1, 2.5, "x\u{0}😀", null, true], "big": 123456789012345678901234567890u128});
+        let v = json!({"a": [1, 2.5, "x\u{0}😀", null, true], "big": u64::MAX});
         assert_eq!(round_trip(v.clone()), v);
     }
 
@@ -347,17 +418,18 @@ mod tests {
 
     #[test]
     fn what_is_not_json_is_named() {
-        let e = to_wire(&MontyObject::float(f64::NAN)).unwrap_err();
+        let plain = |v: &MontyObject| to_wire(v, Encoding::Plain);
+        let e = plain(&MontyObject::float(f64::NAN)).unwrap_err();
         assert!(e.0.contains("nan"), "{}", e.0);
-        let e = to_wire(&MontyObject::bytes(b"x".to_vec())).unwrap_err();
+        let e = plain(&MontyObject::bytes(b"x".to_vec())).unwrap_err();
         assert!(e.0.contains("bytes"), "{}", e.0);
         let d = MontyObject::dict([(MontyObject::tuple([]), MontyObject::none())]);
-        assert!(to_wire(&d).unwrap_err().0.contains("tuple"));
+        assert!(plain(&d).unwrap_err().0.contains("tuple"));
     }
 
     #[test]
     fn tool_arguments_past_64_bits_are_refused() {
-        let big = json!({"n": [123456789012345678901234567890u128]});
+        let big = json!({"n": [{"$int": "123456789012345678901234567890"}]});
         assert!(fits_64_bits(&big).unwrap_err().contains("64 bits"));
         assert!(fits_64_bits(&json!([u64::MAX, i64::MIN, 1.5e300, "9".repeat(40)])).is_ok());
     }
@@ -365,11 +437,11 @@ mod tests {
     #[test]
     fn reprs_and_cycles_come_back_as_their_text() {
         assert_eq!(
-            to_wire(&MontyObject::cycle("[...]")).unwrap(),
+            to_wire(&MontyObject::cycle("[...]"), Encoding::Plain).unwrap(),
             json!("[...]")
         );
         assert_eq!(
-            to_wire(&MontyObject::repr("<class 'Box'>")).unwrap(),
+            to_wire(&MontyObject::repr("<class 'Box'>"), Encoding::Plain).unwrap(),
             json!("<class 'Box'>")
         );
     }
@@ -377,8 +449,8 @@ mod tests {
     #[test]
     fn sets_sort_and_scalar_keys_become_json_text() {
         let s = MontyObject::set([MontyObject::int(3), MontyObject::int(1)]);
-        assert_eq!(to_wire(&s).unwrap(), json!([1, 3]));
+        assert_eq!(to_wire(&s, Encoding::Plain).unwrap(), json!([1, 3]));
         let d = MontyObject::dict([(MontyObject::int(1), MontyObject::bool(true))]);
-        assert_eq!(to_wire(&d).unwrap(), json!({"1": true}));
+        assert_eq!(to_wire(&d, Encoding::Plain).unwrap(), json!({"1": true}));
     }
 }

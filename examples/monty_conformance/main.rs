@@ -3,6 +3,8 @@
 //! dockhand's code host.
 //! Each case's printed output, final value and exception class are compared;
 //! differences caused by rules dockhand adds on purpose are counted apart.
+//! The code host runs the default policy; `DOCKHAND_POLICY=strict` runs the
+//! strict one.
 //!
 //! ```text
 //! cargo run --release --example monty_conformance -- DIR
@@ -14,44 +16,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use dockhand::codemode::{CodeError, CodeHostConfig, Toolset};
+use dockhand::codemode::{CodeError, CodeHostConfig, CodePolicy, Toolset};
 use dockhand::{Client, Error};
 use serde_json::{json, Value};
 
 /// Runs every case in plain Monty (a fresh interpreter each, the same limits
 /// as the code host), printing one JSON line per case.
-const REFERENCE: &str = r#"
-import asyncio, json, os, sys
-sys.path.insert(0, '/reference')
-import bridge
-import pydantic_monty as pm
-
-async def main():
-    async with pm.AsyncMonty() as pool:
-        for name in sorted(os.listdir('/cases')):
-            code = open('/cases/' + name, encoding='utf-8').read()
-            out = bridge.Printed()
-            result = {'name': name}
-            try:
-                async with pool.checkout(limits=bridge.LIMITS) as s:
-                    value = await s.feed_run(code, print_callback=out)
-                try:
-                    result['value'] = bridge.to_wire(value)
-                except bridge.NotJson:
-                    result['class'] = 'value-error'
-            except pm.MontySyntaxError:
-                result['class'] = 'SyntaxError'
-            except pm.MontyRuntimeError as e:
-                result['class'] = type(e.exception()).__name__
-            except pm.MontyError as e:
-                result['class'] = type(e).__name__
-            result['stdout'] = out.text()
-            print(json.dumps(result), flush=True)
-
-asyncio.run(main())
-# Leave at once: the interpreter's shutdown with the pool's threads can abort.
-os._exit(0)
-"#;
+const REFERENCE: &str = include_str!("reference.py");
 
 /// What one run of a case came to: its class (`ok` or an exception class),
 /// its value and its printed output.
@@ -106,39 +77,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let image = dockhand::ImageSpec::default()
         .pip([dockhand::codemode::MONTY_PACKAGE])
         .trust_host_certificates();
-    let host = client.code_host(CodeHostConfig::default().image(image));
+    let policy = match std::env::var("DOCKHAND_POLICY").as_deref() {
+        Ok("strict") => CodePolicy::Strict,
+        _ => CodePolicy::Default,
+    };
+    let host = client.code_host(CodeHostConfig::default().image(image).policy(policy));
     host.start().await?;
     let image = host.describe().image.ok_or("the code host has no image")?;
 
-    // The reference borrows the Python bridge's helpers (print capture,
-    // limits, value conversion) so that both sides count alike.
-    let helpers = tempfile::tempdir()?;
-    for (name, text) in [
-        (
-            "bridge.py",
-            include_str!("../sdk/images/codehost/bridge.py"),
-        ),
-        ("rules.py", include_str!("../sdk/images/codehost/rules.py")),
-        (
-            "prelude.py",
-            include_str!("../sdk/images/codehost/bridge/src/prelude.py"),
-        ),
-        (
-            "values.py",
-            include_str!("../sdk/images/codehost/values.py"),
-        ),
-        (
-            "failures.py",
-            include_str!("../sdk/images/codehost/failures.py"),
-        ),
-    ] {
-        std::fs::write(helpers.path().join(name), text)?;
-    }
     let reference = std::process::Command::new("docker")
         .args(["run", "--rm", "--network", "none", "-v"])
         .arg(format!("{}:/cases:ro", dir.display()))
-        .arg("-v")
-        .arg(format!("{}:/reference:ro", helpers.path().display()))
         .args([&image, "python3", "-c", REFERENCE])
         .output()?;
     if !reference.status.success() {

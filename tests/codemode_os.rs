@@ -1,0 +1,190 @@
+//! Code mode's policies and Monty's OS calls against a real code host:
+//! everyday code the default policy lets through, what the strict policy
+//! refuses, sleeps (alone, gathered, past the deadline), the environment
+//! map, a fixed clock and a seeded `random`.
+
+mod common;
+
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use common::{code_error, code_host};
+use dockhand::codemode::{CodeError, CodeHost, CodeHostConfig, CodePolicy, Toolset};
+use serde_json::{json, Value};
+
+async fn value(host: &CodeHost, code: &str) -> Value {
+    match host.execute(code, json!({}), &Toolset::new()).await {
+        Ok(run) => run.value,
+        Err(e) => panic!("{code:?} failed: {e}"),
+    }
+}
+
+fn runtime(e: &CodeError, ty: &str) -> bool {
+    matches!(e, CodeError::Runtime { exception_type, .. } if exception_type == ty)
+}
+
+/// Everyday model-written code that a rule used to refuse runs as in Monty.
+#[tokio::test]
+async fn the_default_policy_runs_everyday_code() {
+    let host = code_host(CodeHostConfig::new()).await;
+    for (code, want) in [
+        ("type(3).__name__", json!("int")),
+        ("class P:\n    pass\np = P()\np.__class__ is P", json!(true)),
+        ("r = 0\nif __name__ == '__main__':\n    r = 1\nr", json!(1)),
+        (
+            "from __future__ import annotations\ndef f(x: int) -> int:\n    return x\nf(2)",
+            json!(2),
+        ),
+        (
+            "try:\n    import pandas\n    r = 'pandas'\nexcept ImportError:\n    r = 'none'\nr",
+            json!("none"),
+        ),
+        // A loop over a bare tuple: one iterable, not two arguments.
+        ("t = []\nfor x in 1, 2:\n    t.append(x)\nt", json!([1, 2])),
+        (
+            "a = [1]\nb = [2, 3]\n[x for x in (*a, *b)]",
+            json!([1, 2, 3]),
+        ),
+        // No loop guard: only the time limit stops a long loop.
+        ("n = 0\nfor i in range(50000):\n    n += 1\nn", json!(50000)),
+    ] {
+        assert_eq!(value(&host, code).await, want, "{code}");
+    }
+    // What Monty itself refuses still fails, as Monty's own exception.
+    let e = code_error(
+        host.execute("open('/etc/passwd').read()", json!({}), &Toolset::new())
+            .await,
+    );
+    assert!(runtime(&e, "PermissionError"), "{e:?}");
+    assert!(e.to_string().contains("/etc/passwd"), "{e}");
+    let e = code_error(
+        host.execute("import subprocess", json!({}), &Toolset::new())
+            .await,
+    );
+    assert!(runtime(&e, "ModuleNotFoundError"), "{e:?}");
+    host.close().await.unwrap();
+}
+
+/// The strict policy refuses internals and keeps the loop guard, and the
+/// guard takes a bare tuple and reports the user's line.
+#[tokio::test]
+async fn the_strict_policy_refuses_internals_and_guards_loops() {
+    let host = code_host(
+        CodeHostConfig::new()
+            .policy(CodePolicy::Strict)
+            .loop_limit(100),
+    )
+    .await;
+    for (code, rule) in [
+        ("p = 1\np.__class__", "dunder"),
+        ("f = len\nf.__globals__", "dunder"),
+        ("import os", "import"),
+        ("eval('1')", "builtin"),
+    ] {
+        match code_error(host.execute(code, json!({}), &Toolset::new()).await) {
+            CodeError::Validation { rule: got, .. } => assert_eq!(got, rule, "{code}"),
+            other => panic!("{code}: {other:?}"),
+        }
+    }
+    assert_eq!(value(&host, "type(3).__name__").await, json!("int"));
+    assert_eq!(
+        value(&host, "t = []\nfor x in 1, 2:\n    t.append(x)\nt").await,
+        json!([1, 2])
+    );
+    let e = code_error(
+        host.execute(
+            "x = 0\nfor i in *range(60), *range(60):\n    x += i",
+            json!({}),
+            &Toolset::new(),
+        )
+        .await,
+    );
+    assert!(matches!(e, CodeError::LoopLimit { line: 2, .. }), "{e:?}");
+    host.close().await.unwrap();
+}
+
+/// `time.sleep` waits; gathered `asyncio.sleep`s overlap; a sleep past the
+/// time limit ends as the typed timeout, and the host runs on.
+#[tokio::test]
+async fn sleeps_wait_overlap_and_end_at_the_deadline() {
+    let host = code_host(CodeHostConfig::new().timeout(Duration::from_secs(3))).await;
+    let started = Instant::now();
+    assert_eq!(
+        value(&host, "import time\ntime.sleep(0.3)\n'slept'").await,
+        json!("slept")
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // 20 sleeps of 0.5 s, gathered: together, not one after another (10 s).
+    let started = Instant::now();
+    let code = "import asyncio\nr = await asyncio.gather(*[asyncio.sleep(0.5, i) for i in range(20)])\nlen(r)";
+    assert_eq!(value(&host, code).await, json!(20));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+
+    // Hostile: sleeps that would outlast the limit, caught or not.
+    for code in [
+        "import time\ntime.sleep(10**9)",
+        "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except BaseException:\n        pass",
+        "import asyncio\nawait asyncio.sleep(3600)",
+    ] {
+        let started = Instant::now();
+        let e = code_error(host.execute(code, json!({}), &Toolset::new()).await);
+        assert!(matches!(e, CodeError::Timeout { .. }), "{code}: {e:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{code} ended after {:?}",
+            started.elapsed()
+        );
+        assert_eq!(value(&host, "1 + 1").await, json!(2), "after {code}");
+    }
+    host.close().await.unwrap();
+}
+
+/// `os.getenv` and `os.environ` see the host's map and nothing else: not
+/// the container's environment (`HOME`, `PATH`).
+#[tokio::test]
+async fn the_environment_is_the_map_the_host_gives() {
+    let host = code_host(
+        CodeHostConfig::new()
+            .env("REGION", "eu-west-1")
+            .env("MODE", "test"),
+    )
+    .await;
+    assert_eq!(
+        value(
+            &host,
+            "import os\n[os.getenv('REGION'), os.getenv('HOME'), os.getenv('PATH', 'unset'), os.getenv('MODE', 'x')]"
+        )
+        .await,
+        json!(["eu-west-1", null, "unset", "test"])
+    );
+    assert_eq!(
+        value(&host, "import os\nsorted(os.environ.keys())").await,
+        json!(["MODE", "REGION"])
+    );
+    host.close().await.unwrap();
+}
+
+/// A fixed clock and a seed make an execution replayable; without them two
+/// executions differ.
+#[tokio::test]
+async fn a_fixed_clock_and_a_seed_replay_an_execution() {
+    let at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let host = code_host(CodeHostConfig::new().fixed_clock(at).random_seed(42)).await;
+    let code = "import random, time, datetime\n[time.time(), datetime.datetime.now(datetime.timezone.utc).isoformat(), random.random(), random.randint(1, 10**6)]";
+    let first = value(&host, code).await;
+    assert_eq!(first[0], json!(1_700_000_000.0));
+    assert_eq!(first[1], json!("2023-11-14T22:13:20+00:00"));
+    // As CPython's `random.seed(42)` leaves it.
+    assert_eq!(first[2], json!(0.6394267984578837));
+    assert_eq!(value(&host, code).await, first, "the same again");
+    host.close().await.unwrap();
+
+    let host = code_host(CodeHostConfig::new()).await;
+    let code = "import random\nrandom.random()";
+    assert_ne!(value(&host, code).await, value(&host, code).await);
+    host.close().await.unwrap();
+}

@@ -1,0 +1,168 @@
+//! Exact values between the host, tools and code: what code mode returns
+//! for each Python type is compared with what CPython (the host's python3)
+//! says the same expression is, encoded by the documented tags; each value
+//! then goes back in as an input and through a tool unchanged.
+
+mod common;
+
+use std::process::Command;
+
+use common::code_host;
+use dockhand::codemode::{CodeHost, CodeHostConfig, ParamType, Tool, Toolset};
+use serde_json::{json, Value};
+
+/// The exact encoding written in Python, from `CodeHostConfig::exact_values`'
+/// description: CPython's values are the reference.
+const ENCODER: &str = r#"
+import base64, datetime, decimal, json, math, sys
+
+def enc(v):
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v if -2**63 <= v < 2**64 else {"$int": str(v)}
+    if isinstance(v, float):
+        if math.isnan(v):
+            return {"$float": "nan"}
+        if math.isinf(v):
+            return {"$float": "inf" if v > 0 else "-inf"}
+        return v
+    if isinstance(v, list):
+        return [enc(x) for x in v]
+    if isinstance(v, tuple):
+        return {"$tuple": [enc(x) for x in v]}
+    if isinstance(v, frozenset):
+        return {"$frozenset": [enc(x) for x in v]}
+    if isinstance(v, set):
+        return {"$set": [enc(x) for x in v]}
+    if isinstance(v, bytes):
+        return {"$bytes": base64.b64encode(v).decode()}
+    if isinstance(v, decimal.Decimal):
+        return {"$decimal": str(v)}
+    if isinstance(v, datetime.datetime):
+        return {"$datetime": v.isoformat()}
+    if isinstance(v, datetime.date):
+        return {"$date": v.isoformat()}
+    if isinstance(v, datetime.time):
+        return {"$time": v.isoformat()}
+    if isinstance(v, datetime.timedelta):
+        return {"$timedelta": {"days": v.days, "seconds": v.seconds, "microseconds": v.microseconds}}
+    if isinstance(v, dict):
+        if all(isinstance(k, str) for k in v) and not (len(v) == 1 and next(iter(v)).startswith("$")):
+            return {k: enc(x) for k, x in v.items()}
+        return {"$dict": [[enc(k), enc(x)] for k, x in v.items()]}
+    raise TypeError(type(v))
+
+out = []
+for expr in json.load(sys.stdin):
+    v = eval(expr)
+    out.append([enc(v), type(v).__name__])
+print(json.dumps(out))
+"#;
+
+/// Expressions whose values plain JSON would change, and some it keeps.
+const EXPRESSIONS: &[&str] = &[
+    "2 ** 70",
+    "-math.factorial(25)",
+    "2 ** 64 - 1",
+    "-(2 ** 63)",
+    "(1, (2, 3), 'x')",
+    "()",
+    "{3}",
+    "frozenset({'a'})",
+    "b'\\x00\\xffdockhand'",
+    "float('nan')",
+    "float('-inf')",
+    "0.1 + 0.2",
+    "1e300 * 1e10",
+    "-0.0",
+    "5e-324",
+    "datetime.date(2024, 1, 2)",
+    "datetime.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))",
+    "datetime.datetime(2024, 1, 2, 3, 4, 5)",
+    "datetime.time(3, 4, 5, 6)",
+    "datetime.timedelta(days=-1, microseconds=5)",
+    "{1: 'a', (1, 2): 'b'}",
+    "{'$int': 'not a tag'}",
+    "{'a': [1, {'b': (2,)}]}",
+    "decimal.Decimal('1.10')",
+];
+
+fn cpython(expressions: &[&str]) -> Vec<Value> {
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(ENCODER)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the host's python3 (the reference)");
+    serde_json::to_writer(child.stdin.take().unwrap(), expressions).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the reference failed");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn echo() -> Tool {
+    Tool::new("echo", "Returns its argument.")
+        .param("value", ParamType::Any, "anything")
+        .handler(|args| async move { Ok(args["value"].clone()) })
+}
+
+async fn run(host: &CodeHost, code: &str, inputs: Value) -> Value {
+    let tools = Toolset::new().tool(echo());
+    match host.execute(code, inputs, &tools).await {
+        Ok(run) => run.value,
+        Err(e) => panic!("{code:?} failed: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn exact_values_match_cpython_and_round_trip() {
+    let host = code_host(CodeHostConfig::new().exact_values(true)).await;
+    let reference = cpython(EXPRESSIONS);
+    for (expr, want) in EXPRESSIONS.iter().zip(&reference) {
+        let (value, type_name) = (&want[0], want[1].as_str().unwrap());
+        let code = format!("import math, datetime, decimal\n{expr}");
+        assert_eq!(&run(&host, &code, json!({})).await, value, "{expr}");
+        // Back in as an input: the same type, and the same value again.
+        let back = run(
+            &host,
+            "[type(x).__name__, x]",
+            json!({ "x": value.clone() }),
+        )
+        .await;
+        assert_eq!(back, json!([type_name, value]), "{expr} as an input");
+        // Through a tool and back: unchanged.
+        let code = format!(
+            "import math, datetime, decimal\nv = {expr}\nr = echo(v)\n[r, type(r).__name__]"
+        );
+        assert_eq!(
+            run(&host, &code, json!({})).await,
+            json!([value, type_name]),
+            "{expr} through a tool"
+        );
+    }
+    host.close().await.unwrap();
+}
+
+/// Without exact values, results are JSON a model reads; an int past 64
+/// bits is still exact rather than a rounded float.
+#[tokio::test]
+async fn plain_values_keep_big_ints_exact() {
+    let host = code_host(CodeHostConfig::new()).await;
+    assert_eq!(
+        run(&host, "[2 ** 70, (1, 2), 2 ** 64 - 1]", json!({})).await,
+        json!([{"$int": "1180591620717411303424"}, [1, 2], u64::MAX])
+    );
+    // Tagged inputs are read in either mode.
+    assert_eq!(
+        run(
+            &host,
+            "[x + 1, type(t).__name__]",
+            json!({"x": {"$int": "1180591620717411303424"}, "t": {"$tuple": [1]}})
+        )
+        .await,
+        json!([{"$int": "1180591620717411303425"}, "tuple"])
+    );
+    host.close().await.unwrap();
+}
