@@ -11,54 +11,21 @@ use common::code_host;
 use dockhand::codemode::{CodeHost, CodeHostConfig, ParamType, Tool, Toolset};
 use serde_json::{json, Value};
 
-/// The exact encoding written in Python, from `CodeHostConfig::exact_values`'
-/// description: CPython's values are the reference.
-const ENCODER: &str = r#"
-import base64, datetime, decimal, json, math, sys
-
-def enc(v):
-    if isinstance(v, bool) or v is None or isinstance(v, str):
-        return v
-    if isinstance(v, int):
-        return v if -2**63 <= v < 2**64 else {"$int": str(v)}
-    if isinstance(v, float):
-        if math.isnan(v):
-            return {"$float": "nan"}
-        if math.isinf(v):
-            return {"$float": "inf" if v > 0 else "-inf"}
-        return v
-    if isinstance(v, list):
-        return [enc(x) for x in v]
-    if isinstance(v, tuple):
-        return {"$tuple": [enc(x) for x in v]}
-    if isinstance(v, frozenset):
-        return {"$frozenset": [enc(x) for x in v]}
-    if isinstance(v, set):
-        return {"$set": [enc(x) for x in v]}
-    if isinstance(v, bytes):
-        return {"$bytes": base64.b64encode(v).decode()}
-    if isinstance(v, decimal.Decimal):
-        return {"$decimal": str(v)}
-    if isinstance(v, datetime.datetime):
-        return {"$datetime": v.isoformat()}
-    if isinstance(v, datetime.date):
-        return {"$date": v.isoformat()}
-    if isinstance(v, datetime.time):
-        return {"$time": v.isoformat()}
-    if isinstance(v, datetime.timedelta):
-        return {"$timedelta": {"days": v.days, "seconds": v.seconds, "microseconds": v.microseconds}}
-    if isinstance(v, dict):
-        if all(isinstance(k, str) for k in v) and not (len(v) == 1 and next(iter(v)).startswith("$")):
-            return {k: enc(x) for k, x in v.items()}
-        return {"$dict": [[enc(k), enc(x)] for k, x in v.items()]}
-    raise TypeError(type(v))
+/// The exact encoding written in Python (shared with the conformance
+/// runner), from `CodeHostConfig::exact_values`' description: CPython's
+/// values are the reference.
+const ENCODER: &str = concat!(
+    include_str!("../examples/monty_conformance/exact.py"),
+    r#"
+import decimal, json, sys
 
 out = []
 for expr in json.load(sys.stdin):
     v = eval(expr)
-    out.append([enc(v), type(v).__name__])
+    out.append([to_wire(v), type(v).__name__])
 print(json.dumps(out))
-"#;
+"#
+);
 
 /// Expressions whose values plain JSON would change, and some it keeps.
 const EXPRESSIONS: &[&str] = &[

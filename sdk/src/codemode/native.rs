@@ -77,9 +77,8 @@ pub const BINARY: &str = "/opt/dockhand/codehost/dockhand-codehost";
 /// Where images carry Monty's worker (the bridge looks beside itself first).
 pub const WORKER: &str = "/opt/dockhand/codehost/monty";
 
-/// A shell command that builds the bridge into [`BINARY`] and leaves no
-/// toolchain, sources or caches behind.
-fn build_command() -> String {
+/// How the bridge is compiled into [`BINARY`].
+fn build() -> CrateBuild<'static> {
     CrateBuild {
         sources: &SOURCES,
         binary: "dockhand-codehost",
@@ -87,7 +86,6 @@ fn build_command() -> String {
         // It runs in any image, whatever C library the image has.
         static_link: true,
     }
-    .command()
 }
 
 /// The worker from the pinned `pydantic-monty-runtime` (pip puts it on PATH).
@@ -101,10 +99,12 @@ pub(crate) fn program() -> &'static ProgramImage {
     PROGRAM.get_or_init(|| ProgramImage {
         repository: "dockhand/codehost-bridge",
         kind: "codehost-bridge-image",
-        compiler: ImageSpec::default()
-            .trust_host_certificates()
-            .pip([super::bridge::MONTY_RUNTIME_PACKAGE])
-            .run(build_command())
+        compiler: build()
+            .add_to(
+                ImageSpec::default()
+                    .trust_host_certificates()
+                    .pip([super::bridge::MONTY_RUNTIME_PACKAGE]),
+            )
             .run(worker_command()),
         files: vec![(BINARY, BINARY), (WORKER, WORKER)],
         entrypoint: None,
@@ -132,14 +132,18 @@ mod tests {
 
     #[test]
     fn the_build_unpacks_every_source() {
-        let command = build_command();
-        assert!(command.len() < 100 * 1024, "{} bytes", command.len());
+        let file = build().context_file();
+        let command = build().command(&file.name);
         assert!(command.contains("+crt-static"));
-        let found = crate::image::crate_build::unpack_command_sources(&command);
+        let found = crate::image::crate_build::unpack_sources(&file.bytes);
         for (path, text) in SOURCES {
             assert_eq!(found.get(path).map(String::as_str), Some(text), "{path}");
         }
         assert!(command.contains(BINARY));
+        let compiler = &program().compiler;
+        assert_eq!(compiler.context_files, vec![file]);
+        let dockerfile = compiler.render_dockerfile();
+        assert!(dockerfile.lines().all(|l| l.len() < 8 * 1024));
     }
 
     #[test]

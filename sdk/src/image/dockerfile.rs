@@ -175,6 +175,14 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
         let words: Vec<String> = pip.iter().map(|p| quote(p)).collect();
         d.push_str(&format!("RUN python3 -m pip install {}\n", words.join(" ")));
     }
+    for file in &spec.context_files {
+        d.push_str(&format!(
+            "COPY {} {}/{}\n",
+            file.name,
+            super::CONTEXT_DIR,
+            file.name
+        ));
+    }
     for command in &spec.commands {
         // The JSON form keeps newlines and quotes of multi-line commands intact.
         let json = serde_json::to_string(command).unwrap_or_default();

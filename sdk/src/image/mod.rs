@@ -27,5 +27,5 @@ pub(crate) mod watchdog;
 pub use dockerfile::{BuildPlan, IMAGE_REPOSITORY};
 pub(crate) use resolver::ImageResolver;
 pub use resolver::{ImageSource, ResolvedImage};
-pub(crate) use spec::CopyFrom;
 pub use spec::{host_ca_bundle, ImageSpec, CA_CERTS_ENV, DEFAULT_PYTHON};
+pub(crate) use spec::{ContextFile, CopyFrom, CONTEXT_DIR};

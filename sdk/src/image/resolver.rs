@@ -143,6 +143,9 @@ impl ImageResolver {
         if let Some(ca) = &plan.ca_bundle {
             files.push(TarFile::new("dockhand-ca.pem", ca.clone()));
         }
+        for file in &spec.context_files {
+            files.push(TarFile::new(file.name.clone(), file.bytes.clone()));
+        }
         let context = archive::build_tar(&[], &files)?;
         self.reporter.report(
             &plan.tag,

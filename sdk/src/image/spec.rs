@@ -49,7 +49,33 @@ pub struct ImageSpec {
     /// own programs, from their [`ProgramImage`](super::program::ProgramImage)s).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) copies: Vec<CopyFrom>,
+    /// Files the build context carries, copied to `/tmp/dockhand-context/`
+    /// before the commands run (the sources dockhand compiles its own
+    /// programs from: too large for a command line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) context_files: Vec<ContextFile>,
 }
+
+/// One file of a build context (see [`ImageSpec::context_files`]). Its name
+/// should carry a hash of its bytes: the image tag follows the Dockerfile's
+/// text, which names the file.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) struct ContextFile {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for ContextFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextFile")
+            .field("name", &self.name)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// Where builds find the context files.
+pub(crate) const CONTEXT_DIR: &str = "/tmp/dockhand-context";
 
 /// One `COPY --from=<image> <source> <target>` step.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -71,6 +97,7 @@ impl Default for ImageSpec {
             ca_files: Vec::new(),
             ca_from_env: true,
             copies: Vec::new(),
+            context_files: Vec::new(),
         }
     }
 }

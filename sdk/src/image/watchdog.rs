@@ -46,14 +46,13 @@ const PROGRAM: &str = "/dockhand-watchdog";
 /// Repository of watchdog images; the tag is the recipe's hash.
 pub const REPOSITORY: &str = "dockhand/watchdog";
 
-fn compile_command() -> String {
+fn build() -> CrateBuild<'static> {
     CrateBuild {
         sources: &SOURCES,
         binary: "dockhand-watchdog",
         install_to: COMPILED_AT,
         static_link: true,
     }
-    .command()
 }
 
 /// The recipe: compiled on dockhand's base (the host's CA bundle trusted,
@@ -64,9 +63,7 @@ fn program() -> &'static ProgramImage {
     PROGRAM_IMAGE.get_or_init(|| ProgramImage {
         repository: REPOSITORY,
         kind: "watchdog-image",
-        compiler: ImageSpec::default()
-            .trust_host_certificates()
-            .run(compile_command()),
+        compiler: build().add_to(ImageSpec::default().trust_host_certificates()),
         files: vec![(COMPILED_AT, PROGRAM)],
         entrypoint: Some(PROGRAM),
     })
@@ -89,8 +86,9 @@ mod tests {
             "COPY --from=dockhand/image:abc {COMPILED_AT} {PROGRAM}"
         )));
         assert!(text.contains("watchdog-image"), "{text}");
-        assert!(compile_command().contains("+crt-static"));
-        let found = super::super::crate_build::unpack_command_sources(&compile_command());
+        let file = build().context_file();
+        assert!(build().command(&file.name).contains("+crt-static"));
+        let found = super::super::crate_build::unpack_sources(&file.bytes);
         for (path, text) in SOURCES {
             assert_eq!(found.get(path).map(String::as_str), Some(text), "{path}");
         }

@@ -272,11 +272,11 @@ impl Execution {
                 function_name,
                 args,
                 call_id,
-                allow_eager_await,
                 system_sleep,
                 ..
             } => Ok(match system_sleep {
-                Some(delay) => self.sleep(delay, call_id, allow_eager_await),
+                // `asyncio.sleep` may sit in a gather: always a future.
+                Some(delay) => self.sleep(delay, call_id, function_name == "system.async_sleep"),
                 None => Answer::Resume(os_call(&function_name, &args, &self.bridge.config.env)),
             }),
             TurnEvent::FunctionCall {

@@ -1,0 +1,111 @@
+//! Monty's own test cases, run in plain Monty and through a code host with
+//! the default policy: the code host must give the same output, value (in
+//! the exact encoding) and exception class on every case but the one its
+//! prelude changes on purpose (`asyncio` without an import) and the three
+//! that call `os.getenv`/`os.environ`, which plain Monty without a handler
+//! refuses and the code host must answer so that their own assertions pass. The cases come
+//! from the `pydantic-monty-runtime` source distribution on PyPI, fetched
+//! once per machine into the target directory.
+
+mod common;
+
+#[path = "../examples/monty_conformance/compare.rs"]
+#[allow(dead_code)]
+mod compare;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use dockhand::codemode::{CodeHostConfig, MONTY_PACKAGE};
+use dockhand::ImageSpec;
+
+/// Monty's test cases at the pinned version, fetched once.
+fn cases() -> PathBuf {
+    let version = MONTY_PACKAGE.split("==").nth(1).expect("a pinned version");
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("monty-cases-{version}"));
+    let cases = root.join(format!(
+        "pydantic_monty_runtime-{version}/crates/monty/test_cases"
+    ));
+    if cases.is_dir() {
+        return cases;
+    }
+    std::fs::create_dir_all(&root).unwrap();
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+        ])
+        .arg(format!("pydantic-monty-runtime=={version}"))
+        .arg("-d")
+        .arg(&root)
+        .status()
+        .expect("pip (the cases come from PyPI)");
+    assert!(status.success(), "pip could not fetch Monty's sources");
+    let sdist = root.join(format!("pydantic_monty_runtime-{version}.tar.gz"));
+    let status = Command::new("tar")
+        .arg("-xzf")
+        .arg(&sdist)
+        .arg("-C")
+        .arg(&root)
+        .arg(format!(
+            "pydantic_monty_runtime-{version}/crates/monty/test_cases"
+        ))
+        .status()
+        .unwrap();
+    assert!(
+        status.success() && cases.is_dir(),
+        "no test cases in {sdist:?}"
+    );
+    cases
+}
+
+#[tokio::test]
+async fn monty_s_own_cases_behave_as_in_plain_monty() {
+    let dir = cases();
+    let image = ImageSpec::default()
+        .pip([MONTY_PACKAGE])
+        .trust_host_certificates();
+    let mut config = CodeHostConfig::default().image(image).exact_values(true);
+    for (key, value) in compare::MONTY_TEST_ENV {
+        config = config.env(key, value);
+    }
+    let host = common::code_host(config).await;
+    let reference_image = host.describe().image.expect("an image");
+    let expected = compare::reference(&reference_image, &dir).expect("plain Monty ran the cases");
+    assert!(expected.len() >= 700, "{} cases", expected.len());
+    let report = compare::compare(&host, &dir, expected).await.unwrap();
+    host.close().await.unwrap();
+    let unexpected: Vec<String> = report
+        .unexpected()
+        .into_iter()
+        .map(|(name, want, got)| format!("{name}:\n  monty:    {want:?}\n  dockhand: {got:?}"))
+        .collect();
+    assert!(
+        report.by_rule.is_empty(),
+        "the default policy refused cases: {:?}",
+        report.by_rule
+    );
+    assert!(
+        unexpected.is_empty(),
+        "{} of {} cases differ from plain Monty:\n{}",
+        unexpected.len(),
+        report.cases,
+        unexpected.join("\n")
+    );
+    assert_eq!(
+        report.answered,
+        compare::ANSWERED_BY_THE_HOST.len(),
+        "the OS-call cases pass their own assertions through the code host"
+    );
+    println!(
+        "{} cases: {} same, {} differ on purpose",
+        report.cases,
+        report.same,
+        report.differ.len()
+    );
+}
