@@ -473,6 +473,9 @@ def settle_group(pgid, limit=3.0):
         left = [(pid, state, ppid) for pid, (state, ppid, pg) in processes().items() if pg == pgid]
         if not left and not near_pids_limit():
             return
+        if any(state != "Z" for _, state, _ in left):
+            # A bomb's members forked after the last kill: end those too.
+            kill_group(pgid)
         for pid, state, ppid in left:
             if state == "Z" and ppid == own:
                 try:
