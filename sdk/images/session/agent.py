@@ -90,13 +90,18 @@ def do_exec(req):
     stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
     keep_stdin = bool(req.get("keep_stdin"))
     refused_before = fork_refusals()
-    with _commands_lock:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
-            stdin=subprocess.PIPE if stdin is not None or keep_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        )
-        _commands.add(proc.pid)
+
+    def spawn():
+        with _commands_lock:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
+                stdin=subprocess.PIPE if stdin is not None or keep_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )
+            _commands.add(proc.pid)
+        return proc
+
+    proc = with_pids(spawn)
     try:
         if keep_stdin:
             feed_inputs(rid, proc)
@@ -134,7 +139,7 @@ def run_command(req, rid, proc, stdin, limit, stream, refused_before):
 
     readers = [threading.Thread(target=pump, args=(n, p), daemon=True) for n, p in (("stdout", proc.stdout), ("stderr", proc.stderr))]
     for t in readers:
-        t.start()
+        with_pids(t.start)
     if stdin is not None:
         def feed():
             try:
@@ -146,12 +151,23 @@ def run_command(req, rid, proc, stdin, limit, stream, refused_before):
     timeout = req.get("timeout_s")
     deadline = time.monotonic() + timeout if timeout is not None else None
     timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_group(proc.pid)
-        proc.wait()
+    while True:
+        # In short waits: a command whose forks the pids limit refuses is
+        # ended at once, even if it fell apart and one process waits on.
+        left = None if deadline is None else deadline - time.monotonic()
+        try:
+            proc.wait(timeout=0.1 if left is None else max(0.0, min(0.1, left)))
+            break
+        except subprocess.TimeoutExpired:
+            if left is not None and left <= 0:
+                timed_out = True
+            elif fork_refusals() > refused_before:
+                _exhausted.add(proc.pid)
+            else:
+                continue
+            kill_group(proc.pid)
+            proc.wait()
+            break
     if not timed_out and deadline is not None:
         # What the command left running in its process group (background
         # jobs, a fork bomb's remains) lives until the command's time limit.
@@ -357,6 +373,8 @@ def handle(req):
     except Exception as e:  # keep the agent alive whatever one request does
         if out_of_pids(e):
             contain_exhaustion()
+            # Answer once the pids are free, as an exec that ran does.
+            settle_pids()
             send({"type": "error", "id": rid, "kind": "pids", "message": str(e)})
             return
         send({"type": "error", "id": rid, "kind": "io", "message": "%s: %s" % (type(e).__name__, e)})
@@ -445,16 +463,34 @@ def fork_refusals():
     return 0
 
 
-def near_pids_limit():
-    if PIDS_LIMIT <= 0:
-        return False
+def pids_in_use():
+    """The container's pids in use (threads count), or 0 when unknown."""
     for path in _PIDS_CURRENT:
         try:
             with open(path) as f:
-                return int(f.read()) >= PIDS_LIMIT - 2
+                return int(f.read())
         except (OSError, ValueError):
             continue
-    return False
+    return 0
+
+
+def near_pids_limit():
+    return PIDS_LIMIT > 0 and pids_in_use() >= PIDS_LIMIT - 2
+
+
+def with_pids(make, limit=2.0):
+    """`make()` (a fork or a thread's start), tried again for a moment while
+    the pids are used up: what a bomb left may still be going. Nothing has
+    run when it fails, so trying again is safe."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            return make()
+        except (OSError, RuntimeError) as e:
+            if not out_of_pids(e) or time.monotonic() >= deadline:
+                raise
+            contain_exhaustion()
+            time.sleep(0.05)
 
 
 def out_of_pids(e):
@@ -469,13 +505,28 @@ def settle_group(pgid, limit=3.0):
     the pids are free again, reaping those that were handed to the agent."""
     own = os.getpid()
     deadline = time.monotonic() + limit
+    quiet = 0
     while time.monotonic() < deadline:
         left = [(pid, state, ppid) for pid, (state, ppid, pg) in processes().items() if pg == pgid]
-        if not left and not near_pids_limit():
-            return
+        # Processes being torn down still hold pids after /proc stops
+        # listing them, and one forked as the group was killed may not be
+        # listed yet: wait until at most half the limit is in use, seen
+        # three times in a row, ending the group again each time.
+        end_strays(own)
+        if not left and (PIDS_LIMIT <= 0 or pids_in_use() <= PIDS_LIMIT // 2):
+            quiet += 1
+            if quiet >= 3:
+                return
+            kill_group(pgid)
+            time.sleep(0.05)
+            continue
+        quiet = 0
         if any(state != "Z" for _, state, _ in left):
             # A bomb's members forked after the last kill: end those too.
             kill_group(pgid)
+        elif not left:
+            # Its remains left the group (setsid): end what holds the pids.
+            contain_exhaustion()
         for pid, state, ppid in left:
             if state == "Z" and ppid == own:
                 try:
@@ -483,6 +534,37 @@ def settle_group(pgid, limit=3.0):
                 except ChildProcessError:
                     pass
         time.sleep(0.02)
+
+
+def settle_pids(limit=3.0):
+    """Waits (a bounded time) until at most half the pids are in use, seen
+    three times in a row, ending what holds them meanwhile."""
+    own = os.getpid()
+    deadline = time.monotonic() + limit
+    quiet = 0
+    while PIDS_LIMIT > 0 and time.monotonic() < deadline:
+        if pids_in_use() <= PIDS_LIMIT // 2:
+            quiet += 1
+            if quiet >= 3:
+                return
+        else:
+            quiet = 0
+            contain_exhaustion()
+            end_strays(own)
+        time.sleep(0.05)
+
+
+def end_strays(own):
+    """Ends every process outside the running commands' groups: after a
+    command used up the pids, what left its group (setsid) is its bomb's."""
+    with _commands_lock:
+        running = set(_commands)
+    for pid, (state, _, pgid) in processes().items():
+        if pid != own and state != "Z" and pgid not in running:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def contain_exhaustion(first=None):
