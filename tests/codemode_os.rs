@@ -1,14 +1,14 @@
 //! Code mode's policies and Monty's OS calls against a real code host:
 //! everyday code the default policy lets through, what the strict policy
 //! refuses, sleeps (alone, gathered, past the deadline), the environment
-//! map, a fixed clock and a seeded `random`.
+//! map, a fixed clock, a seeded `random` and mounted directories.
 
 mod common;
 
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use common::{code_error, code_host};
-use dockhand::codemode::{CodeError, CodeHost, CodeHostConfig, CodePolicy, Toolset};
+use dockhand::codemode::{CodeError, CodeHost, CodeHostConfig, CodePolicy, MountMode, Toolset};
 use serde_json::{json, Value};
 
 async fn value(host: &CodeHost, code: &str) -> Value {
@@ -187,4 +187,72 @@ async fn a_fixed_clock_and_a_seed_replay_an_execution() {
     let code = "import random\nrandom.random()";
     assert_ne!(value(&host, code).await, value(&host, code).await);
     host.close().await.unwrap();
+}
+
+/// A host directory mounted read-only is read with `open` and `pathlib`;
+/// writes, `..`, a link pointing out of it and paths outside it fail as
+/// Python expects, with nothing of the host's read. An overlay takes writes
+/// for one execution and never reaches the host.
+#[tokio::test]
+async fn mounted_directories_are_readable_and_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rows.csv"), "a,b\n1,2\n").unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/x.json"), r#"{"k": [1, 2]}"#).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("passwd")).unwrap();
+    let host = code_host(
+        CodeHostConfig::new()
+            .mount("/data", dir.path(), MountMode::ReadOnly)
+            .mount("/scratch", dir.path(), MountMode::Overlay),
+    )
+    .await;
+    let code = "import json, pathlib\nrows = open('/data/rows.csv').read().splitlines()\nk = json.loads(pathlib.Path('/data/sub/x.json').read_text())['k']\n[rows, k, sorted(p.name for p in pathlib.Path('/data').iterdir())]";
+    assert_eq!(
+        value(&host, code).await,
+        json!([["a,b", "1,2"], [1, 2], ["passwd", "rows.csv", "sub"]])
+    );
+    for code in [
+        "open('/data/new.txt', 'w').write('x')",
+        "open('/data/../etc/passwd').read()",
+        "open('/data/passwd').read()",
+        "open('/etc/passwd').read()",
+        "import pathlib\npathlib.Path('/data/sub/../../etc/hostname').read_text()",
+    ] {
+        let e = code_error(host.execute(code, json!({}), &Toolset::new()).await);
+        assert!(
+            ["PermissionError", "FileNotFoundError", "OSError"]
+                .iter()
+                .any(|ty| runtime(&e, ty)),
+            "{code}: {e:?}"
+        );
+        assert!(!e.to_string().contains("root:"), "{code}: {e}");
+    }
+    assert!(!dir.path().join("new.txt").exists());
+    // The overlay: written and read back in one execution, gone in the next.
+    assert_eq!(
+        value(
+            &host,
+            "open('/scratch/new.txt', 'w').write('hi')\nopen('/scratch/new.txt').read()"
+        )
+        .await,
+        json!("hi")
+    );
+    assert_eq!(
+        value(&host, "import os\nos.path.exists('/scratch/new.txt')").await,
+        json!(false)
+    );
+    assert!(
+        !dir.path().join("new.txt").exists(),
+        "nothing reached the host"
+    );
+    host.close().await.unwrap();
+
+    // A mount of a directory that is not there: a clear error at start.
+    let err = common::client()
+        .await
+        .code_host(CodeHostConfig::new().mount("/data", "/no/such/dir", MountMode::ReadOnly))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("/no/such/dir"), "{err}");
 }

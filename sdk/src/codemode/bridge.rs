@@ -36,6 +36,7 @@ pub(crate) struct Launch<'a> {
     pub isolation: &'a crate::Isolation,
     pub bridge: BridgeConfig,
     pub start_timeout: std::time::Duration,
+    pub mounts: &'a [super::mounts::Mount],
 }
 
 /// The code host's container: the bridge under Monty, always fully
@@ -50,6 +51,12 @@ pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> 
         env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
         working_dir: Some("/tmp".into()),
         kind: "code-host",
+        // The mounted directories' copies (see `mounts`).
+        scratch_volumes: if how.mounts.is_empty() {
+            Vec::new()
+        } else {
+            vec![super::mounts::MOUNTS_DIR.into()]
+        },
         open_stdin: true,
         no_log: true,
         // The program exits when its stdin closes, as it does when the owner dies.
@@ -211,7 +218,25 @@ async fn launch_unbounded(
     if let Some(offer) = &offer {
         spec.mounts.push(offer.mount());
     }
+    // The mounted directories first: one that is missing is the caller's
+    // error, before any container exists.
+    let mounts = if how.mounts.is_empty() {
+        None
+    } else {
+        let mounts = how.mounts.to_vec();
+        Some(
+            crate::util::blocking("packing the mounted directories", move || {
+                super::mounts::archive(&mounts)
+            })
+            .await?,
+        )
+    };
     let container = engine.create_container(&spec).await?;
+    if let Some(tar) = &mounts {
+        engine
+            .upload_archive_file(container.id(), super::mounts::MOUNTS_DIR, tar)
+            .await?;
+    }
     let attached = engine.attach(container.id()).await?;
     engine.start_container(container.id()).await?;
     let mut runner = Runner {

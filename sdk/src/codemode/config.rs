@@ -55,6 +55,7 @@ pub struct CodeHostConfig {
     pub(crate) random_seed: Option<u64>,
     pub(crate) exact_values: bool,
     pub(crate) keep: super::kept::KeepLimits,
+    pub(crate) mounts: Vec<super::mounts::Mount>,
 }
 
 /// What code mode checks before Monty runs code, beyond Monty's own rules.
@@ -119,6 +120,7 @@ impl Default for CodeHostConfig {
             random_seed: None,
             exact_values: false,
             keep: super::kept::KeepLimits::default(),
+            mounts: Vec::new(),
         }
     }
 }
@@ -272,6 +274,31 @@ impl CodeHostConfig {
         self
     }
 
+    /// A host directory the code's file calls reach at `virtual_path`
+    /// (`open('/data/rows.csv')`, `pathlib.Path('/data').iterdir()`): it is
+    /// copied into the container when the host starts, and every path is
+    /// resolved inside it (`..` and links cannot leave it). Without a mount,
+    /// file calls raise `PermissionError`.
+    ///
+    /// ```
+    /// use dockhand::codemode::{CodeHostConfig, MountMode};
+    /// let config = CodeHostConfig::new().mount("/data", "./inputs", MountMode::ReadOnly);
+    /// # let _ = config;
+    /// ```
+    pub fn mount(
+        mut self,
+        virtual_path: impl Into<String>,
+        host_dir: impl Into<std::path::PathBuf>,
+        mode: super::MountMode,
+    ) -> Self {
+        self.mounts.push(super::mounts::Mount {
+            virtual_path: virtual_path.into(),
+            host_dir: host_dir.into(),
+            mode,
+        });
+        self
+    }
+
     /// How long starting the container and its bridge may take (default
     /// 300 s). Making the image, the first time on a machine, is not counted:
     /// it compiles the bridge, which takes minutes on a small machine.
@@ -294,6 +321,7 @@ impl CodeHostConfig {
             isolation: &self.isolation,
             bridge: self.bridge(exec_memory),
             start_timeout: self.start_timeout,
+            mounts: &self.mounts,
         })
     }
 
@@ -313,6 +341,7 @@ impl CodeHostConfig {
                 resources.memory_bytes
             )));
         }
+        super::mounts::check(&self.mounts).map_err(bad)?;
         if self.exec_timeout.is_zero() || self.start_timeout.is_zero() {
             return Err(bad("timeouts must be longer than zero".into()));
         }
@@ -344,6 +373,7 @@ impl CodeHostConfig {
             clock_unix_micros: self.clock.map(unix_micros),
             random_seed: self.random_seed,
             exact_values: self.exact_values,
+            mounts: super::mounts::for_bridge(&self.mounts),
             socket: None,
             token: None,
         }

@@ -13,7 +13,7 @@
 //! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 13] = [
+pub const SOURCES: [(&str, &str); 14] = [
     (
         "Cargo.toml",
         include_str!("../../images/codehost/bridge/Cargo.toml.in"),
@@ -29,6 +29,10 @@ pub const SOURCES: [(&str, &str); 13] = [
     (
         "src/checks.rs",
         include_str!("../../images/codehost/bridge/src/checks.rs"),
+    ),
+    (
+        "src/oscalls.rs",
+        include_str!("../../images/codehost/bridge/src/oscalls.rs"),
     ),
     (
         "src/tagged.rs",

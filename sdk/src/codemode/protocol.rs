@@ -40,12 +40,25 @@ pub struct BridgeConfig {
     /// Values come back in the exact (tagged) encoding.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub exact_values: bool,
+    /// Directories the code's file calls reach (see `CodeHostConfig::mount`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<BridgeMount>,
     /// The host's Unix socket inside the container, when it offers one
     /// (local daemons), and the token the bridge greets it with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+}
+
+/// One directory the bridge mounts: `path` in the container, seen by the
+/// code at `virtual`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BridgeMount {
+    #[serde(rename = "virtual")]
+    pub virtual_path: String,
+    pub path: String,
+    pub mode: String,
 }
 
 /// Host -> bridge.

@@ -45,7 +45,8 @@ Write Python 3 that runs in Monty, a sandboxed Python interpreter:
 - Most of the language works: functions, classes (no inheritance), closures,
   comprehensions, f-strings, try/except, async/await, dataclasses, type hints.
   Not available: generators (yield), class inheritance, the network and
-  processes; files raise PermissionError.
+  processes; files outside the directories you were given raise
+  PermissionError.
 - Already available without importing: json, math, re, datetime, asyncio, gather,
   Counter, defaultdict. Other modules you may import: base64, binascii, bisect,
   collections, copy, csv, dataclasses, decimal, functools, hashlib, itertools,

@@ -318,6 +318,12 @@ fn long_lived(
 /// A code host as a Pod: the bridge under Monty, spoken to over its attach
 /// stream as on Docker; always offline.
 pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifests> {
+    if !config.mounts.is_empty() {
+        return Err(crate::Error::spec(
+            "code host",
+            "mounted directories are copied in by the Docker backend only; on Kubernetes, give the data as inputs or through a tool",
+        ));
+    }
     let launch = config.launch()?;
     let spec = crate::codemode::host_spec(&launch, &opts.image)?;
     let naming = Naming::new("code-host", "monty", &spec, opts);

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::failures::{frame_of, runtime_error, typing_error, Failed};
 use crate::fanout::FANOUT_FUNCTION;
+use crate::oscalls::os_call;
 use crate::rules::{self, thousands, Prepared};
 use crate::values::{from_wire, to_wire, wire_args};
 use crate::{lock, Bridge};
@@ -153,7 +154,13 @@ impl Execution {
         let mut on_print = on_print_sync(move |_, text| lock(&printed).push(text));
         let skip_type_check = false;
         let mut event = session
-            .feed(code, inputs, Vec::new(), skip_type_check, &mut on_print)
+            .feed(
+                code,
+                inputs,
+                self.bridge.mounts.clone(),
+                skip_type_check,
+                &mut on_print,
+            )
             .await;
         loop {
             let answered = match event {
@@ -163,6 +170,14 @@ impl Execution {
             };
             let answer = match answered {
                 Answer::Resume(v) => Step::Resume(v),
+                Answer::Os(fallback) => match session.resume_from_mounts(&mut on_print).await {
+                    Ok(Some(next)) => {
+                        event = Ok(next);
+                        continue;
+                    }
+                    Ok(None) => Step::Resume(fallback),
+                    Err(e) => return Err(self.failure(e).into()),
+                },
                 Answer::Wait(number) => {
                     self.send_held();
                     let reply = self.wait_for(number).await?;
@@ -277,7 +292,7 @@ impl Execution {
             } => Ok(match system_sleep {
                 // `asyncio.sleep` may sit in a gather: always a future.
                 Some(delay) => self.sleep(delay, call_id, function_name == "system.async_sleep"),
-                None => Answer::Resume(os_call(&function_name, &args, &self.bridge.config.env)),
+                None => Answer::Os(os_call(&function_name, &args, &self.bridge.config.env)),
             }),
             TurnEvent::FunctionCall {
                 function_name,
@@ -556,33 +571,12 @@ impl Execution {
     }
 }
 
-/// The answer to an OS call other than a sleep: `os.getenv` and
-/// `os.environ` from the host's map; everything else (files, `os.urandom`
-/// under a host-answered policy) raises Monty's own default, a
-/// `PermissionError` naming the path for a file.
-fn os_call(name: &str, args: &monty_types::CallArgs, env: &Map<String, Value>) -> ResumeValue {
-    let text = |value: &Value| MontyObject::string(value.as_str().unwrap_or_default());
-    match name {
-        "os.getenv" => {
-            let mut args = args.args();
-            let key = args.next().and_then(|k| k.as_str().map(String::from));
-            let default = args.next().map_or_else(MontyObject::none, |d| d.to_owned());
-            match key.and_then(|k| env.get(&k)) {
-                Some(value) => ResumeValue::Return(text(value)),
-                None => ResumeValue::Return(default),
-            }
-        }
-        "os.environ" => ResumeValue::Return(MontyObject::dict(
-            env.iter()
-                .map(|(k, v)| (MontyObject::string(k.as_str()), text(v))),
-        )),
-        _ => ResumeValue::NotHandled,
-    }
-}
-
 /// What a suspension needs before the session can go on.
 enum Answer {
     Resume(ResumeValue),
+    /// An OS call: the feed's mounts answer it if they cover it, this
+    /// otherwise.
+    Os(ResumeValue),
     /// A synchronous tool call: its reply.
     Wait(u64),
     /// Every task waits on futures: at least one of them.

@@ -45,6 +45,7 @@ mod execution;
 mod failures;
 mod fanout;
 mod guards;
+mod oscalls;
 mod prelude;
 mod rules;
 mod tagged;
@@ -200,6 +201,8 @@ pub struct Bridge {
     running: Mutex<HashMap<String, Arc<Notify>>>,
     sessions: Mutex<HashMap<String, SessionSlot>>,
     spares: tokio::sync::Mutex<mpsc::Receiver<Checkout>>,
+    /// The host's directories, opened once (see `oscalls`).
+    pub mounts: Vec<monty_pool::MountSpec>,
 }
 
 impl Bridge {
@@ -503,6 +506,13 @@ async fn main() {
         .nth(1)
         .and_then(|a| serde_json::from_str::<Value>(&a).ok())
         .unwrap_or(Value::Null);
+    let mounts = match oscalls::mounts(&config) {
+        Ok(mounts) => mounts,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    };
     let config = Config::from_json(&config);
     let Some(binary) = monty_binary() else {
         eprintln!("the `monty` worker binary is not on PATH: install pydantic-monty-runtime");
@@ -547,6 +557,7 @@ async fn main() {
         running: Mutex::new(HashMap::new()),
         sessions: Mutex::new(HashMap::new()),
         spares: tokio::sync::Mutex::new(spares),
+        mounts,
     });
     match bridge.fresh(None).await {
         Ok(first) => {
