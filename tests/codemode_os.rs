@@ -209,7 +209,8 @@ async fn mounted_directories_are_readable_and_closed() {
     let code = "import json, pathlib\nrows = open('/data/rows.csv').read().splitlines()\nk = json.loads(pathlib.Path('/data/sub/x.json').read_text())['k']\n[rows, k, sorted(p.name for p in pathlib.Path('/data').iterdir())]";
     assert_eq!(
         value(&host, code).await,
-        json!([["a,b", "1,2"], [1, 2], ["passwd", "rows.csv", "sub"]])
+        // The link that points out of the directory is not even listed.
+        json!([["a,b", "1,2"], [1, 2], ["rows.csv", "sub"]])
     );
     for code in [
         "open('/data/new.txt', 'w').write('x')",
