@@ -13,7 +13,7 @@
 //! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 14] = [
+pub const SOURCES: [(&str, &str); 16] = [
     (
         "Cargo.toml",
         include_str!("../../images/codehost/bridge/Cargo.toml.in"),
@@ -29,6 +29,14 @@ pub const SOURCES: [(&str, &str); 14] = [
     (
         "src/checks.rs",
         include_str!("../../images/codehost/bridge/src/checks.rs"),
+    ),
+    (
+        "src/config.rs",
+        include_str!("../../images/codehost/bridge/src/config.rs"),
+    ),
+    (
+        "src/printed.rs",
+        include_str!("../../images/codehost/bridge/src/printed.rs"),
     ),
     (
         "src/oscalls.rs",

@@ -32,11 +32,18 @@ use crate::lifecycle::{State, Tracked};
 use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
 
-/// The agent program, uploaded into each session's container.
-pub const AGENT: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/images/session/agent.py"
-));
+/// The agent program, uploaded into each session's container: its pids
+/// defence, then the agent itself (which starts when all is defined).
+pub const AGENT: &str = concat!(
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/images/session/pids.py"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/images/session/agent.py"
+    ))
+);
 const AGENT_DIR: &str = "/var/inputs";
 const AGENT_PATH: &str = "/var/inputs/.dockhand/session-agent.py";
 

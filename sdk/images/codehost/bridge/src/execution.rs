@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::failures::{frame_of, runtime_error, typing_error, Failed};
 use crate::fanout::FANOUT_FUNCTION;
 use crate::oscalls::os_call;
+use crate::printed::Printed;
 use crate::rules::{self, thousands, Prepared};
 use crate::values::{from_wire, to_wire, wire_args};
 use crate::{lock, Bridge};
@@ -28,32 +29,6 @@ pub enum Outcome {
 impl From<Failed> for Outcome {
     fn from(f: Failed) -> Self {
         Outcome::Failed(f)
-    }
-}
-
-/// print() output, kept up to the print limit (in characters).
-struct Printed {
-    text: String,
-    chars: usize,
-    limit: usize,
-    cut: bool,
-}
-
-impl Printed {
-    fn push(&mut self, text: &str) {
-        if self.cut {
-            return;
-        }
-        let room = self.limit - self.chars;
-        let count = text.chars().count();
-        if count > room {
-            self.text.extend(text.chars().take(room));
-            self.chars = self.limit;
-            self.cut = true;
-        } else {
-            self.text.push_str(text);
-            self.chars += count;
-        }
     }
 }
 
