@@ -176,9 +176,40 @@ async fn loop_guard_is_not_caught_by_except_exception() {
             ("[i for i in range(10**6)]", |e| {
                 matches!(e, CodeError::LoopLimit { line: 1, .. })
             }),
+            // Counted iterators: endless, and one item over the limit.
+            (
+                "import itertools\nfor i in itertools.count():\n    pass",
+                |e| matches!(e, CodeError::LoopLimit { line: 2, .. }),
+            ),
+            ("n = 0\nfor i in map(str, range(10001)):\n    n += 1", |e| {
+                matches!(e, CodeError::LoopLimit { line: 2, .. })
+            }),
+            // The guard's helpers cannot be replaced to switch it off.
+            ("_dh_LoopEnd = list", |e| validation("reserved")(e)),
+            ("_dh_sized = (object,)", |e| validation("reserved")(e)),
         ],
     )
     .await;
+    // At the limit exactly, a counted loop runs to its end, and a dict that
+    // changes size under the guard raises as in a plain loop.
+    let run = host
+        .execute(
+            "n = 0\nfor i in iter(range(10000)):\n    n += i\nn",
+            json!({}),
+            &Toolset::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.value, json!(49_995_000));
+    let e = code_error(
+        host.execute(
+            "d = dict.fromkeys(range(20000))\nfor k in d:\n    d[-k - 1] = 1",
+            json!({}),
+            &Toolset::new(),
+        )
+        .await,
+    );
+    assert!(runtime(&e, "RuntimeError"), "{e:?}");
     host.close().await.unwrap();
 }
 

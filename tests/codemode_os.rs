@@ -1,7 +1,8 @@
 //! Code mode's policies and Monty's OS calls against a real code host:
 //! everyday code the default policy lets through, what the strict policy
 //! refuses, sleeps (alone, gathered, past the deadline), the environment
-//! map, a fixed clock, a seeded `random` and mounted directories.
+//! map, a fixed clock, a seeded `random` and mounted directories (read-only,
+//! overlay, read-write and downloaded).
 
 mod common;
 
@@ -256,4 +257,100 @@ async fn mounted_directories_are_readable_and_closed() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("/no/such/dir"), "{err}");
+}
+
+/// A read-write mount keeps the code's changes from one execution to the
+/// next, comes back whole through `download_mount`, and never writes the
+/// host's directory.
+#[tokio::test]
+async fn a_read_write_mount_keeps_changes_and_downloads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.txt"), "one\n").unwrap();
+    let host = code_host(
+        CodeHostConfig::new()
+            .mount("/work", dir.path(), MountMode::ReadWrite)
+            .mounts_size(4 << 20),
+    )
+    .await;
+    value(
+        &host,
+        "import pathlib\np = pathlib.Path('/work/out')\np.mkdir()\n(p / 'report.txt').write_text(open('/work/in.txt').read() + 'two\\n')",
+    )
+    .await;
+    assert_eq!(
+        value(&host, "open('/work/out/report.txt').read()").await,
+        json!("one\ntwo\n"),
+        "the change lasts into the next execution"
+    );
+    assert!(
+        !dir.path().join("out").exists(),
+        "the host's directory is untouched"
+    );
+    // Hostile: filling the mount stops at its size with the OSError Python
+    // code expects, and the host carries on.
+    let e = code_error(
+        host.execute(
+            "f = open('/work/fill', 'w')\nfor i in range(64):\n    f.write('x' * (1 << 20))\nf.close()",
+            json!({}),
+            &Toolset::new(),
+        )
+        .await,
+    );
+    assert!(runtime(&e, "OSError"), "{e:?}");
+    assert_eq!(
+        value(
+            &host,
+            "import pathlib\np = pathlib.Path('/work/fill')\nif p.exists():\n    p.unlink()\np.exists()"
+        )
+        .await,
+        json!(false)
+    );
+
+    let to = tempfile::tempdir().unwrap();
+    let copy = to.path().join("work");
+    host.download_mount("/work/", &copy).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(copy.join("in.txt")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(copy.join("out/report.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    // A second download into the same place is refused; nothing mounted
+    // there is a clear error.
+    let again = host.download_mount("/work", &copy).await.unwrap_err();
+    assert!(again.to_string().contains("already exists"), "{again}");
+    let none = host
+        .download_mount("/nowhere", to.path().join("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        none.to_string()
+            .contains("nothing is mounted at `/nowhere`"),
+        "{none}"
+    );
+    host.close().await.unwrap();
+    let closed = host
+        .download_mount("/work", to.path().join("y"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(closed, dockhand::Error::CodeHostUnavailable { .. }),
+        "{closed}"
+    );
+
+    // Directories larger than the mounts' size are refused before a start.
+    std::fs::write(dir.path().join("big"), vec![b'x'; 5 << 20]).unwrap();
+    let err = common::client()
+        .await
+        .code_host(
+            CodeHostConfig::new()
+                .mount("/work", dir.path(), MountMode::ReadWrite)
+                .mounts_size(4 << 20),
+        )
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("mounts_size"), "{err}");
 }

@@ -3,9 +3,11 @@
 //! the exact encoding) and exception class on every case but the one its
 //! prelude changes on purpose (`asyncio` without an import) and the three
 //! that call `os.getenv`/`os.environ`, which plain Monty without a handler
-//! refuses and the code host must answer so that their own assertions pass. The cases come
-//! from the `pydantic-monty-runtime` source distribution on PyPI, fetched
-//! once per machine into the target directory.
+//! refuses and the code host must answer so that their own assertions pass.
+//! The cases also run in CPython (the image's): wherever CPython and plain
+//! Monty agree, the code host must agree with both. The cases come from the
+//! `pydantic-monty-runtime` source distribution on PyPI, fetched once per
+//! machine into the target directory.
 
 mod common;
 
@@ -76,9 +78,12 @@ async fn monty_s_own_cases_behave_as_in_plain_monty() {
     }
     let host = common::code_host(config).await;
     let reference_image = host.describe().image.expect("an image");
-    let expected = compare::reference(&reference_image, &dir).expect("plain Monty ran the cases");
+    let expected = compare::reference(compare::PLAIN_MONTY, &reference_image, &dir)
+        .expect("plain Monty ran the cases");
     assert!(expected.len() >= 700, "{} cases", expected.len());
-    let report = compare::compare(&host, &dir, expected).await.unwrap();
+    let cpython = compare::reference(compare::CPYTHON, &reference_image, &dir)
+        .expect("CPython ran the cases");
+    let report = compare::compare(&host, &dir, &expected).await.unwrap();
     host.close().await.unwrap();
     let unexpected: Vec<String> = report
         .unexpected()
@@ -107,5 +112,32 @@ async fn monty_s_own_cases_behave_as_in_plain_monty() {
         report.cases,
         report.same,
         report.differ.len()
+    );
+
+    // Against CPython, where CPython and plain Monty agree: every case but
+    // those the prelude or the host's OS answers change on purpose.
+    let against = compare::against_cpython(&cpython, &expected, &report.outcomes);
+    let unexpected: Vec<String> = against
+        .differ
+        .iter()
+        .filter(|(name, _, _)| !compare::CHANGED_BY_THE_PRELUDE.contains(&name.as_str()))
+        .map(|(name, want, got)| format!("{name}:\n  cpython:  {want:?}\n  dockhand: {got:?}"))
+        .collect();
+    assert!(
+        against.compared >= 300,
+        "only {} of {} cases CPython ran agree with plain Monty",
+        against.compared,
+        against.ran
+    );
+    assert!(
+        unexpected.is_empty(),
+        "{} of {} cases differ from CPython:\n{}",
+        unexpected.len(),
+        against.compared,
+        unexpected.join("\n")
+    );
+    println!(
+        "CPython ran {} cases; on the {} where it and plain Monty agree, the code host agrees on {}",
+        against.ran, against.compared, against.same
     );
 }

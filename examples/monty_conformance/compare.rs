@@ -14,7 +14,17 @@ use serde_json::{json, Value};
 
 /// Runs every case in plain Monty (a fresh interpreter each, the same limits
 /// as the code host), printing one JSON line per case.
-const REFERENCE: &str = concat!(include_str!("exact.py"), include_str!("reference.py"));
+pub const PLAIN_MONTY: &str = concat!(include_str!("exact.py"), include_str!("reference.py"));
+
+/// Runs every case in CPython (a fresh interpreter each), printing one JSON
+/// line per case; cases that need the suite's external functions, or that
+/// the suite marks as failing on CPython, come out as `skip`.
+pub const CPYTHON: &str = concat!(
+    "EXACT = r\'\'\'",
+    include_str!("exact.py"),
+    "\'\'\'\n",
+    include_str!("cpython.py")
+);
 
 /// The environment Monty's own suite runs its OS-call cases in. The code
 /// host is given it (`CodeHostConfig::env`); plain Monty, with no OS handler,
@@ -35,7 +45,7 @@ pub const CHANGED_BY_THE_PRELUDE: [&str; 1] = ["async__not_imported.py"];
 
 /// What one run of a case came to: its class (`ok` or an exception class),
 /// its value and its printed output.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     pub class: String,
     pub value: Value,
@@ -57,6 +67,57 @@ pub struct Report {
     pub answered: usize,
     /// The rest: (case, plain Monty, code host).
     pub differ: Vec<(String, Outcome, Outcome)>,
+    /// The code host's outcome of every case.
+    pub outcomes: BTreeMap<String, Outcome>,
+}
+
+/// How the code host compared with CPython, on the cases where CPython and
+/// plain Monty agree (Monty's suite is written to run on both, but some of
+/// it needs a newer CPython than the image's, or Monty's own external
+/// functions).
+#[derive(Debug, Default)]
+pub struct CpythonReport {
+    /// Cases CPython ran (not skipped).
+    pub ran: usize,
+    /// Of those, cases where CPython and plain Monty agree.
+    pub compared: usize,
+    /// Of those, cases where the code host agrees too.
+    pub same: usize,
+    /// The compared cases where the code host differs: (case, CPython, code host).
+    pub differ: Vec<(String, Outcome, Outcome)>,
+}
+
+/// Compares the code host's outcomes with CPython's where CPython and plain
+/// Monty agree.
+pub fn against_cpython(
+    cpython: &BTreeMap<String, Outcome>,
+    monty: &BTreeMap<String, Outcome>,
+    host: &BTreeMap<String, Outcome>,
+) -> CpythonReport {
+    let mut report = CpythonReport::default();
+    for (name, want) in cpython {
+        if want.class == "skip" {
+            continue;
+        }
+        report.ran += 1;
+        if monty.get(name) != Some(want) {
+            continue;
+        }
+        report.compared += 1;
+        match host.get(name) {
+            Some(got) if got == want => report.same += 1,
+            got => report.differ.push((
+                name.clone(),
+                want.clone(),
+                got.cloned().unwrap_or_else(|| Outcome {
+                    class: "not run".into(),
+                    value: Value::Null,
+                    stdout: String::new(),
+                }),
+            )),
+        }
+    }
+    report
 }
 
 impl Report {
@@ -106,13 +167,23 @@ fn dockhand_outcome(result: dockhand::Result<Execution>) -> Outcome {
     }
 }
 
-/// Plain Monty's outcome of every case in `dir`, run in `image` (which has
-/// `pydantic-monty`), offline.
-pub fn reference(image: &str, dir: &Path) -> Result<BTreeMap<String, Outcome>, String> {
-    let out = std::process::Command::new("docker")
-        .args(["run", "--rm", "--network", "none", "-v"])
+/// The outcome of every case in `dir` under `script` ([`PLAIN_MONTY`] or
+/// [`CPYTHON`]), run in `image` (which has `pydantic-monty`), offline, with
+/// [`MONTY_TEST_ENV`] set.
+pub fn reference(
+    script: &str,
+    image: &str,
+    dir: &Path,
+) -> Result<BTreeMap<String, Outcome>, String> {
+    let mut docker = std::process::Command::new("docker");
+    docker.args(["run", "--rm", "--network", "none"]);
+    for (key, value) in MONTY_TEST_ENV {
+        docker.arg("-e").arg(format!("{key}={value}"));
+    }
+    let out = docker
+        .arg("-v")
         .arg(format!("{}:/cases:ro", dir.display()))
-        .args([image, "python3", "-c", REFERENCE])
+        .args([image, "python3", "-c", script])
         .output()
         .map_err(|e| format!("docker run: {e}"))?;
     if !out.status.success() {
@@ -138,7 +209,7 @@ pub fn reference(image: &str, dir: &Path) -> Result<BTreeMap<String, Outcome>, S
 pub async fn compare(
     host: &CodeHost,
     dir: &Path,
-    expected: BTreeMap<String, Outcome>,
+    expected: &BTreeMap<String, Outcome>,
 ) -> std::io::Result<Report> {
     let mut report = Report {
         cases: expected.len(),
@@ -146,18 +217,21 @@ pub async fn compare(
         ..Report::default()
     };
     for (name, want) in expected {
-        let code = std::fs::read_to_string(dir.join(&name))?;
+        let code = std::fs::read_to_string(dir.join(name))?;
         let got = dockhand_outcome(host.execute(&code, json!({}), &Toolset::new()).await);
         if ANSWERED_BY_THE_HOST.contains(&name.as_str()) && got.class == "ok" {
             report.answered += 1;
         }
-        if got == want {
+        if got == *want {
             report.same += 1;
         } else if got.class.starts_with("rule:") {
             *report.by_rule.entry(got.class.clone()).or_default() += 1;
         } else {
-            report.differ.push((name, want, got));
+            report
+                .differ
+                .push((name.clone(), want.clone(), got.clone()));
         }
+        report.outcomes.insert(name.clone(), got);
     }
     Ok(report)
 }

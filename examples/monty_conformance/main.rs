@@ -1,6 +1,6 @@
-//! Runs a directory of Python test cases (Monty's own suite, say) twice: in
-//! plain Monty (pydantic-monty) inside the code host's image, and through
-//! dockhand's code host (see `compare.rs`). Differences caused by rules the
+//! Runs a directory of Python test cases (Monty's own suite, say) three
+//! times: in plain Monty (pydantic-monty) and in CPython inside the code
+//! host's image, and through dockhand's code host (see `compare.rs`). Differences caused by rules the
 //! policy adds on purpose are counted apart. The code host runs the default
 //! policy; `DOCKHAND_POLICY=strict` runs the strict one.
 //!
@@ -46,8 +46,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let host = client.code_host(config);
     host.start().await?;
     let image = host.describe().image.ok_or("the code host has no image")?;
-    let expected = compare::reference(&image, &dir)?;
-    let report = compare::compare(&host, &dir, expected).await?;
+    let expected = compare::reference(compare::PLAIN_MONTY, &image, &dir)?;
+    let cpython = compare::reference(compare::CPYTHON, &image, &dir)?;
+    let report = compare::compare(&host, &dir, &expected).await?;
+    let against = compare::against_cpython(&cpython, &expected, &report.outcomes);
+    for (name, want, got) in &against.differ {
+        println!("DIFFERS FROM CPYTHON {name}:\n  cpython:  {want:?}\n  dockhand: {got:?}");
+    }
     for (name, want, got) in &report.differ {
         println!("DIFFERS {name}:\n  monty:    {want:?}\n  dockhand: {got:?}");
     }
@@ -61,6 +66,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.differ.len(),
         report.answered,
         report.unexpected().len()
+    );
+    println!(
+        "CPython ran {} cases; on the {} where it and plain Monty agree, dockhand agrees on {}",
+        against.ran, against.compared, against.same
     );
     host.close().await?;
     Ok(())

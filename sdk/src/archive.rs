@@ -42,6 +42,19 @@ impl TarFile {
 }
 
 fn header(path: &str, size: u64, mode: u32, kind: tar::EntryType) -> io::Result<tar::Header> {
+    owned_header(path, size, mode, kind, ROOT)
+}
+
+/// The root user and group: who owns what the SDK uploads unless told.
+pub const ROOT: (u64, u64) = (0, 0);
+
+fn owned_header(
+    path: &str,
+    size: u64,
+    mode: u32,
+    kind: tar::EntryType,
+    (uid, gid): (u64, u64),
+) -> io::Result<tar::Header> {
     let mut h = tar::Header::new_gnu();
     h.set_path(path)?;
     h.set_size(size);
@@ -49,8 +62,8 @@ fn header(path: &str, size: u64, mode: u32, kind: tar::EntryType) -> io::Result<
     h.set_entry_type(kind);
     // Fixed metadata keeps archives byte-for-byte reproducible.
     h.set_mtime(0);
-    h.set_uid(0);
-    h.set_gid(0);
+    h.set_uid(uid);
+    h.set_gid(gid);
     h.set_cksum();
     Ok(h)
 }
@@ -96,8 +109,26 @@ pub fn append_tree<W: io::Write>(
     prefix: &str,
     dir: &Path,
 ) -> io::Result<()> {
+    append_tree_owned(builder, prefix, dir, ROOT)
+}
+
+/// [`append_tree`], every entry owned by `owner` (uid, gid): the daemon
+/// applies the archive's owners when it unpacks, so a tree the container's
+/// unprivileged user must write is uploaded as its own.
+pub fn append_tree_owned<W: io::Write>(
+    builder: &mut tar::Builder<W>,
+    prefix: &str,
+    dir: &Path,
+    owner: (u64, u64),
+) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let h = header(&format!("{prefix}/"), 0, 0o755, tar::EntryType::Directory)?;
+    let h = owned_header(
+        &format!("{prefix}/"),
+        0,
+        0o755,
+        tar::EntryType::Directory,
+        owner,
+    )?;
     builder.append(&h, io::empty())?;
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<io::Result<_>>()?;
     // Sorted: the same tree always makes the same archive.
@@ -107,10 +138,10 @@ pub fn append_tree<W: io::Write>(
         let name = format!("{prefix}/{}", entry.file_name().to_string_lossy());
         let meta = std::fs::symlink_metadata(&path)?;
         if meta.is_dir() {
-            append_tree(builder, &name, &path)?;
+            append_tree_owned(builder, &name, &path, owner)?;
         } else if meta.file_type().is_symlink() {
             let target = std::fs::read_link(&path)?;
-            let mut h = header(&name, 0, 0o777, tar::EntryType::Symlink)?;
+            let mut h = owned_header(&name, 0, 0o777, tar::EntryType::Symlink, owner)?;
             builder.append_link(&mut h, &name, &target)?;
         } else if meta.is_file() {
             let mode = if meta.permissions().mode() & 0o111 != 0 {
@@ -118,7 +149,7 @@ pub fn append_tree<W: io::Write>(
             } else {
                 0o644
             };
-            append_file_with_mode(builder, &name, &path, mode)?;
+            append_file_owned(builder, &name, &path, mode, owner)?;
         }
     }
     Ok(())
@@ -133,19 +164,20 @@ pub fn append_file<W: io::Write>(
     name: &str,
     path: &Path,
 ) -> io::Result<()> {
-    append_file_with_mode(builder, name, path, 0o644)
+    append_file_owned(builder, name, path, 0o644, ROOT)
 }
 
-fn append_file_with_mode<W: io::Write>(
+fn append_file_owned<W: io::Write>(
     builder: &mut tar::Builder<W>,
     name: &str,
     path: &Path,
     mode: u32,
+    owner: (u64, u64),
 ) -> io::Result<()> {
     use std::io::Read as _;
     let file = std::fs::File::open(path)?;
     let size = file.metadata()?.len();
-    let h = header(name, size, mode, tar::EntryType::Regular)?;
+    let h = owned_header(name, size, mode, tar::EntryType::Regular, owner)?;
     let mut counted = CountingReader {
         inner: file.take(size),
         read: 0,

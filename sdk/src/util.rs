@@ -55,6 +55,26 @@ pub(crate) fn closest<'a>(
         .map(|(_, c)| c)
 }
 
+/// Copies a tree, keeping symbolic links as links.
+pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> crate::error::Result<()> {
+    let wrap = |e| crate::error::Error::io(format!("copying {}", from.display()), e);
+    std::fs::create_dir_all(to).map_err(wrap)?;
+    for entry in std::fs::read_dir(from).map_err(wrap)? {
+        let entry = entry.map_err(wrap)?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let meta = std::fs::symlink_metadata(&src).map_err(wrap)?;
+        if meta.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).map_err(wrap)?, &dst)
+                .map_err(wrap)?;
+        } else {
+            std::fs::copy(&src, &dst).map_err(wrap)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{is_identifier, push_tail};

@@ -37,6 +37,8 @@ pub(crate) struct Launch<'a> {
     pub bridge: BridgeConfig,
     pub start_timeout: std::time::Duration,
     pub mounts: &'a [super::mounts::Mount],
+    /// The most the mounts' copies and what the code writes may hold.
+    pub mounts_size: u64,
 }
 
 /// The code host's container: the bridge under Monty, always fully
@@ -51,11 +53,12 @@ pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> 
         env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
         working_dir: Some("/tmp".into()),
         kind: "code-host",
-        // The mounted directories' copies (see `mounts`).
-        scratch_volumes: if how.mounts.is_empty() {
+        // The mounted directories' copies (see `mounts`), in memory and
+        // bounded: the code may write a read-write mount.
+        memory_volumes: if how.mounts.is_empty() {
             Vec::new()
         } else {
-            vec![super::mounts::MOUNTS_DIR.into()]
+            vec![(super::mounts::MOUNTS_DIR.into(), how.mounts_size)]
         },
         open_stdin: true,
         no_log: true,
@@ -231,12 +234,10 @@ async fn launch_unbounded(
             .await?,
         )
     };
-    let container = engine.create_container(&spec).await?;
     if let Some(tar) = &mounts {
-        engine
-            .upload_archive_file(container.id(), super::mounts::MOUNTS_DIR, tar)
-            .await?;
+        super::mounts::check_size(tar, how.mounts_size)?;
     }
+    let container = engine.create_container(&spec).await?;
     let attached = engine.attach(container.id()).await?;
     engine.start_container(container.id()).await?;
     let mut runner = Runner {
@@ -270,12 +271,33 @@ async fn launch_unbounded(
             None => runner.next().await,
         };
         match next {
-            Some(Ok(FromRunner::Ready { .. })) => return Ok((runner, image)),
+            Some(Ok(FromRunner::Ready { .. })) => break,
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e),
             None => return Err(bridge_exited(&runner.stderr)),
         }
     }
+    if let Some(tar) = &mounts {
+        // Their volume is in memory: what is uploaded before the start is
+        // gone when the container starts, so they go in now.
+        let id = runner.container.id().to_string();
+        engine
+            .upload_archive_file(&id, super::mounts::MOUNTS_DIR, tar)
+            .await?;
+        runner.send(&ToRunner::OpenMounts).await?;
+        loop {
+            match runner.next().await {
+                Some(Ok(FromRunner::MountsOpened { error: None })) => break,
+                Some(Ok(FromRunner::MountsOpened { error: Some(e) })) => {
+                    return Err(Error::spec("code host mounts", e))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e),
+                None => return Err(bridge_exited(&runner.stderr)),
+            }
+        }
+    }
+    Ok((runner, image))
 }
 
 /// Why the bridge did not come up, with the fix where it is known.

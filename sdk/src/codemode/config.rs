@@ -56,6 +56,7 @@ pub struct CodeHostConfig {
     pub(crate) exact_values: bool,
     pub(crate) keep: super::kept::KeepLimits,
     pub(crate) mounts: Vec<super::mounts::Mount>,
+    pub(crate) mounts_size: u64,
 }
 
 /// What code mode checks before Monty runs code, beyond Monty's own rules.
@@ -121,6 +122,7 @@ impl Default for CodeHostConfig {
             exact_values: false,
             keep: super::kept::KeepLimits::default(),
             mounts: Vec::new(),
+            mounts_size: super::mounts::DEFAULT_MOUNTS_SIZE,
         }
     }
 }
@@ -278,7 +280,10 @@ impl CodeHostConfig {
     /// (`open('/data/rows.csv')`, `pathlib.Path('/data').iterdir()`): it is
     /// copied into the container when the host starts, and every path is
     /// resolved inside it (`..` and links cannot leave it). Without a mount,
-    /// file calls raise `PermissionError`.
+    /// file calls raise `PermissionError`. The host's directory is never
+    /// written: a [`MountMode::ReadWrite`](super::MountMode::ReadWrite)
+    /// mount's changes come back through
+    /// [`CodeHost::download_mount`](super::CodeHost::download_mount).
     ///
     /// ```
     /// use dockhand::codemode::{CodeHostConfig, MountMode};
@@ -296,6 +301,16 @@ impl CodeHostConfig {
             host_dir: host_dir.into(),
             mode,
         });
+        self
+    }
+
+    /// The most the mounted directories' copies, together with what the code
+    /// writes to a read-write mount, may hold (default 256 MiB). The copies
+    /// live in memory, in a volume of this size: a write past it raises
+    /// `OSError` (no space left) in the code, and directories larger than
+    /// it are refused before the host starts.
+    pub fn mounts_size(mut self, bytes: u64) -> Self {
+        self.mounts_size = bytes;
         self
     }
 
@@ -322,6 +337,7 @@ impl CodeHostConfig {
             bridge: self.bridge(exec_memory),
             start_timeout: self.start_timeout,
             mounts: &self.mounts,
+            mounts_size: self.mounts_size,
         })
     }
 

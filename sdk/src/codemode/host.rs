@@ -14,6 +14,7 @@ use super::config::{CodeHostConfig, Execution, HostDescription};
 use super::errors::{finish, CodeError, CodeFailure};
 use super::handles::{run_sandbox_tool, Handles};
 use super::protocol::{self, ExecResult, FromRunner, ToRunner};
+use super::session::CodeSession;
 use super::tools::ToolKind;
 use super::toolset::{ToolCallRecord, Toolset};
 use crate::client::Client;
@@ -77,6 +78,27 @@ impl CodeHost {
     /// The File and Dir results it holds.
     pub(super) fn handles(&self) -> &Handles {
         &self.inner.handles
+    }
+
+    pub(super) fn config(&self) -> &CodeHostConfig {
+        &self.inner.config
+    }
+
+    /// Runs `step` on the running container's id while no execution runs.
+    pub(super) async fn with_idle_container<T, F>(
+        &self,
+        step: impl FnOnce(&Client, &str) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let slot = self.inner.runner.lock().await;
+        let Some(runner) = slot.as_ref() else {
+            return Err(Error::CodeHostUnavailable {
+                reason: "it is not running (its container, and the copies in it, end with stop or close)".into(),
+            });
+        };
+        step(&self.inner.client, runner.container.id()).await
     }
 }
 
@@ -244,7 +266,39 @@ impl CodeHost {
         }
     }
 
-    async fn run(
+    /// Ends the REPL session `id` (see [`CodeSession::close`]).
+    pub(super) async fn close_session(&self, id: &str) -> Result<()> {
+        self.inner.handles.release(&format!("session:{id}"));
+        let mut slot = self.inner.runner.lock().await;
+        let Some(runner) = slot.as_mut() else {
+            return Ok(());
+        };
+        if let Some(stale) = runner.in_flight.clone() {
+            cancel_stale(runner, &stale).await?;
+            runner.in_flight = None;
+        }
+        let close = async {
+            runner
+                .send(&ToRunner::CloseSession {
+                    session: id.to_string(),
+                })
+                .await?;
+            while let Some(m) = runner.next().await {
+                if matches!(m?, FromRunner::SessionClosed { .. }) {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(Duration::from_secs(10), close).await {
+            Ok(done) => done,
+            Err(_) => Err(Error::CodeHostUnavailable {
+                reason: "the code host did not answer within 10s".into(),
+            }),
+        }
+    }
+
+    pub(super) async fn run(
         &self,
         code: &str,
         inputs: impl Serialize,
@@ -523,66 +577,4 @@ fn code_inputs(inputs: impl Serialize) -> Result<Map<String, Value>> {
 
 fn is_variable_name(name: &str) -> bool {
     is_identifier(name) && !name.starts_with("__") && !name.starts_with("_dh")
-}
-
-/// A persistent namespace on a code host (see [`CodeHost::session`]).
-#[derive(Debug, Clone)]
-pub struct CodeSession {
-    host: CodeHost,
-    id: String,
-}
-
-impl CodeSession {
-    /// The session id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Runs `code` in this session's namespace: variables and functions from
-    /// earlier executions are still there. After a time, memory or loop limit
-    /// (or a crash) the namespace is discarded and the next execution starts afresh.
-    pub async fn execute(
-        &self,
-        code: &str,
-        inputs: impl Serialize,
-        tools: &Toolset,
-    ) -> Result<Execution> {
-        self.host.run(code, inputs, tools, Some(&self.id)).await
-    }
-
-    /// Ends the session; its namespace, and the File and Dir results its
-    /// code held, are gone.
-    pub async fn close(self) -> Result<()> {
-        self.host
-            .inner
-            .handles
-            .release(&format!("session:{}", self.id));
-        let mut slot = self.host.inner.runner.lock().await;
-        let Some(runner) = slot.as_mut() else {
-            return Ok(());
-        };
-        if let Some(stale) = runner.in_flight.clone() {
-            cancel_stale(runner, &stale).await?;
-            runner.in_flight = None;
-        }
-        let close = async {
-            runner
-                .send(&ToRunner::CloseSession {
-                    session: self.id.clone(),
-                })
-                .await?;
-            while let Some(m) = runner.next().await {
-                if matches!(m?, FromRunner::SessionClosed { .. }) {
-                    break;
-                }
-            }
-            Ok(())
-        };
-        match tokio::time::timeout(Duration::from_secs(10), close).await {
-            Ok(done) => done,
-            Err(_) => Err(Error::CodeHostUnavailable {
-                reason: "the code host did not answer within 10s".into(),
-            }),
-        }
-    }
 }

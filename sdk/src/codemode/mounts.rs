@@ -2,15 +2,33 @@
 //! `os.listdir`): copied into the code host's container when it starts, and
 //! mounted by the bridge through monty-fs, which resolves every path inside
 //! the directory by the OS (cap-std), so `..` and links cannot leave it.
+//! A read-write mount's copy can be downloaded again
+//! ([`CodeHost::download_mount`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
 
 use super::protocol::BridgeMount;
+use super::CodeHost;
 use crate::archive;
 use crate::error::{Error, Result};
+use crate::sandbox::{Param, Type};
 
-/// Where the container holds the copies (a scratch volume).
+/// Where the container holds the copies (a scratch volume): mount `i` is
+/// `MOUNTS_DIR/i/data`, so that its download names one directory, `data`.
 pub(crate) const MOUNTS_DIR: &str = "/var/dockhand/mounts";
+const COPY_NAME: &str = "data";
+
+/// The bridge's user, who owns a read-write mount's copy.
+const BRIDGE_USER: (u64, u64) = (65534, 65534);
+
+/// The default of [`CodeHostConfig::mounts_size`](super::CodeHostConfig::mounts_size).
+pub const DEFAULT_MOUNTS_SIZE: u64 = 256 << 20;
+
+/// The most [`CodeHost::download_mount`] brings back; past it the download
+/// fails with [`Error::OutputTooLarge`] and nothing is left behind.
+pub const MOUNT_DOWNLOAD_LIMIT: u64 = 1 << 30;
 
 /// How the code may use a mounted directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +39,11 @@ pub enum MountMode {
     /// Reads, and writes kept in memory for the one execution (a scratch
     /// space over the files): nothing written reaches the host.
     Overlay,
+    /// Reads and writes on the container's copy of the directory: changes
+    /// last from one execution to the next, for the host's life, and
+    /// [`CodeHost::download_mount`] brings them back. The host's directory
+    /// itself is never written.
+    ReadWrite,
 }
 
 impl MountMode {
@@ -28,6 +51,7 @@ impl MountMode {
         match self {
             MountMode::ReadOnly => "read-only",
             MountMode::Overlay => "overlay",
+            MountMode::ReadWrite => "read-write",
         }
     }
 }
@@ -58,21 +82,28 @@ pub(crate) fn check(mounts: &[Mount]) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// What the bridge is told: mount `i` is at `MOUNTS_DIR/i`.
+/// Where mount `i`'s copy is in the container.
+fn copy_path(i: usize) -> String {
+    format!("{MOUNTS_DIR}/{i}/{COPY_NAME}")
+}
+
+/// What the bridge is told: mount `i` is at `MOUNTS_DIR/i/data`.
 pub(crate) fn for_bridge(mounts: &[Mount]) -> Vec<BridgeMount> {
     mounts
         .iter()
         .enumerate()
         .map(|(i, m)| BridgeMount {
             virtual_path: m.virtual_path.clone(),
-            path: format!("{MOUNTS_DIR}/{i}"),
+            path: copy_path(i),
             mode: m.mode.wire_name().to_string(),
         })
         .collect()
 }
 
-/// The mounted directories as one tar (`0/...`, `1/...`), spooled to a
-/// temporary file: a directory may be large.
+/// The mounted directories as one tar (`0/data/...`, `1/data/...`), spooled
+/// to a temporary file: a directory may be large. A read-write mount's copy
+/// belongs to the bridge's user; the others stay root's, so the OS refuses
+/// writes even if monty-fs did not.
 pub(crate) fn archive(mounts: &[Mount]) -> Result<tempfile::TempPath> {
     let spool = tempfile::NamedTempFile::new()
         .map_err(|e| Error::io("making a temporary file for mounts", e))?;
@@ -89,14 +120,138 @@ pub(crate) fn archive(mounts: &[Mount]) -> Result<tempfile::TempPath> {
                 ),
             ));
         }
-        archive::append_tree(&mut builder, &i.to_string(), &m.host_dir)
-            .map_err(|e| Error::io(format!("reading {}", m.host_dir.display()), e))?;
+        let owner = match m.mode {
+            MountMode::ReadWrite => BRIDGE_USER,
+            MountMode::ReadOnly | MountMode::Overlay => archive::ROOT,
+        };
+        let wrap = |e| Error::io(format!("reading {}", m.host_dir.display()), e);
+        let mut top = tar::Header::new_gnu();
+        top.set_path(format!("{i}/")).map_err(wrap)?;
+        top.set_entry_type(tar::EntryType::Directory);
+        top.set_mode(0o755);
+        top.set_size(0);
+        top.set_cksum();
+        builder.append(&top, std::io::empty()).map_err(wrap)?;
+        archive::append_tree_owned(
+            &mut builder,
+            &format!("{i}/{COPY_NAME}"),
+            &m.host_dir,
+            owner,
+        )
+        .map_err(wrap)?;
     }
     builder
         .into_inner()
         .and_then(|mut w| std::io::Write::flush(&mut w))
         .map_err(|e| Error::io("writing the mounts' archive", e))?;
     Ok(path)
+}
+
+impl CodeHost {
+    /// Copies the directory mounted at `virtual_path` (see
+    /// [`CodeHostConfig::mount`](super::CodeHostConfig::mount)), as the
+    /// code has left it, to `to` (a directory it creates; it must not
+    /// exist). Waits for a running execution to end, so the copy is whole.
+    /// Up to [`MOUNT_DOWNLOAD_LIMIT`] bytes; links that lead out of the
+    /// directory are refused ([`Error::UnsafeArchivePath`]).
+    ///
+    /// Only a [`MountMode::ReadWrite`] mount changes; the others come back
+    /// as they were uploaded. The copy lives as long as the host's
+    /// container: after `stop` or `close` it is gone
+    /// ([`Error::CodeHostUnavailable`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dockhand::Client) -> dockhand::Result<()> {
+    /// use dockhand::codemode::{CodeHostConfig, MountMode, Toolset};
+    /// let host = client.code_host(
+    ///     CodeHostConfig::default().mount("/work", "./work", MountMode::ReadWrite),
+    /// );
+    /// host.execute("open('/work/report.txt', 'w').write('done')", serde_json::json!({}), &Toolset::new())
+    ///     .await?;
+    /// host.download_mount("/work", "./work-after").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn download_mount(&self, virtual_path: &str, to: impl AsRef<Path>) -> Result<()> {
+        let to = to.as_ref().to_path_buf();
+        let wanted = virtual_path.trim_end_matches('/');
+        let index = self
+            .config()
+            .mounts
+            .iter()
+            .position(|m| m.virtual_path.trim_end_matches('/') == wanted)
+            .ok_or_else(|| {
+                Error::spec(
+                    "code host",
+                    format!("nothing is mounted at `{virtual_path}` (see CodeHostConfig::mount)"),
+                )
+            })?;
+        if to.exists() {
+            return Err(Error::io(
+                format!("downloading the mount {virtual_path}"),
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{} already exists", to.display()),
+                ),
+            ));
+        }
+        let collected = self
+            .with_idle_container(|client, id| {
+                let client = client.clone();
+                let id = id.to_string();
+                async move {
+                    let engine = client.engine();
+                    let path = format!("{MOUNTS_DIR}/{index}");
+                    let Some(stream) = engine.download_stream(&id, &path).await? else {
+                        return Err(Error::CodeHostUnavailable {
+                            reason: format!("its copy of {path} is gone"),
+                        });
+                    };
+                    let reader = tokio_util::io::StreamReader::new(
+                        stream.map(|chunk| chunk.map_err(std::io::Error::other)),
+                    );
+                    let reader = tokio_util::io::SyncIoBridge::new(reader);
+                    let declared = [Param {
+                        name: COPY_NAME.into(),
+                        ty: Type::Dir,
+                    }];
+                    crate::util::blocking("unpacking a mount's copy", move || {
+                        crate::sandbox::collect_outputs(reader, &declared, MOUNT_DOWNLOAD_LIMIT)
+                    })
+                    .await
+                }
+            })
+            .await?;
+        let Some(dir) = collected.dir else {
+            return Err(Error::CodeHostUnavailable {
+                reason: format!("its copy of {virtual_path} came back empty"),
+            });
+        };
+        crate::util::blocking("placing a mount's copy", move || {
+            let from = dir.path().join(COPY_NAME);
+            // The temporary directory goes when `dir` drops, renamed or not.
+            match std::fs::rename(&from, &to) {
+                Ok(()) => Ok(()),
+                Err(_) => crate::util::copy_tree(&from, &to),
+            }
+        })
+        .await
+    }
+}
+
+/// Refuses mounted directories whose copies would not fit their volume.
+pub(crate) fn check_size(tar: &Path, volume_size: u64) -> Result<()> {
+    let size = std::fs::metadata(tar)
+        .map_err(|e| Error::io("reading the mounts' archive", e))?
+        .len();
+    if size > volume_size {
+        return Err(Error::spec(
+            "code host",
+            format!(
+                "the mounted directories hold about {size} bytes, more than mounts_size ({volume_size} bytes); raise CodeHostConfig::mounts_size"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -121,7 +276,7 @@ mod tests {
             .unwrap_err()
             .contains("twice"));
         let told = for_bridge(&[mount("/data")]);
-        assert_eq!(told[0].path, format!("{MOUNTS_DIR}/0"));
+        assert_eq!(told[0].path, format!("{MOUNTS_DIR}/0/data"));
         assert_eq!(told[0].mode, "read-only");
     }
 

@@ -104,6 +104,10 @@ pub enum ToRunner {
         /// The session.
         session: String,
     },
+    /// The mounted directories' copies are in place: open them. Sent once,
+    /// after the start, since their in-memory volume keeps only what is
+    /// uploaded while the container runs.
+    OpenMounts,
 }
 
 /// An error reported by the bridge.
@@ -178,6 +182,12 @@ pub enum FromRunner {
     SessionClosed {
         /// The session.
         session: String,
+    },
+    /// The answer to [`ToRunner::OpenMounts`].
+    MountsOpened {
+        /// Why a mount could not be opened; `None` when all were.
+        #[serde(default)]
+        error: Option<String>,
     },
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use bollard::container::LogOutput;
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount as VolumeMount, MountType,
-    MountVolumeOptions, ResourcesUlimits,
+    MountVolumeOptions, MountVolumeOptionsDriverConfig, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
@@ -69,6 +69,10 @@ pub struct ContainerSpec {
     /// read-only root, kept after exit (so outputs can be downloaded), and
     /// removed with the container.
     pub scratch_volumes: Vec<String>,
+    /// Scratch volumes held in memory (tmpfs) of at most so many bytes: a
+    /// write past the size fails with `ENOSPC`. Only what is put there while
+    /// the container runs stays (an upload before the start is lost).
+    pub memory_volumes: Vec<(String, u64)>,
     /// The OCI runtime (`runsc`); `None` is the daemon's default.
     pub runtime: Option<String>,
     /// Bind mounts.
@@ -172,20 +176,37 @@ impl Engine {
                     })
                     .collect()
             }),
-            mounts: (!spec.scratch_volumes.is_empty()).then(|| {
-                spec.scratch_volumes
-                    .iter()
-                    .map(|target| VolumeMount {
-                        target: Some(target.clone()),
-                        typ: Some(MountType::VOLUME),
-                        volume_options: Some(MountVolumeOptions {
-                            labels: Some(volume_labels.clone()),
+            mounts: (!spec.scratch_volumes.is_empty() || !spec.memory_volumes.is_empty()).then(
+                || {
+                    let on_disk = spec.scratch_volumes.iter().map(|t| (t, None));
+                    let in_memory = spec.memory_volumes.iter().map(|(t, size)| {
+                        let options = HashMap::from([
+                            ("type".to_string(), "tmpfs".to_string()),
+                            ("device".to_string(), "tmpfs".to_string()),
+                            ("o".to_string(), format!("size={size},mode=0755")),
+                        ]);
+                        (t, Some(options))
+                    });
+                    on_disk
+                        .chain(in_memory)
+                        .map(|(target, options)| VolumeMount {
+                            target: Some(target.clone()),
+                            typ: Some(MountType::VOLUME),
+                            volume_options: Some(MountVolumeOptions {
+                                labels: Some(volume_labels.clone()),
+                                driver_config: options.map(|options| {
+                                    MountVolumeOptionsDriverConfig {
+                                        name: Some("local".into()),
+                                        options: Some(options),
+                                    }
+                                }),
+                                ..Default::default()
+                            }),
                             ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
+                        })
+                        .collect()
+                },
+            ),
             log_config: spec.no_log.then(|| HostConfigLogConfig {
                 typ: Some("none".into()),
                 config: None,

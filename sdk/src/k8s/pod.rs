@@ -143,6 +143,18 @@ pub(super) fn scratch(spec: &ContainerSpec, opts: &KubeOptions) -> (Vec<Volume>,
         });
         mounts.push(mount(path, false));
     }
+    for (path, size) in &spec.memory_volumes {
+        volumes.push(Volume {
+            name: volume_name(path),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(Quantity(size.to_string())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(mount(path, false));
+    }
     for path in &spec.scratch_volumes {
         volumes.push(Volume {
             name: volume_name(path),

@@ -56,6 +56,7 @@ pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
 pub(crate) use launch::{container_spec, WarmContainer};
+pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;

@@ -95,7 +95,7 @@ impl Store {
                 .prefix("dockhand-outputs-")
                 .tempdir()
                 .map_err(|e| Error::io("creating the outputs directory", e))?;
-            copy_tree(&entry.join("files"), dir.path())?;
+            crate::util::copy_tree(&entry.join("files"), dir.path())?;
             Some(dir)
         } else {
             None
@@ -161,7 +161,7 @@ impl Store {
             .tempdir_in(&self.root)
             .map_err(wrap)?;
         if let Some(dir) = outputs.dir() {
-            copy_tree(dir, &staging.path().join("files"))?;
+            crate::util::copy_tree(dir, &staging.path().join("files"))?;
         }
         std::fs::write(staging.path().join(MANIFEST), encode(&manifest)?).map_err(wrap)?;
         let staged = staging.keep();
@@ -270,26 +270,6 @@ fn tree_size(root: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-/// Copies a tree, keeping symbolic links as links.
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    let wrap = |e| Error::io(format!("copying {}", from.display()), e);
-    std::fs::create_dir_all(to).map_err(wrap)?;
-    for entry in std::fs::read_dir(from).map_err(wrap)? {
-        let entry = entry.map_err(wrap)?;
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let meta = std::fs::symlink_metadata(&src).map_err(wrap)?;
-        if meta.is_dir() {
-            copy_tree(&src, &dst)?;
-        } else if meta.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).map_err(wrap)?, &dst)
-                .map_err(wrap)?;
-        } else {
-            std::fs::copy(&src, &dst).map_err(wrap)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

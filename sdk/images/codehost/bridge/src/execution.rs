@@ -132,7 +132,7 @@ impl Execution {
             .feed(
                 code,
                 inputs,
-                self.bridge.mounts.clone(),
+                self.bridge.mounts.get().cloned().unwrap_or_default(),
                 skip_type_check,
                 &mut on_print,
             )

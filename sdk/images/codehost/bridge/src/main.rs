@@ -9,10 +9,12 @@
 //!                 {"type": "tool_result", "call", "ok", "value" | "error"}
 //!                 {"type": "cancel", "id"}
 //!                 {"type": "close_session", "session"}
+//!                 {"type": "open_mounts"}   (once, after the copies are uploaded)
 //! bridge -> host  {"type": "ready", "pid"}
 //!                 {"type": "tool_call", "call", "name", "args", "kwargs"}
 //!                 {"type": "result", "id", "ok", "value" | "error", "stdout", "stdout_truncated"}
 //!                 {"type": "session_closed", "session"}
+//!                 {"type": "mounts_opened", "error"}
 //! ```
 //!
 //! The code runs in Monty's worker processes (the `monty` binary of the
@@ -89,8 +91,11 @@ pub struct Bridge {
     running: Mutex<HashMap<String, Arc<Notify>>>,
     sessions: Mutex<HashMap<String, SessionSlot>>,
     spares: tokio::sync::Mutex<mpsc::Receiver<Checkout>>,
-    /// The host's directories, opened once (see `oscalls`).
-    pub mounts: Vec<monty_pool::MountSpec>,
+    /// The host's directories, opened once when the host says their copies
+    /// are in place (see `oscalls`); none until then.
+    pub mounts: std::sync::OnceLock<Vec<monty_pool::MountSpec>>,
+    /// The settings, for the mounts.
+    settings: Value,
 }
 
 impl Bridge {
@@ -378,6 +383,12 @@ async fn serve(bridge: Arc<Bridge>, input: impl AsyncRead + Unpin) {
                     cancel.notify_one();
                 }
             }
+            Some("open_mounts") => {
+                let opened = oscalls::mounts(&bridge.settings)
+                    .and_then(|m| bridge.mounts.set(m).map_err(|_| "already open".into()));
+                let error = opened.err();
+                bridge.send(&json!({"type": "mounts_opened", "error": error}));
+            }
             Some("close_session") => {
                 let session = message["session"].as_str().unwrap_or_default();
                 bridge.close_session(session);
@@ -394,14 +405,8 @@ async fn main() {
         .nth(1)
         .and_then(|a| serde_json::from_str::<Value>(&a).ok())
         .unwrap_or(Value::Null);
-    let mounts = match oscalls::mounts(&config) {
-        Ok(mounts) => mounts,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
-    };
-    let config = Config::from_json(&config);
+    let settings = config;
+    let config = Config::from_json(&settings);
     let Some(binary) = monty_binary() else {
         eprintln!("the `monty` worker binary is not on PATH: install pydantic-monty-runtime");
         std::process::exit(1);
@@ -445,7 +450,8 @@ async fn main() {
         running: Mutex::new(HashMap::new()),
         sessions: Mutex::new(HashMap::new()),
         spares: tokio::sync::Mutex::new(spares),
-        mounts,
+        mounts: std::sync::OnceLock::new(),
+        settings,
     });
     match bridge.fresh(None).await {
         Ok(first) => {
