@@ -127,7 +127,8 @@ impl Bridge {
             .checkout(&self.repl_config(type_stubs))
             .await
             .map_err(|e| Failed::new("crash", format!("no interpreter could be started: {e}")))?;
-        let prelude = prelude::text(self.config.loop_limit);
+        let guards = self.config.policy == rules::Policy::Strict;
+        let prelude = prelude::text(self.config.loop_limit, guards);
         let mut ignore = on_print_sync(|_, _| {});
         match checkout
             .feed(prelude, Vec::new(), Vec::new(), true, &mut ignore)

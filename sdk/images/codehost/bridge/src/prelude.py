@@ -1,6 +1,8 @@
 # Fed to every Monty session before the user's code (see prelude.rs): what
 # the code may use without importing, the loop guards the strict policy
-# inserts and the fan-out of gathers.
+# inserts and the fan-out of gathers. The part between the two "loop guards"
+# markers is fed under the strict policy only: the default inserts no guards,
+# and those definitions are a third of a fresh session's cost.
 # A guard raises KeyboardInterrupt, which `except Exception` does not catch;
 # the bridge reports it as the loop limit (the time limit stands behind it
 # either way). The placeholders DH_LOOP_LIMIT and DH_TICK_LIMIT (one more),
@@ -12,6 +14,7 @@ from collections import Counter, defaultdict
 ToolError = RuntimeError
 
 
+# -- loop guards: begin --
 from itertools import chain as _dh_chain, islice as _dh_islice
 
 
@@ -57,6 +60,7 @@ def _dh_tick(k, line):
     if n > __DH_TICK_LIMIT__:
         raise KeyboardInterrupt("_dh_loop_limit:" + str(line))
     return True
+# -- loop guards: end --
 
 
 # A gather over a comprehension of calls of one tool is rewritten to fan

@@ -1,6 +1,7 @@
 //! Benchmark of code mode: host start (image already built), and on a warm
 //! host a trivial execution, one tool-call round trip, and 100 gathered calls
-//! of a tool that sleeps 50 ms.
+//! of a tool that sleeps 50 ms; beside it, plain Monty (pydantic-monty in the
+//! same kind of container, under the same CPU limit) on the same snippets.
 //!
 //! ```text
 //! cargo run --release --example bench_codemode -- [N]
@@ -239,8 +240,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("  the first call began after", to_first_start);
     report("  the last call began after", to_last_start);
     report("  the value came after the last ended", after_last_end);
+    let plain = plain_monty(&client, cpus).await?;
+    println!("plain Monty (pydantic-monty in the code host's image, the same CPU limit):");
+    for (name, ms) in &plain {
+        println!("{name:<40} p50={ms:>8.3} ms");
+    }
     println!(
-        "targets: start <= 300 ms ({:.0}), trivial p50 <= 0.5 ms ({:.2} back to back, {:.2} paced), round trip p50 <= 0.15 ms ({:.3}), gathered <= 55 ms ({:.1}, {:.2}x of 50 ms)",
+        "targets: start <= 300 ms ({:.0}), trivial p50 <= 0.2 ms ({:.2} back to back, {:.2} paced), round trip p50 <= 0.1 ms ({:.3}), gathered ~ 50 ms ({:.1}, {:.2}x of 50 ms)",
         p_start.as_secs_f64() * 1e3,
         p_trivial.as_secs_f64() * 1e3,
         p_paced.as_secs_f64() * 1e3,
@@ -254,22 +260,64 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ratio(p_loops[1], p_loops[0]),
         ratio(p_loops[3], p_loops[2])
     );
+    let plain_ms = |name: &str| plain.iter().find(|(n, _)| n == name).map(|(_, ms)| *ms);
+    if let (Some(feed), Some(iter)) = (plain_ms(PLAIN_FEED), plain_ms(PLAIN_ITER)) {
+        println!(
+            "beside plain Monty: a trivial execution {:.2}x a feed on a held session; the guarded iterator loop {:.2}x plain Monty's",
+            p_trivial.as_secs_f64() * 1e3 / feed,
+            p_loops[3].as_secs_f64() * 1e3 / iter
+        );
+    }
     host.close().await?;
     Ok(())
 }
 
-/// Twenty runs of a loop that sums 0..10,000.
+/// Fifty runs of a loop that sums 0..10,000.
 async fn loop_times(
     host: &dockhand::codemode::CodeHost,
     code: &str,
     tools: &Toolset,
 ) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
-    let mut times = Vec::with_capacity(20);
-    for _ in 0..20 {
+    let mut times = Vec::with_capacity(50);
+    for _ in 0..50 {
         let t = Instant::now();
         let run = host.execute(code, Map::new(), tools).await?;
         times.push(t.elapsed());
         assert_eq!(run.value, json!(49_995_000));
     }
     Ok(times)
+}
+
+const PLAIN_FEED: &str = "trivial, a feed on a held session";
+const PLAIN_ITER: &str = "an iterator loop of 10,000";
+
+/// Plain Monty's figures, measured by `plain_monty.py` with pydantic-monty
+/// inside a container of the code host's image (with the package added),
+/// under the same CPU limit and offline.
+async fn plain_monty(
+    client: &Client,
+    cpus: f64,
+) -> Result<Vec<(String, f64)>, Box<dyn std::error::Error>> {
+    let image = dockhand::ImageSpec::default()
+        .pip([dockhand::codemode::MONTY_PACKAGE])
+        .trust_host_certificates();
+    let host = client.code_host(CodeHostConfig::new().image(image));
+    host.start().await?;
+    let image = host.describe().image.ok_or("the code host has no image")?;
+    host.close().await?;
+    let out = tokio::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "--cpus"])
+        .arg(cpus.to_string())
+        .args([
+            image.as_str(),
+            "python3",
+            "-c",
+            include_str!("plain_monty.py"),
+        ])
+        .output()
+        .await?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
