@@ -308,7 +308,9 @@ impl CodeHostConfig {
     /// writes to a read-write mount, may hold (default 256 MiB). The copies
     /// live in memory, in a volume of this size: a write past it raises
     /// `OSError` (no space left) in the code, and directories larger than
-    /// it are refused before the host starts.
+    /// it are refused before the host starts. The container is charged for
+    /// the volume, so with mounts it must fit beside `exec_memory` in the
+    /// container's `memory`.
     pub fn mounts_size(mut self, bytes: u64) -> Self {
         self.mounts_size = bytes;
         self
@@ -358,6 +360,18 @@ impl CodeHostConfig {
             )));
         }
         super::mounts::check(&self.mounts).map_err(bad)?;
+        // The mounts' volume is memory the container is charged for: it must
+        // fit beside an execution's heap, or a code that fills it is killed
+        // for memory instead of getting `OSError`.
+        let mounts_size = i64::try_from(self.mounts_size).unwrap_or(i64::MAX);
+        if !self.mounts.is_empty()
+            && exec_memory.saturating_add(mounts_size) > resources.memory_bytes
+        {
+            return Err(bad(format!(
+                "the mounts' in-memory volume ({mounts_size} bytes, mounts_size) and the execution memory ({exec_memory} bytes) are more than the container's memory ({} bytes)",
+                resources.memory_bytes
+            )));
+        }
         if self.exec_timeout.is_zero() || self.start_timeout.is_zero() {
             return Err(bad("timeouts must be longer than zero".into()));
         }
@@ -481,6 +495,13 @@ mod tests {
             ),
             (CodeHostConfig::new().print_limit(0), "print limit"),
             (CodeHostConfig::new().cpus(f64::NAN), "cpus"),
+            (
+                CodeHostConfig::new()
+                    .memory("512Mi")
+                    .mount("/work", ".", super::super::MountMode::ReadWrite)
+                    .mounts_size(300 << 20),
+                "mounts_size",
+            ),
         ];
         for (config, says) in cases {
             let err = config.checked().unwrap_err().to_string();
