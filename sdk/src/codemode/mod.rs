@@ -66,7 +66,7 @@ pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription};
 pub use errors::{CodeError, CodeFailure};
 pub use host::CodeHost;
 pub use kept::ResultFile;
-pub use mounts::{MountMode, MOUNT_DOWNLOAD_LIMIT};
+pub use mounts::{MountMode, DEFAULT_MOUNTS_SIZE};
 pub use schema::check as check_schema;
 pub use session::CodeSession;
 pub use tools::{ParamType, Tool, ToolFuture, ToolParam};

@@ -26,10 +26,6 @@ const BRIDGE_USER: (u64, u64) = (65534, 65534);
 /// The default of [`CodeHostConfig::mounts_size`](super::CodeHostConfig::mounts_size).
 pub const DEFAULT_MOUNTS_SIZE: u64 = 256 << 20;
 
-/// The most [`CodeHost::download_mount`] brings back; past it the download
-/// fails with [`Error::OutputTooLarge`] and nothing is left behind.
-pub const MOUNT_DOWNLOAD_LIMIT: u64 = 1 << 30;
-
 /// How the code may use a mounted directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -152,8 +148,10 @@ impl CodeHost {
     /// [`CodeHostConfig::mount`](super::CodeHostConfig::mount)), as the
     /// code has left it, to `to` (a directory it creates; it must not
     /// exist). Waits for a running execution to end, so the copy is whole.
-    /// Up to [`MOUNT_DOWNLOAD_LIMIT`] bytes; links that lead out of the
-    /// directory are refused ([`Error::UnsafeArchivePath`]).
+    /// It is bounded by the mounts' volume
+    /// ([`CodeHostConfig::mounts_size`](super::CodeHostConfig::mounts_size));
+    /// links that lead out of the directory are refused
+    /// ([`Error::UnsafeArchivePath`]).
     ///
     /// Only a [`MountMode::ReadWrite`] mount changes; the others come back
     /// as they were uploaded. The copy lives as long as the host's
@@ -194,6 +192,7 @@ impl CodeHost {
                 ),
             ));
         }
+        let limit = self.config().mounts_size;
         let collected = self
             .with_idle_container(|client, id| {
                 let client = client.clone();
@@ -215,7 +214,7 @@ impl CodeHost {
                         ty: Type::Dir,
                     }];
                     crate::util::blocking("unpacking a mount's copy", move || {
-                        crate::sandbox::collect_outputs(reader, &declared, MOUNT_DOWNLOAD_LIMIT)
+                        crate::sandbox::collect_outputs(reader, &declared, limit)
                     })
                     .await
                 }
