@@ -286,25 +286,23 @@ async fn a_read_write_mount_keeps_changes_and_downloads_them() {
         !dir.path().join("out").exists(),
         "the host's directory is untouched"
     );
-    // Hostile: filling the mount stops at its size with the OSError Python
-    // code expects, and the host carries on.
-    let e = code_error(
-        host.execute(
+    // Hostile: filling the mount stops at its size, and making more files
+    // than it has room for (one per 4 KiB: 1,024 here) stops too, each with
+    // the OSError Python code expects; cleaning up leaves the host usable.
+    for (fill, clean_up) in [
+        (
             "f = open('/work/fill', 'w')\nfor i in range(64):\n    f.write('x' * (1 << 20))\nf.close()",
-            json!({}),
-            &Toolset::new(),
-        )
-        .await,
-    );
-    assert!(runtime(&e, "OSError"), "{e:?}");
-    assert_eq!(
-        value(
-            &host,
-            "import pathlib\np = pathlib.Path('/work/fill')\nif p.exists():\n    p.unlink()\np.exists()"
-        )
-        .await,
-        json!(false)
-    );
+            "import pathlib\np = pathlib.Path('/work/fill')\nif p.exists():\n    p.unlink()\nnot p.exists()",
+        ),
+        (
+            "import pathlib\nd = pathlib.Path('/work/many')\nd.mkdir()\nfor i in range(2000):\n    (d / str(i)).write_text('')",
+            "import pathlib\nd = pathlib.Path('/work/many')\nn = 0\nfor p in d.iterdir():\n    p.unlink()\n    n += 1\nd.rmdir()\nn > 900 and not d.exists()",
+        ),
+    ] {
+        let e = code_error(host.execute(fill, json!({}), &Toolset::new()).await);
+        assert!(runtime(&e, "OSError"), "{fill}: {e:?}");
+        assert_eq!(value(&host, clean_up).await, json!(true), "{clean_up}");
+    }
 
     let to = tempfile::tempdir().unwrap();
     let copy = to.path().join("work");

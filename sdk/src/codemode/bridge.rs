@@ -282,7 +282,7 @@ async fn launch_unbounded(
         // gone when the container starts, so they go in now.
         let id = runner.container.id().to_string();
         engine
-            .upload_archive_file(&id, super::mounts::MOUNTS_DIR, tar)
+            .upload_archive_file(&id, super::mounts::MOUNTS_DIR, &tar.path)
             .await?;
         runner.send(&ToRunner::OpenMounts).await?;
         loop {

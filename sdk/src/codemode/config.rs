@@ -305,10 +305,11 @@ impl CodeHostConfig {
     }
 
     /// The most the mounted directories' copies, together with what the code
-    /// writes to a read-write mount, may hold (default 256 MiB). The copies
-    /// live in memory, in a volume of this size: a write past it raises
-    /// `OSError` (no space left) in the code, and directories larger than
-    /// it are refused before the host starts. The container is charged for
+    /// writes to a read-write mount, may hold (default 256 MiB), and one
+    /// file or directory per 4 KiB of it. The copies live in memory, in a
+    /// volume of this size: a write or a file past it raises `OSError` (no
+    /// space left) in the code, and directories larger than it are refused
+    /// before the host starts. The container is charged for
     /// the volume, so with mounts it must fit beside `exec_memory` in the
     /// container's `memory`.
     pub fn mounts_size(mut self, bytes: u64) -> Self {

@@ -100,11 +100,12 @@ pub(crate) fn for_bridge(mounts: &[Mount]) -> Vec<BridgeMount> {
 /// to a temporary file: a directory may be large. A read-write mount's copy
 /// belongs to the bridge's user; the others stay root's, so the OS refuses
 /// writes even if monty-fs did not.
-pub(crate) fn archive(mounts: &[Mount]) -> Result<tempfile::TempPath> {
+pub(crate) fn archive(mounts: &[Mount]) -> Result<Packed> {
     let spool = tempfile::NamedTempFile::new()
         .map_err(|e| Error::io("making a temporary file for mounts", e))?;
     let (file, path) = spool.into_parts();
     let mut builder = tar::Builder::new(std::io::BufWriter::new(file));
+    let mut files = 0;
     for (i, m) in mounts.iter().enumerate() {
         if !m.host_dir.is_dir() {
             return Err(Error::spec(
@@ -121,6 +122,7 @@ pub(crate) fn archive(mounts: &[Mount]) -> Result<tempfile::TempPath> {
             MountMode::ReadOnly | MountMode::Overlay => archive::ROOT,
         };
         let wrap = |e| Error::io(format!("reading {}", m.host_dir.display()), e);
+        files += 2 + count_entries(&m.host_dir).map_err(wrap)?;
         let mut top = tar::Header::new_gnu();
         top.set_path(format!("{i}/")).map_err(wrap)?;
         top.set_entry_type(tar::EntryType::Directory);
@@ -140,7 +142,27 @@ pub(crate) fn archive(mounts: &[Mount]) -> Result<tempfile::TempPath> {
         .into_inner()
         .and_then(|mut w| std::io::Write::flush(&mut w))
         .map_err(|e| Error::io("writing the mounts' archive", e))?;
-    Ok(path)
+    Ok(Packed { path, files })
+}
+
+/// The mounts' archive, and how many files and directories it holds.
+#[derive(Debug)]
+pub(crate) struct Packed {
+    pub path: tempfile::TempPath,
+    pub files: u64,
+}
+
+/// Files, links and directories under `dir` (links not followed).
+fn count_entries(dir: &Path) -> std::io::Result<u64> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        n += 1;
+        if entry.file_type()?.is_dir() {
+            n += count_entries(&entry.path())?;
+        }
+    }
+    Ok(n)
 }
 
 impl CodeHost {
@@ -237,20 +259,30 @@ impl CodeHost {
     }
 }
 
-/// Refuses mounted directories whose copies would not fit their volume.
-pub(crate) fn check_size(tar: &Path, volume_size: u64) -> Result<()> {
-    let size = std::fs::metadata(tar)
+/// Refuses mounted directories whose copies would not fit their volume, in
+/// bytes or in files.
+pub(crate) fn check_size(packed: &Packed, volume_size: u64) -> Result<()> {
+    let size = std::fs::metadata(&packed.path)
         .map_err(|e| Error::io("reading the mounts' archive", e))?
         .len();
-    if size > volume_size {
-        return Err(Error::spec(
-            "code host",
-            format!(
-                "the mounted directories hold about {size} bytes, more than mounts_size ({volume_size} bytes); raise CodeHostConfig::mounts_size"
-            ),
-        ));
-    }
-    Ok(())
+    let room = volume_size / crate::engine::BYTES_PER_FILE;
+    let problem = if size > volume_size {
+        format!("hold about {size} bytes")
+    } else if packed.files > room {
+        format!(
+            "hold {} files and directories, and the volume has room for one per {} bytes ({room})",
+            packed.files,
+            crate::engine::BYTES_PER_FILE
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::spec(
+        "code host",
+        format!(
+            "the mounted directories {problem}: more than mounts_size ({volume_size} bytes) allows; raise CodeHostConfig::mounts_size"
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -277,6 +309,25 @@ mod tests {
         let told = for_bridge(&[mount("/data")]);
         assert_eq!(told[0].path, format!("{MOUNTS_DIR}/0/data"));
         assert_eq!(told[0].mode, "read-only");
+    }
+
+    #[test]
+    fn copies_must_fit_the_volume_in_bytes_and_in_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..40 {
+            std::fs::write(dir.path().join(format!("f{i}")), "x").unwrap();
+        }
+        let mut m = mount("/data");
+        m.host_dir = dir.path().to_path_buf();
+        let packed = archive(&[m]).unwrap();
+        // 40 files, the mount's two directories.
+        assert_eq!(packed.files, 42);
+        assert!(check_size(&packed, 1 << 20).is_ok());
+        // 42 files need 42 * 4 KiB; 64 KiB has room for 16.
+        let e = check_size(&packed, 64 << 10).unwrap_err().to_string();
+        assert!(e.contains("42 files") && e.contains("mounts_size"), "{e}");
+        let e = check_size(&packed, 1024).unwrap_err().to_string();
+        assert!(e.contains("bytes") && e.contains("mounts_size"), "{e}");
     }
 
     #[test]

@@ -69,9 +69,10 @@ pub struct ContainerSpec {
     /// read-only root, kept after exit (so outputs can be downloaded), and
     /// removed with the container.
     pub scratch_volumes: Vec<String>,
-    /// Scratch volumes held in memory (tmpfs) of at most so many bytes: a
-    /// write past the size fails with `ENOSPC`. Only what is put there while
-    /// the container runs stays (an upload before the start is lost).
+    /// Scratch volumes held in memory (tmpfs) of at most so many bytes, and
+    /// one file per [`BYTES_PER_FILE`] of them: a write or a file past either
+    /// fails with `ENOSPC`. Only what is put there while the container runs
+    /// stays (an upload before the start is lost).
     pub memory_volumes: Vec<(String, u64)>,
     /// The OCI runtime (`runsc`); `None` is the daemon's default.
     pub runtime: Option<String>,
@@ -94,6 +95,17 @@ pub struct ContainerSpec {
     /// Largest file any process may write (`RLIMIT_FSIZE`): past it a write
     /// fails with `EFBIG` (or `SIGXFSZ` for programs that do not ignore it).
     pub max_file_bytes: Option<i64>,
+}
+
+/// A memory volume holds one file (or directory) per so many bytes of its
+/// size: files cost kernel memory beyond their bytes, which the size does not
+/// count, so their number is bounded too.
+pub const BYTES_PER_FILE: u64 = 4096;
+
+/// The tmpfs options of a memory volume of `size` bytes.
+fn memory_volume_options(size: u64) -> String {
+    let files = (size / BYTES_PER_FILE).max(64);
+    format!("size={size},nr_inodes={files},mode=0755")
 }
 
 /// A container's attached standard streams.
@@ -183,7 +195,7 @@ impl Engine {
                         let options = HashMap::from([
                             ("type".to_string(), "tmpfs".to_string()),
                             ("device".to_string(), "tmpfs".to_string()),
-                            ("o".to_string(), format!("size={size},mode=0755")),
+                            ("o".to_string(), memory_volume_options(*size)),
                         ]);
                         (t, Some(options))
                     });
@@ -552,4 +564,21 @@ async fn remove_scratch_volumes(docker: &bollard::Docker, token: &str) -> Result
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_volume_bounds_its_bytes_and_its_files() {
+        assert_eq!(
+            memory_volume_options(256 << 20),
+            "size=268435456,nr_inodes=65536,mode=0755"
+        );
+        assert_eq!(
+            memory_volume_options(4096),
+            "size=4096,nr_inodes=64,mode=0755"
+        );
+    }
 }

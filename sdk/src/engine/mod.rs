@@ -16,7 +16,7 @@ mod image;
 pub mod labels;
 mod watchdog;
 
-pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount};
+pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE};
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;
 pub(crate) use endpoint::{Choice, Environment, Target};
