@@ -122,14 +122,7 @@ pub fn append_tree_owned<W: io::Write>(
     owner: (u64, u64),
 ) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let h = owned_header(
-        &format!("{prefix}/"),
-        0,
-        0o755,
-        tar::EntryType::Directory,
-        owner,
-    )?;
-    builder.append(&h, io::empty())?;
+    append_dir(builder, prefix, owner)?;
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<io::Result<_>>()?;
     // Sorted: the same tree always makes the same archive.
     entries.sort_by_key(|e| e.file_name());
@@ -153,6 +146,22 @@ pub fn append_tree_owned<W: io::Write>(
         }
     }
     Ok(())
+}
+
+/// Adds an empty directory `path` (0755) owned by `owner` (uid, gid).
+pub fn append_dir<W: io::Write>(
+    builder: &mut tar::Builder<W>,
+    path: &str,
+    owner: (u64, u64),
+) -> io::Result<()> {
+    let h = owned_header(
+        &format!("{path}/"),
+        0,
+        0o755,
+        tar::EntryType::Directory,
+        owner,
+    )?;
+    builder.append(&h, io::empty())
 }
 
 /// Adds one host file as `name` (root-owned, 0644), read from disk as it is

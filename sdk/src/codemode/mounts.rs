@@ -123,13 +123,7 @@ pub(crate) fn archive(mounts: &[Mount]) -> Result<Packed> {
         };
         let wrap = |e| Error::io(format!("reading {}", m.host_dir.display()), e);
         files += 2 + count_entries(&m.host_dir).map_err(wrap)?;
-        let mut top = tar::Header::new_gnu();
-        top.set_path(format!("{i}/")).map_err(wrap)?;
-        top.set_entry_type(tar::EntryType::Directory);
-        top.set_mode(0o755);
-        top.set_size(0);
-        top.set_cksum();
-        builder.append(&top, std::io::empty()).map_err(wrap)?;
+        archive::append_dir(&mut builder, &i.to_string(), archive::ROOT).map_err(wrap)?;
         archive::append_tree_owned(
             &mut builder,
             &format!("{i}/{COPY_NAME}"),
