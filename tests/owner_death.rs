@@ -1,5 +1,6 @@
-//! When the process that owns a session, a code host, a kernel or a running one-shot
-//! is SIGKILLed, their containers and volumes go without anyone calling
+//! When the process that owns a session, a code host, a kernel, a running one-shot
+//! or a session behind an egress policy is SIGKILLed, their containers, volumes
+//! and networks (the egress gateway's too) go without anyone calling
 //! `reap()`: the programs inside sessions and code hosts exit when the
 //! owner's connection (their stdin) closes, and the process's watchdog
 //! removes everything else labelled with its session.
@@ -37,6 +38,14 @@ async fn owner_child() {
         "container {}",
         kernel.session().describe().container_id.unwrap()
     );
+    // A session behind an egress policy: its network and the gateway too.
+    let fenced =
+        client.session(SessionConfig::new().network(dockhand::Egress::allow(["api.example.test"])));
+    fenced
+        .start()
+        .await
+        .expect("a session with a policy starts");
+    println!("container {}", fenced.describe().container_id.unwrap());
     let long = Sandbox::command("owner-death-oneshot", "sleep")
         .args(["600"])
         .build()
@@ -93,7 +102,19 @@ fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
             break;
         }
     }
-    assert_eq!(ids.len(), 4, "the child started all four");
+    assert_eq!(ids.len(), 5, "the child started all five");
+    let networks_of = |pid: u32| {
+        common::docker(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=dev.dockhand.owner-pid={pid}"),
+        ])
+        .lines()
+        .count()
+    };
+    assert_eq!(networks_of(child.id()), 1, "the fenced session's network");
     assert!(ids.iter().all(|id| common::container_exists(id)));
     let pid = child.id();
     child.kill().expect("SIGKILL the owner");
@@ -113,15 +134,18 @@ fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
         "still there 10 s after the owner died: {left:?}"
     );
     let owned = format!("dev.dockhand.owner-pid={pid}");
-    let anything_left =
-        || common::containers_with_label(&owned) + volumes(&format!("label={owned}"));
+    let anything_left = || {
+        common::containers_with_label(&owned)
+            + volumes(&format!("label={owned}"))
+            + networks_of(pid)
+    };
     while killed.elapsed() < Duration::from_secs(10) && anything_left() > 0 {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(
         anything_left(),
         0,
-        "containers (the watchdog's included) or volumes of the owner left 10 s after it died"
+        "containers (the watchdog's and the egress gateway's included), volumes or networks of the owner left 10 s after it died"
     );
     // Nor on this machine's disk: the code host's socket directory went
     // when its bridge connected, before the owner died.

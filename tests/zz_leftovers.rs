@@ -12,7 +12,7 @@ fn count(args: &[&str]) -> usize {
 }
 
 #[test]
-fn no_container_volume_or_snapshot_with_dockhand_labels_remains() {
+fn no_container_volume_network_or_snapshot_with_dockhand_labels_remains() {
     // The watchdogs of the test binaries that ran before this one sweep for a
     // few seconds after their process exits, then go.
     let since = std::time::Instant::now();
@@ -36,5 +36,16 @@ fn no_container_volume_or_snapshot_with_dockhand_labels_remains() {
     assert_eq!(
         volumes, 0,
         "volumes left behind: see `docker volume ls --filter label=dev.dockhand.managed`"
+    );
+    let networks = count(&[
+        "network",
+        "ls",
+        "-q",
+        "--filter",
+        "label=dev.dockhand.managed",
+    ]);
+    assert_eq!(
+        networks, 0,
+        "egress networks left behind: see `docker network ls --filter label=dev.dockhand.managed`"
     );
 }

@@ -28,6 +28,7 @@ struct Inner {
     reporter: Reporter,
     cache_dir: PathBuf,
     cache_limit: u64,
+    gateways: crate::egress::Gateways,
 }
 
 impl std::fmt::Debug for Client {
@@ -46,6 +47,7 @@ pub struct ClientBuilder {
     progress: Option<ProgressHandler>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
+    egress: crate::egress::GatewaySettings,
 }
 
 impl ClientBuilder {
@@ -133,6 +135,22 @@ impl ClientBuilder {
         self
     }
 
+    /// The Docker network dockhand's egress gateway reaches allowed hosts
+    /// through (the daemon's `bridge` unless told): for hosts only reachable
+    /// on a network of yours. See [`Egress`](crate::Egress).
+    pub fn egress_network(mut self, network: impl Into<String>) -> Self {
+        self.egress.outside = Some(network.into());
+        self
+    }
+
+    /// A certificate (PEM) the egress gateway trusts for its own TLS
+    /// connections, besides the host's CA bundle (for a private CA). The
+    /// sandboxes behind it trust it too.
+    pub fn egress_trust(mut self, pem: impl Into<String>) -> Self {
+        self.egress.trust.push(pem.into());
+        self
+    }
+
     /// Connects and pings the daemon; fails with
     /// [`Error::DaemonUnreachable`](crate::Error::DaemonUnreachable) within seconds
     /// when nothing answers, and with [`Error::DaemonTls`](crate::Error::DaemonTls)
@@ -153,6 +171,7 @@ impl ClientBuilder {
                 cache_limit: self
                     .cache_limit
                     .unwrap_or(crate::sandbox::DEFAULT_CACHE_LIMIT),
+                gateways: crate::egress::Gateways::new(self.egress),
             }),
         })
     }
@@ -166,6 +185,8 @@ pub struct ReapReport {
     pub containers: Vec<String>,
     /// Names of the volumes removed (left by containers removed without them).
     pub volumes: Vec<String>,
+    /// Names of the egress networks removed.
+    pub networks: Vec<String>,
 }
 
 impl Client {
@@ -212,6 +233,7 @@ impl Client {
             }
         }
         report.volumes = self.inner.engine.reap_volumes().await?;
+        report.networks = self.inner.engine.reap_networks().await?;
         Ok(report)
     }
 
@@ -263,6 +285,10 @@ impl Client {
             }
         }
         Ok(removed)
+    }
+
+    pub(crate) fn gateways(&self) -> &crate::egress::Gateways {
+        &self.inner.gateways
     }
 
     pub(crate) fn reporter(&self) -> &Reporter {

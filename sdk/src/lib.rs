@@ -107,6 +107,7 @@
 pub(crate) mod archive;
 mod client;
 pub mod codemode;
+mod egress;
 pub(crate) mod engine;
 pub mod error;
 pub mod image;
@@ -124,6 +125,7 @@ pub mod testing;
 mod util;
 
 pub use client::{Client, ClientBuilder, ReapReport};
+pub use egress::Egress;
 pub use engine::{DaemonInfo, ManagedImage, TlsFiles};
 pub use error::{Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result};
 pub use image::{ImageSource, ImageSpec, ResolvedImage};

@@ -55,6 +55,10 @@ pub struct ContainerSpec {
     pub pids_limit: Option<i64>,
     /// Network mode; `None` means no network at all.
     pub network: Option<String>,
+    /// DNS servers (instead of the daemon's).
+    pub dns: Vec<String>,
+    /// Namespaced kernel settings (`net.ipv4.ip_unprivileged_port_start`).
+    pub sysctls: HashMap<String, String>,
     /// Drop every Linux capability.
     pub cap_drop_all: bool,
     /// Capabilities added back.
@@ -172,6 +176,8 @@ impl Engine {
             nano_cpus: spec.nano_cpus,
             pids_limit: spec.pids_limit,
             network_mode: Some(spec.network.clone().unwrap_or_else(|| "none".into())),
+            dns: (!spec.dns.is_empty()).then(|| spec.dns.clone()),
+            sysctls: (!spec.sysctls.is_empty()).then(|| spec.sysctls.clone()),
             cap_drop: spec.cap_drop_all.then(|| vec!["ALL".to_string()]),
             cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
             security_opt: spec

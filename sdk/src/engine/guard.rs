@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::{container::remove_with, Engine};
 use crate::error::Result;
+pub(crate) use remover::submit_job;
 
 /// Owns a container. Call [`ContainerGuard::remove`] on the normal path; if the
 /// guard is dropped instead (an error returned early, the future cancelled, a
@@ -147,6 +148,8 @@ mod remover {
     use std::sync::{mpsc, Condvar, Mutex, OnceLock};
     use std::time::Duration;
 
+    use futures::future::BoxFuture;
+
     use super::Removal;
     use crate::util::lock;
 
@@ -155,21 +158,27 @@ mod remover {
     /// How long process exit waits for removals still under way.
     const EXIT_WAIT: Duration = Duration::from_secs(10);
 
-    type Job = (Removal, mpsc::Sender<()>);
+    type Job = (BoxFuture<'static, ()>, mpsc::Sender<()>);
 
     /// Hands `removal` to the remover; the receiver hears when it is done
     /// (or that it never will be, if no thread could run it).
     pub(super) fn submit(removal: Removal) -> mpsc::Receiver<()> {
+        let what = format!("container {}", removal.id);
+        submit_job(what, Box::pin(removal.run()))
+    }
+
+    /// Hands any removal (`what` names it in warnings) to the remover.
+    pub(crate) fn submit_job(what: String, job: BoxFuture<'static, ()>) -> mpsc::Receiver<()> {
         static QUEUE: OnceLock<Option<tokio::sync::mpsc::UnboundedSender<Job>>> = OnceLock::new();
         let (done_tx, done_rx) = mpsc::channel();
         let Some(queue) = QUEUE.get_or_init(start) else {
-            tracing::warn!(container = %removal.id, "no thread to remove containers on");
+            tracing::warn!(%what, "no thread to remove objects on");
             return done_rx;
         };
         *lock(&PENDING.0) += 1;
-        if let Err(refused) = queue.send((removal, done_tx)) {
+        if queue.send((job, done_tx)).is_err() {
             finished();
-            tracing::warn!(container = %refused.0 .0.id, "the remover is gone");
+            tracing::warn!(%what, "the remover is gone");
         }
         done_rx
     }
@@ -184,9 +193,9 @@ mod remover {
             .name("dockhand-remover".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    while let Some((removal, done)) = rx.recv().await {
+                    while let Some((job, done)) = rx.recv().await {
                         tokio::spawn(async move {
-                            removal.run().await;
+                            job.await;
                             finished();
                             let _ = done.send(());
                         });

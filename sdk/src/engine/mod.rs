@@ -14,6 +14,7 @@ mod endpoint;
 mod guard;
 mod image;
 pub mod labels;
+mod network;
 mod watchdog;
 
 pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE};

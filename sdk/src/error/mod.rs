@@ -515,6 +515,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// dockhand's egress gateway did not start, died, or stopped answering;
+    /// the sandboxes it served reach nothing (it fails closed), and the next
+    /// sandbox with a policy starts a new one.
+    #[error("the egress gateway is not available: {reason}")]
+    EgressGateway {
+        /// Why.
+        reason: String,
+    },
+
     /// A File or Dir handle that the code host does not keep: it was
     /// released, its time passed, newer results pushed it out, or the code
     /// never returned it.
@@ -572,6 +581,7 @@ impl Error {
                 | Error::OutOfMemory { .. }
                 | Error::Killed { .. }
                 | Error::ContainerGone { .. }
+                | Error::EgressGateway { .. }
                 | Error::MissingOutput { .. }
                 | Error::BadOutput { .. }
                 | Error::OutputNotAssigned { .. }

@@ -458,6 +458,12 @@ impl Kernel {
         Ok(super::notebook::render(&context.history))
     }
 
+    /// Changes the egress policy of the running kernel (see
+    /// [`Session::set_network`]).
+    pub async fn set_network(&self, policy: crate::Egress) -> Result<()> {
+        self.inner.session.set_network(policy).await
+    }
+
     /// Removes the container and every context.
     pub async fn close(&self) -> Result<()> {
         *self.inner.link.lock().await = None;

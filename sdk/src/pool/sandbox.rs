@@ -77,12 +77,15 @@ impl Client {
     pub async fn pool(&self, sandbox: &Sandbox, config: PoolConfig) -> Result<SandboxPool> {
         self.images().resolve(sandbox.image()).await?;
         let config = config.normalized();
-        let config = if sandbox.runtime().secrets.is_empty() {
+        // Each run of a sandbox with an egress policy has a network and a
+        // gateway registration of its own, made when it starts.
+        let egress = matches!(sandbox.runtime().network, crate::Network::Egress(_));
+        let config = if sandbox.runtime().secrets.is_empty() && !egress {
             config
         } else {
             tracing::warn!(
                 sandbox = %sandbox.name(),
-                "a sandbox with secrets is not pooled: its runs start cold"
+                "a sandbox with secrets or an egress policy is not pooled: its runs start cold"
             );
             PoolConfig::new(0)
         };

@@ -28,6 +28,9 @@ pub(super) fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> 
     if prepared.secrets_tar.is_some() {
         spec.scratch_volumes.push(SECRETS_DIR.to_string());
     }
+    if let Some(lease) = &prepared.egress {
+        lease.apply(&mut spec);
+    }
     spec
 }
 

@@ -120,6 +120,8 @@ pub(super) struct Prepared {
     pub(super) secrets_tar: Option<Bytes>,
     /// Images not built by dockhand may lack a writable /var/outputs.
     pub(super) needs_outputs_dir: bool,
+    /// The way out through the egress gateway, for a sandbox with a policy.
+    pub(super) egress: Option<crate::egress::Lease>,
 }
 
 impl Client {
@@ -212,6 +214,10 @@ impl Client {
             }
         }
 
+        // A policy's network and the gateway's registration, shared by the
+        // attempts; secrets bound to hosts become placeholders from here on.
+        let (egress, secrets) =
+            crate::egress::open_for(self, &rt.network, &rt.secrets, secrets).await?;
         // Only a miss needs the archives (reading File and Dir inputs again).
         let file_secrets: Vec<(String, String)> = rt
             .secrets
@@ -248,7 +254,30 @@ impl Client {
             frame_marker,
             secrets,
             secrets_tar,
+            egress,
         };
+        let outcome = self
+            .attempts(sandbox, &mut prepared, &options, pool, key, store, started)
+            .await;
+        if let Some(lease) = prepared.egress.take() {
+            lease.close().await;
+        }
+        outcome
+    }
+
+    /// Runs attempts until one succeeds or the retries are spent.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts(
+        &self,
+        sandbox: &Sandbox,
+        prepared: &mut Prepared,
+        options: &RunOptions,
+        pool: Option<&WarmPool<WarmContainer>>,
+        key: Option<String>,
+        store: std::sync::Arc<cache::Store>,
+        started: Instant,
+    ) -> Result<RunOutput> {
+        let rt = &sandbox.runtime;
         let mut attempts = Vec::new();
         let mut reresolved = false;
         // A remade image costs an attempt but not a retry.
@@ -258,10 +287,7 @@ impl Client {
             number += 1;
             tries_left -= 1;
             let attempt_started = Instant::now();
-            match self
-                .attempt(sandbox, &prepared, number, &options, pool)
-                .await
-            {
+            match self.attempt(sandbox, prepared, number, options, pool).await {
                 Ok(mut out) => {
                     attempts.push(Attempt {
                         number,
@@ -391,6 +417,9 @@ impl Client {
                         }
                         if let Some(tar) = &prepared.secrets_tar {
                             engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
+                        }
+                        if let Some(lease) = &prepared.egress {
+                            lease.install(engine, &id).await?;
                         }
                         Ok::<_, Error>(())
                     };

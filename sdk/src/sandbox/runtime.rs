@@ -122,8 +122,9 @@ impl Isolation {
 
 /// Which network a sandbox may use.
 ///
-/// None by default: untrusted code gets no network at all. This is the knob an
-/// egress allow-list will extend (allowed hosts on a filtered network).
+/// None by default: untrusted code gets no network at all. An
+/// [`Egress`](crate::Egress) policy lets it reach listed hosts only, through
+/// dockhand's egress gateway.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
@@ -134,6 +135,15 @@ pub enum Network {
     Bridge,
     /// A named Docker network (created by you).
     Named(String),
+    /// Listed hosts only, through dockhand's egress gateway (see
+    /// [`Egress`](crate::Egress)).
+    Egress(crate::Egress),
+}
+
+impl From<crate::Egress> for Network {
+    fn from(policy: crate::Egress) -> Self {
+        Network::Egress(policy)
+    }
 }
 
 /// `true` is [`Network::Bridge`], `false` is [`Network::None`], so
@@ -154,6 +164,9 @@ impl Network {
             Network::None => None,
             Network::Bridge => Some("bridge".into()),
             Network::Named(n) => Some(n.clone()),
+            // None until the sandbox's lease gives it its own network: a
+            // container made without one reaches nothing.
+            Network::Egress(_) => None,
         }
     }
 }

@@ -24,6 +24,10 @@ pub struct Secret {
     pub(crate) name: String,
     pub(crate) source: SecretSource,
     pub(crate) mount: SecretMount,
+    /// The hosts it is for: the sandbox then holds a placeholder, and only
+    /// the egress gateway the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hosts: Option<Vec<String>>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,6 +49,7 @@ impl fmt::Debug for Secret {
             .field("name", &self.name)
             .field("source", &source)
             .field("mount", &self.mount)
+            .field("hosts", &self.hosts)
             .field("value", &"<redacted>")
             .finish()
     }
@@ -57,7 +62,47 @@ impl Secret {
             name: name.into(),
             source: SecretSource::Value(Some(value.into())),
             mount: SecretMount::Env,
+            hosts: None,
         }
+    }
+
+    /// A secret that never enters the sandbox: its variable `name` holds a
+    /// random placeholder, and dockhand's egress gateway puts `value` in its
+    /// place in the headers of requests to `hosts` only (entries as in
+    /// [`Egress`](crate::Egress): names, `*.` wildcards, addresses). The
+    /// sandbox needs an egress policy that allows those hosts.
+    ///
+    /// ```
+    /// use dockhand::{Egress, Sandbox, Secret};
+    /// let call = Sandbox::command("call", ["sh", "-c", "curl -fsS -H \"Authorization: Bearer $API_KEY\" https://api.example.com/v1/models"])
+    ///     .network(Egress::allow(["api.example.com"]))
+    ///     .secret(Secret::for_hosts("API_KEY", "sk-real-value", ["api.example.com"]))
+    ///     .build()?;
+    /// assert!(!format!("{call:?}").contains("sk-real-value"));
+    /// # Ok::<(), dockhand::Error>(())
+    /// ```
+    pub fn for_hosts<I, S>(name: impl Into<String>, value: impl Into<String>, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Secret::value(name, value).only_for(hosts)
+    }
+
+    /// Binds the secret to hosts (see [`Secret::for_hosts`]): the sandbox
+    /// gets a placeholder, and the gateway the value.
+    pub fn only_for<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.hosts = Some(hosts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The hosts it is bound to, if it is.
+    pub fn hosts(&self) -> Option<&[String]> {
+        self.hosts.as_deref()
     }
 
     /// A secret read from the host's environment variable `var` when the
@@ -67,6 +112,7 @@ impl Secret {
             name: name.into(),
             source: SecretSource::HostEnv(var.into()),
             mount: SecretMount::Env,
+            hosts: None,
         }
     }
 

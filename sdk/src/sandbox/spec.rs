@@ -261,7 +261,8 @@ impl SandboxBuilder {
     }
 
     /// Network access: `false`/[`Network::None`] (the default), `true`/
-    /// [`Network::Bridge`], or a [`Network::Named`] network.
+    /// [`Network::Bridge`], a [`Network::Named`] network, or an
+    /// [`Egress`](crate::Egress) policy (listed hosts only).
     pub fn network(mut self, network: impl Into<Network>) -> Self {
         self.runtime.network = network.into();
         self
@@ -321,6 +322,7 @@ impl SandboxBuilder {
         if !name_ok {
             return bad("a name is letters, digits, `_`, `.` and `-`".into());
         }
+        crate::egress::check(&self.runtime.network, &self.runtime.secrets)?;
         let program = match (self.code, self.command) {
             (Some(_), Some(_)) => return bad("give either code or a command, not both".into()),
             (None, None) => return bad("give code or a command".into()),

@@ -194,7 +194,9 @@ impl SessionConfig {
     }
 
     /// Network access: `false`/[`Network::None`] (the default), `true`/
-    /// [`Network::Bridge`], or a [`Network::Named`] network.
+    /// [`Network::Bridge`], a [`Network::Named`] network, or an
+    /// [`Egress`](crate::Egress) policy (listed hosts only, changeable while
+    /// the session runs with [`Session::set_network`](crate::session::Session::set_network)).
     pub fn network(mut self, network: impl Into<Network>) -> Self {
         self.network = network.into();
         self
@@ -283,6 +285,7 @@ impl SessionConfig {
             return Err(bad("the timeout must be longer than zero".into()));
         }
         self.hardening.check()?;
+        crate::egress::check(&self.network, &self.secrets)?;
         Ok(resources)
     }
 

@@ -58,7 +58,7 @@ impl Owner {
         json!({ "label": labels }).to_string()
     }
 
-    /// Removes every container and volume of the owner but watchdogs.
+    /// Removes every container, volume and network of the owner but watchdogs.
     pub fn sweep(&self) {
         for container in self.containers() {
             let kind = container["Labels"][KIND_LABEL].as_str();
@@ -70,6 +70,17 @@ impl Owner {
             }
         }
         self.remove_volumes(Filter::All);
+        self.remove_networks();
+    }
+
+    /// Removes the owner's networks (its sandboxes' egress networks). The
+    /// daemon refuses one a container still uses; the containers went first.
+    fn remove_networks(&self) {
+        let filter = http::encode(&json!({ "label": [self.session_label()] }).to_string());
+        let listed = list(&format!("/networks?filters={filter}"));
+        for id in network_ids(&listed) {
+            let _ = http::request("DELETE", &format!("/networks/{id}"));
+        }
     }
 
     /// Removes the owner's volumes that `which` selects. The daemon refuses
@@ -130,6 +141,16 @@ fn volume_names(listed: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The ids of a network listing (only plain ids: nothing else is put in a path).
+fn network_ids(listed: &Value) -> Vec<String> {
+    listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["Id"].as_str().filter(|id| is_token(id)).map(str::to_string))
+        .collect()
+}
+
 /// The scratch token of the container a `destroy` event is about.
 pub fn scratch_token_of_event(line: &str) -> Option<String> {
     let event: Value = serde_json::from_str(line).ok()?;
@@ -170,6 +191,13 @@ mod tests {
         assert!(!is_token(""));
         assert!(!is_token("a/../b"));
         assert!(!is_token(&"a".repeat(65)));
+    }
+
+    #[test]
+    fn network_ids_come_from_the_listing_and_are_plain() {
+        let listed = json!([{"Id": "abc123", "Name": "n1"}, {"Id": "../x"}, {"Name": "n3"}]);
+        assert_eq!(network_ids(&listed), vec!["abc123"]);
+        assert!(network_ids(&Value::Null).is_empty());
     }
 
     #[test]

@@ -20,15 +20,24 @@ impl Session {
         lock(&self.inner.status).life.image = Some(image.reference.clone());
         let engine = client.engine();
         let mut spec = container_spec(c, &image.reference)?;
-        let mut secrets = Vec::with_capacity(c.secrets.len());
+        let resolved = c
+            .secrets
+            .iter()
+            .map(|s| Ok((s.name().to_string(), s.resolve()?)))
+            .collect::<Result<Vec<_>>>()?;
+        // Under a policy: the session's network and gateway registration;
+        // secrets bound to hosts become placeholders here.
+        let (egress, secrets) =
+            crate::egress::open_for(client, &c.network, &c.secrets, resolved).await?;
         let mut file_secrets = Vec::new();
-        for secret in &c.secrets {
-            let value = secret.resolve()?;
+        for (secret, (name, value)) in c.secrets.iter().zip(&secrets) {
             match secret.mount() {
-                SecretMount::Env => spec.env.push(format!("{}={value}", secret.name())),
-                SecretMount::File => file_secrets.push((secret.name().to_string(), value.clone())),
+                SecretMount::Env => spec.env.push(format!("{name}={value}")),
+                SecretMount::File => file_secrets.push((name.clone(), value.clone())),
             }
-            secrets.push((secret.name().to_string(), value));
+        }
+        if let Some(lease) = &egress {
+            lease.apply(&mut spec);
         }
         *lock(&self.inner.secrets) = secrets;
         if !file_secrets.is_empty() {
@@ -64,6 +73,9 @@ impl Session {
                     .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
                     .await?;
             }
+            if let Some(lease) = &egress {
+                lease.install(engine, &id).await?;
+            }
             let attached = engine.attach(&id).await?;
             engine.start_container(&id).await?;
 
@@ -90,6 +102,7 @@ impl Session {
                 routes,
                 reader,
                 next_id: AtomicU64::new(1),
+                egress: tokio::sync::Mutex::new(egress),
             });
             match ready_rx.recv().await {
                 Some(Ok(())) => Ok(conn),

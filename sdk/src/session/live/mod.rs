@@ -16,6 +16,7 @@ mod channel;
 pub(crate) use channel::Channel;
 mod exec;
 use exec::exec_grace;
+mod egress;
 mod launch;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
@@ -102,6 +103,8 @@ struct Conn {
     routes: Routes,
     reader: tokio::task::JoinHandle<()>,
     next_id: AtomicU64,
+    /// The way out through the egress gateway, under a policy.
+    egress: tokio::sync::Mutex<Option<crate::egress::Lease>>,
 }
 
 impl Drop for Conn {
@@ -452,6 +455,10 @@ impl Session {
                 if let Err(e) = guard.remove().await {
                     tracing::warn!(error = %e, "removing the session container failed");
                 }
+            }
+            let lease = conn.egress.lock().await.take();
+            if let Some(lease) = lease {
+                lease.close().await;
             }
         }
     }

@@ -1,0 +1,368 @@
+//! What the sandbox's connections to the gateway become: an HTTP proxy
+//! (port 3128: absolute URLs and CONNECT), and transparent interception of
+//! names the gateway's DNS resolved to itself (port 80 by the Host header,
+//! port 443 by the TLS server name). A request the policy does not allow
+//! gets 403 with the reason, or its connection closed where no HTTP is
+//! spoken; TLS to a host with secrets is terminated with the sandbox's own
+//! authority so that the placeholders can be swapped.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderValue, HOST};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+
+use crate::policy::Target;
+use crate::prefixed::Prefixed;
+use crate::secrets;
+use crate::state::{Sandbox, State};
+use crate::tls::{self, Hello};
+use crate::upstream::{self, Body};
+
+/// How long a client may take to send its TLS ClientHello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of a ClientHello read before giving up on it.
+const MAX_HELLO: usize = 16 * 1024;
+
+/// Which of the gateway's listeners a connection came in on.
+#[derive(Clone, Copy)]
+pub enum Listener {
+    Proxy,
+    Http,
+    Tls,
+}
+
+/// Accepts connections for ever, each handled on its own task.
+pub async fn serve(listener: TcpListener, kind: Listener, state: Arc<State>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _ = stream.set_nodelay(true);
+            // The address the sandbox reached says which sandbox it is: each
+            // sandbox's network gives the gateway an address of its own.
+            let Some(sandbox) = stream.local_addr().ok().and_then(|a| state.sandbox(a.ip())) else {
+                return;
+            };
+            match kind {
+                Listener::Proxy => serve_http(stream, sandbox, state, None).await,
+                Listener::Http => {
+                    let port = stream.local_addr().map_or(80, |a| a.port());
+                    serve_http(stream, sandbox, state, Some(Origin::Host { port })).await
+                }
+                Listener::Tls => intercept_tls(stream, sandbox, state).await,
+            }
+        });
+    }
+}
+
+/// Where the requests on a connection go when they do not say it themselves.
+#[derive(Clone)]
+enum Origin {
+    /// To the Host header's host, at this port, in plain HTTP.
+    Host { port: u16 },
+    /// To this host over TLS (the connection's TLS was terminated here).
+    Tls { host: String, port: u16 },
+}
+
+type Senders = Arc<Mutex<HashMap<(String, u16, bool), SendRequest<Incoming>>>>;
+
+async fn serve_http<S>(stream: S, sandbox: Arc<Sandbox>, state: Arc<State>, origin: Option<Origin>)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let senders: Senders = Arc::default();
+    let service = service_fn(move |req| {
+        let (sandbox, state, origin, senders) = (
+            sandbox.clone(),
+            state.clone(),
+            origin.clone(),
+            senders.clone(),
+        );
+        async move { Ok::<_, hyper::Error>(handle(req, sandbox, state, origin, senders).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    sandbox: Arc<Sandbox>,
+    state: Arc<State>,
+    origin: Option<Origin>,
+    senders: Senders,
+) -> Response<Body> {
+    if req.method() == Method::CONNECT {
+        return connect(req, sandbox, state).await;
+    }
+    let (host, port, tls) = match &origin {
+        Some(Origin::Tls { host, port }) => (host.clone(), *port, true),
+        Some(Origin::Host { port }) => match host_header(&req) {
+            Some((h, p)) => (h, p.unwrap_or(*port), false),
+            None => return refuse(StatusCode::BAD_REQUEST, "the request has no Host header"),
+        },
+        None => match (req.uri().scheme_str(), req.uri().host()) {
+            (Some("http"), Some(h)) => (h.to_string(), req.uri().port_u16().unwrap_or(80), false),
+            _ => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "the proxy takes http:// URLs and CONNECT (https goes through CONNECT)",
+                )
+            }
+        },
+    };
+    let target = Target::parse(&host);
+    if !sandbox.policy().allows(&target, port) {
+        return denied(&host, port);
+    }
+    forward(req, &host, port, tls, &sandbox, &state, &senders).await
+}
+
+async fn forward(
+    req: Request<Incoming>,
+    host: &str,
+    port: u16,
+    tls: bool,
+    sandbox: &Sandbox,
+    state: &State,
+    senders: &Senders,
+) -> Response<Body> {
+    let (mut parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    parts.uri = path
+        .parse::<Uri>()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    parts.headers.remove("proxy-authorization");
+    parts.headers.remove("proxy-connection");
+    if !parts.headers.contains_key(HOST) {
+        let value = if (port == 80 && !tls) || (port == 443 && tls) {
+            host.to_string()
+        } else {
+            format!("{host}:{port}")
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            parts.headers.insert(HOST, v);
+        }
+    }
+    let policy = sandbox.policy();
+    secrets::substitute(
+        &mut parts.headers,
+        &sandbox.secrets(),
+        &Target::parse(host),
+        port,
+    );
+    let key = (host.to_string(), port, tls);
+    let mut reused = senders.lock().await.remove(&key);
+    if let Some(s) = &mut reused {
+        if s.ready().await.is_err() {
+            reused = None;
+        }
+    }
+    let mut sender = match reused {
+        Some(s) => s,
+        None => {
+            let tls = tls.then(|| state.upstream_tls());
+            match upstream::http(host, port, tls, &policy).await {
+                Ok(s) => s,
+                Err(e) => {
+                    return refuse(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("dockhand egress gateway: {e}"),
+                    )
+                }
+            }
+        }
+    };
+    let answer = sender.send_request(Request::from_parts(parts, body)).await;
+    senders.lock().await.insert(key, sender);
+    match answer {
+        Ok(response) => response.map(|b| b.boxed()),
+        Err(e) => refuse(
+            StatusCode::BAD_GATEWAY,
+            &format!("dockhand egress gateway: {host}: {e}"),
+        ),
+    }
+}
+
+/// CONNECT: a tunnel to an allowed host, or TLS terminated here when the
+/// host has secrets.
+async fn connect(
+    req: Request<Incoming>,
+    sandbox: Arc<Sandbox>,
+    state: Arc<State>,
+) -> Response<Body> {
+    let Some(authority) = req.uri().authority().cloned() else {
+        return refuse(StatusCode::BAD_REQUEST, "CONNECT needs host:port");
+    };
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = authority.port_u16().unwrap_or(443);
+    let target = Target::parse(&host);
+    if !sandbox.policy().allows(&target, port) {
+        return denied(&host, port);
+    }
+    if secrets::any_for(&sandbox.secrets(), &target, port) {
+        tokio::spawn(async move {
+            if let Ok(upgraded) = hyper::upgrade::on(req).await {
+                terminate(TokioIo::new(upgraded), host, port, sandbox, state).await;
+            }
+        });
+        return empty(StatusCode::OK);
+    }
+    let upstream = match upstream::connect(&host, port, &sandbox.policy()).await {
+        Ok(s) => s,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_GATEWAY,
+                &format!("dockhand egress gateway: {e}"),
+            )
+        }
+    };
+    tokio::spawn(async move {
+        if let Ok(upgraded) = hyper::upgrade::on(req).await {
+            splice(TokioIo::new(upgraded), upstream).await;
+        }
+    });
+    empty(StatusCode::OK)
+}
+
+/// Port 443: reads the ClientHello for the server name, then passes the
+/// connection through, or terminates it when the host has secrets.
+async fn intercept_tls(mut stream: TcpStream, sandbox: Arc<Sandbox>, state: Arc<State>) {
+    let port = stream.local_addr().map_or(443, |a| a.port());
+    let mut received = Vec::new();
+    let host = loop {
+        let mut chunk = [0u8; 4096];
+        let read = tokio::time::timeout(HELLO_TIMEOUT, stream.read(&mut chunk)).await;
+        let Ok(Ok(n)) = read else { return };
+        if n == 0 {
+            return;
+        }
+        received.extend_from_slice(&chunk[..n]);
+        match tls::server_name(&received) {
+            Hello::Incomplete if received.len() < MAX_HELLO => continue,
+            Hello::Server(Some(name)) => break name,
+            _ => return,
+        }
+    };
+    let target = Target::parse(&host);
+    if !sandbox.policy().allows(&target, port) {
+        return;
+    }
+    let stream = Prefixed::new(received, stream);
+    if secrets::any_for(&sandbox.secrets(), &target, port) {
+        terminate(stream, host, port, sandbox, state).await;
+        return;
+    }
+    if let Ok(upstream) = upstream::connect(&host, port, &sandbox.policy()).await {
+        splice(stream, upstream).await;
+    }
+}
+
+/// Terminates the sandbox's TLS with a certificate from its own authority
+/// and serves its requests, forwarded over the gateway's own TLS.
+fn terminate<S>(
+    stream: S,
+    host: String,
+    port: u16,
+    sandbox: Arc<Sandbox>,
+    state: Arc<State>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    // Boxed with its `Send` spelled out: a CONNECT served inside a
+    // terminated connection comes back here, and the compiler cannot see
+    // through that cycle.
+    Box::pin(async move {
+        let Ok(config) = sandbox.authority.server_config(&host) else {
+            return;
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let accepted = tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(stream)).await;
+        let Ok(Ok(tls)) = accepted else { return };
+        serve_http(tls, sandbox, state, Some(Origin::Tls { host, port })).await;
+    })
+}
+
+async fn splice<A, B>(mut a: A, mut b: B)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+}
+
+fn host_header(req: &Request<Incoming>) -> Option<(String, Option<u16>)> {
+    let value = req.headers().get(HOST)?.to_str().ok()?;
+    let authority: hyper::http::uri::Authority = value.parse().ok()?;
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Some((host, authority.port_u16()))
+}
+
+fn denied(host: &str, port: u16) -> Response<Body> {
+    let mut response = refuse(
+        StatusCode::FORBIDDEN,
+        &format!("dockhand egress gateway: {host}:{port} is not allowed by this sandbox's network policy"),
+    );
+    response
+        .headers_mut()
+        .insert("x-dockhand-egress", HeaderValue::from_static("denied"));
+    response
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(format!("{message}\n")))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+/// Binds a listener on every address (the sandbox's networks come and go).
+pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
+    TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))).await
+}
