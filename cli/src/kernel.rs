@@ -168,7 +168,7 @@ async fn run_cells(args: RunArgs, host: Option<String>, json: bool) -> Result<Ex
         Some(id) => Target::Kept(id.clone()),
         None => {
             let client = crate::connect(host, json).await?;
-            let kernel = client.kernel(args.start.kernel_config());
+            let kernel = client.kernel(args.start.kernel_config()?);
             kernel.start().await?;
             Target::Fresh(kernel)
         }

@@ -15,7 +15,7 @@ use clap::Args;
 use dockhand::codemode::{CodeHost, CodeHostConfig, Toolset};
 use dockhand::kernel::{Execution, Kernel, KernelConfig, RunOptions};
 use dockhand::session::{Session, SessionConfig, SessionTools};
-use dockhand::{CacheMode, Client, ImageSpec, Sandbox};
+use dockhand::{CacheMode, Client, Egress, ImageSpec, Network, Sandbox, Secret};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Content, ServerCapabilities, ServerInfo};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
@@ -25,9 +25,16 @@ use tokio::sync::{Mutex, OnceCell};
 
 #[derive(Args, Debug)]
 pub struct McpArgs {
-    /// Give sessions network access (off by default).
-    #[arg(long)]
-    network: bool,
+    /// What sessions and kernels may reach: `--network` for everything
+    /// (run_python stays offline then), or `--allow-host`s for listed hosts
+    /// only, through dockhand's egress gateway (run_python included).
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
+    /// A secret for sessions, kernels and run_python: NAME=env:VAR, or
+    /// NAME=env:VAR@host,host to keep it outside the sandbox (the egress
+    /// gateway swaps its placeholder for those hosts only).
+    #[arg(long = "secret", value_name = "NAME=env:VAR[@HOST]")]
+    secrets: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -41,6 +48,10 @@ struct RunPython {
     /// Time limit in seconds (default 60, at most 3600).
     #[schemars(range(min = 0.001, max = 3600.0))]
     timeout: Option<f64>,
+    /// Hosts this run may reach: some of those the server allows (its
+    /// `--allow-host` entries, as written); default all of them. Never more.
+    #[serde(default)]
+    allow_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -176,7 +187,8 @@ fn execution_content(execution: &Execution) -> CallToolResult {
 #[derive(Clone)]
 pub struct Server {
     client: Client,
-    network: bool,
+    network: Network,
+    secrets: Vec<Secret>,
     owned: Arc<Owned>,
 }
 
@@ -211,12 +223,40 @@ fn session_reply(reply: dockhand::Result<Value>) -> CallToolResult {
     }
 }
 
+impl Server {
+    /// run_python's network: offline, or the server's egress policy, or a
+    /// part of it the call names (never more than the server allows).
+    fn run_python_network(&self, asked: Option<Vec<String>>) -> Result<Network, String> {
+        let Network::Egress(policy) = &self.network else {
+            return match asked {
+                Some(hosts) if !hosts.is_empty() => Err(
+                    "this server gives run_python no network: allow_hosts cannot be used".into(),
+                ),
+                _ => Ok(Network::None),
+            };
+        };
+        let Some(hosts) = asked else {
+            return Ok(self.network.clone());
+        };
+        if let Some(extra) = hosts.iter().find(|h| !policy.allowed().contains(h)) {
+            return Err(format!(
+                "`{extra}` is not among the hosts this server allows: {}",
+                policy.allowed().join(", ")
+            ));
+        }
+        Ok(Network::Egress(
+            Egress::allow(hosts).deny(policy.denied().to_vec()),
+        ))
+    }
+}
+
 #[tool_router]
 impl Server {
-    fn new(client: Client, network: bool) -> Self {
+    fn new(client: Client, network: Network, secrets: Vec<Secret>) -> Self {
         Server {
             client,
             network,
+            secrets,
             owned: Arc::new(Owned {
                 sessions: Mutex::default(),
                 host: OnceCell::new(),
@@ -232,9 +272,12 @@ impl Server {
         if let Some(tools) = sessions.get(&name) {
             return Ok(tools.clone());
         }
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .image(ImageSpec::default().trust_host_certificates())
-            .network(self.network);
+            .network(self.network.clone());
+        for secret in &self.secrets {
+            config = config.secret(secret.clone());
+        }
         let session = self.client.session(config);
         session.start().await?;
         let tools = SessionTools::new(session);
@@ -255,7 +298,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Runs Python code once in a fresh, offline sandbox container and returns its exit code, stdout and stderr."
+        description = "Runs Python code once in a fresh sandbox container and returns its exit code, stdout and stderr. It is offline unless the server allows hosts; allow_hosts narrows those for one run."
     )]
     async fn run_python(
         &self,
@@ -265,14 +308,23 @@ impl Server {
             Ok(t) => t,
             Err(refused) => return Ok(tool_error(refused)),
         };
+        let network = match self.run_python_network(args.allow_hosts) {
+            Ok(network) => network,
+            Err(refused) => return Ok(tool_error(refused)),
+        };
         let image = ImageSpec::default().pip(args.pip).trust_host_certificates();
-        let sandbox = Sandbox::code("run_python", args.code)
+        let mut sandbox = Sandbox::code("run_python", args.code)
             .verbatim()
             .image(image)
             .timeout(timeout)
             .cache(CacheMode::Disable)
-            .accept_exit_codes(1..=255)
-            .build();
+            .accept_exit_codes(1..=255);
+        if let Network::Egress(_) = &network {
+            for secret in &self.secrets {
+                sandbox = sandbox.secret(secret.clone());
+            }
+        }
+        let sandbox = sandbox.network(network).build();
         let sandbox = match sandbox {
             Ok(s) => s,
             Err(e) => return Ok(tool_error(e)),
@@ -359,10 +411,12 @@ impl Server {
             .get_or_try_init(|| async {
                 let config = KernelConfig::data_science();
                 let image = config.image_spec().clone().trust_host_certificates();
-                let network = self.network;
-                let kernel = self
-                    .client
-                    .kernel(config.image(image).session(|s| s.network(network)));
+                let (network, secrets) = (self.network.clone(), self.secrets.clone());
+                let kernel = self.client.kernel(config.image(image).session(|s| {
+                    secrets
+                        .into_iter()
+                        .fold(s.network(network), |s, secret| s.secret(secret))
+                }));
                 kernel.start().await?;
                 Ok::<_, dockhand::Error>(kernel)
             })
@@ -441,9 +495,15 @@ impl ServerHandler for Server {
 }
 
 pub async fn serve(args: McpArgs, host: Option<String>) -> Result<ExitCode> {
+    let network = args.network.network()?;
+    let secrets = args
+        .secrets
+        .iter()
+        .map(|s| crate::spec::parse_secret(s))
+        .collect::<Result<Vec<_>>>()?;
     // stdout is the protocol: nothing else may be printed there.
     let client = crate::connect(host, true).await?;
-    let server = Server::new(client, args.network);
+    let server = Server::new(client, network, secrets);
     let owned = server.owned.clone();
     let running = server.serve(rmcp::transport::stdio()).await?;
     let ended = running.waiting().await;

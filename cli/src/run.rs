@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use dockhand::{
-    CacheMode, ImageSpec, Network, RunOptions, RunOutput, Sandbox, StreamKind, Type, Value,
-};
+use dockhand::{CacheMode, ImageSpec, RunOptions, RunOutput, Sandbox, StreamKind, Type, Value};
 
 use crate::spec;
 
@@ -55,17 +53,18 @@ pub struct RunArgs {
     /// Time limit in seconds (fractions allowed).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
-    /// Give the sandbox network access (off by default).
-    #[arg(long)]
-    network: bool,
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
     /// The kernel boundary: `gvisor`, or any runtime the daemon has registered (default runc).
     #[arg(long, value_name = "gvisor|NAME")]
     runtime: Option<String>,
     /// An environment variable.
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     env: Vec<String>,
-    /// A secret from the host's environment: NAME=env:VAR, or NAME=file:VAR for /run/secrets/NAME.
-    #[arg(long = "secret", value_name = "NAME=env:VAR")]
+    /// A secret from the host's environment: NAME=env:VAR, or NAME=file:VAR for
+    /// /run/secrets/NAME; NAME=env:VAR@host,host keeps it outside the sandbox
+    /// (it holds a placeholder the egress gateway swaps for those hosts only).
+    #[arg(long = "secret", value_name = "NAME=env:VAR[@HOST]")]
     secrets: Vec<String>,
     /// Where File and Dir outputs are copied.
     #[arg(long, default_value = ".")]
@@ -145,9 +144,7 @@ fn sandbox(args: &RunArgs) -> Result<(Sandbox, Vec<(String, Value)>)> {
         }
         builder = builder.timeout(Duration::from_secs_f64(secs));
     }
-    if args.network {
-        builder = builder.network(Network::Bridge);
-    }
+    builder = builder.network(args.network.network()?);
     if let Some(runtime) = &args.runtime {
         builder = builder.isolation(crate::spec::parse_isolation(runtime));
     }

@@ -104,20 +104,38 @@ pub fn parse_env(arg: &str) -> Result<(String, String)> {
 }
 
 /// `NAME=env:VAR` (the value stays on the host until the run) or
-/// `NAME=file:VAR` for `/run/secrets/NAME`. Values are never given on the
-/// command line, where they would show in `ps` and shell history.
+/// `NAME=file:VAR` for `/run/secrets/NAME`, optionally `@host,host` for a
+/// secret that never enters the sandbox (the egress gateway puts it into
+/// requests to those hosts only). Values are never given on the command
+/// line, where they would show in `ps` and shell history.
 pub fn parse_secret(arg: &str) -> Result<Secret> {
     let (name, source) = arg
         .split_once('=')
         .ok_or_else(|| anyhow!("secret `{arg}`: write NAME=env:HOST_VAR"))?;
-    match source.split_once(':') {
-        Some(("env", var)) => Ok(Secret::from_env(name, var)),
-        Some(("file", var)) => Ok(Secret::from_env(name, var).as_file()),
+    // An environment variable's name has no `@`: what follows is hosts.
+    let (source, hosts) = match source.split_once('@') {
+        Some((source, hosts)) => (source, Some(hosts)),
+        None => (source, None),
+    };
+    let secret = match source.split_once(':') {
+        Some(("env", var)) => Secret::from_env(name, var),
+        Some(("file", var)) => Secret::from_env(name, var).as_file(),
         _ => bail!(
             "secret `{name}`: write {name}=env:HOST_VAR (an env var) or {name}=file:HOST_VAR \
-             (/run/secrets/{name}); values are not taken on the command line"
+             (/run/secrets/{name}), with @host,host to keep it outside the sandbox; values are \
+             not taken on the command line"
         ),
-    }
+    };
+    Ok(match hosts {
+        Some(hosts) => {
+            let hosts: Vec<&str> = hosts.split(',').filter(|h| !h.is_empty()).collect();
+            if hosts.is_empty() {
+                bail!("secret `{name}`: name at least one host after `@`");
+            }
+            secret.only_for(hosts)
+        }
+        None => secret,
+    })
 }
 
 #[cfg(test)]
@@ -172,6 +190,9 @@ mod tests {
         assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
         let s = parse_secret("TOKEN=env:MY_TOKEN").unwrap();
         assert_eq!(s.name(), "TOKEN");
+        let bound = parse_secret("KEY=env:MY_KEY@api.example.com,*.example.org").unwrap();
+        assert_eq!(bound.hosts().unwrap(), ["api.example.com", "*.example.org"]);
+        assert!(parse_secret("KEY=env:MY_KEY@").is_err());
         assert!(parse_secret("TOKEN=hunter2")
             .unwrap_err()
             .to_string()

@@ -136,16 +136,18 @@ impl ClientBuilder {
     }
 
     /// The Docker network dockhand's egress gateway reaches allowed hosts
-    /// through (the daemon's `bridge` unless told): for hosts only reachable
-    /// on a network of yours. See [`Egress`](crate::Egress).
+    /// through: for hosts only reachable on a network of yours. Without it,
+    /// `DOCKHAND_EGRESS_NETWORK`, else the daemon's `bridge`. See
+    /// [`Egress`](crate::Egress).
     pub fn egress_network(mut self, network: impl Into<String>) -> Self {
         self.egress.outside = Some(network.into());
         self
     }
 
     /// A certificate (PEM) the egress gateway trusts for its own TLS
-    /// connections, besides the host's CA bundle (for a private CA). The
-    /// sandboxes behind it trust it too.
+    /// connections, besides the host's CA bundle and the files
+    /// `DOCKHAND_CA_CERTS` names (as builds do). The sandboxes behind it
+    /// trust it too.
     pub fn egress_trust(mut self, pem: impl Into<String>) -> Self {
         self.egress.trust.push(pem.into());
         self

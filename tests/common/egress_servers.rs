@@ -1,4 +1,5 @@
-//! Test servers for the egress tests: one container answering HTTP (80)
+//! Test servers for the egress tests (the SDK's and the command's): one
+//! container answering HTTP (80)
 //! and HTTPS (443, a certificate from a test CA) under several names, on an
 //! internal network of the test's own. The gateway reaches them through that
 //! network; nothing leaves the machine.
@@ -6,8 +7,6 @@
 use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-
-use crate::common::docker;
 
 /// What the server answers: the Host it was asked for, whether it was
 /// reached over TLS, and a hash of the Authorization header (never the
@@ -165,6 +164,20 @@ impl Drop for TestServers {
             .args(["network", "rm", &self.network])
             .output();
     }
+}
+
+/// Runs the docker CLI; panics with its stderr when it fails.
+fn docker(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn uuid_like() -> String {

@@ -74,9 +74,8 @@ pub struct StartArgs {
     /// pip packages to add to the image.
     #[arg(long = "pip")]
     pip: Vec<String>,
-    /// Give the session network access.
-    #[arg(long)]
-    network: bool,
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
     /// Memory: 512Mi, 1Gi or bytes.
     #[arg(long)]
     memory: Option<String>,
@@ -97,7 +96,7 @@ pub struct StartArgs {
 impl StartArgs {
     /// The kernel to hold: the data-science spec plus `--pip`, or `--image`
     /// as it is (it needs ipykernel), with the session's settings.
-    pub fn kernel_config(&self) -> KernelConfig {
+    pub fn kernel_config(&self) -> anyhow::Result<KernelConfig> {
         let base = KernelConfig::data_science();
         let image = match &self.image {
             Some(reference) => ImageSpec::prebuilt(reference.clone()),
@@ -107,18 +106,20 @@ impl StartArgs {
                 .pip(self.pip.clone())
                 .trust_host_certificates(),
         };
-        let session = self.config();
-        base.image(image).session(|_| session.no_timeout())
+        let session = self.config()?;
+        Ok(base.image(image).session(|_| session.no_timeout()))
     }
 
-    fn config(&self) -> SessionConfig {
+    fn config(&self) -> anyhow::Result<SessionConfig> {
         let image = match &self.image {
             Some(reference) => ImageSpec::prebuilt(reference.clone()),
             None => ImageSpec::default()
                 .pip(self.pip.clone())
                 .trust_host_certificates(),
         };
-        let mut config = SessionConfig::new().image(image).network(self.network);
+        let mut config = SessionConfig::new()
+            .image(image)
+            .network(self.network.network()?);
         if let Some(memory) = &self.memory {
             config = config.memory(memory.as_str());
         }
@@ -128,7 +129,7 @@ impl StartArgs {
         if let Some(runtime) = &self.runtime {
             config = config.isolation(crate::spec::parse_isolation(runtime));
         }
-        config
+        Ok(config)
     }
 
     fn to_args(&self) -> Vec<String> {
@@ -139,9 +140,7 @@ impl StartArgs {
         for p in &self.pip {
             args.extend(["--pip".into(), p.clone()]);
         }
-        if self.network {
-            args.push("--network".into());
-        }
+        args.extend(self.network.to_args());
         if let Some(m) = &self.memory {
             args.extend(["--memory".into(), m.clone()]);
         }
@@ -195,8 +194,8 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
         SessionCommand::Start(args) => start(args, host, json).await,
         SessionCommand::Serve { id, start } => {
             let idle = Duration::from_secs(start.idle_timeout.max(1));
-            let kernel = start.kernel.then(|| start.kernel_config());
-            keeper::serve(id, start.config(), kernel, idle, host).await?;
+            let kernel = start.kernel.then(|| start.kernel_config()).transpose()?;
+            keeper::serve(id, start.config()?, kernel, idle, host).await?;
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Exec {
@@ -270,6 +269,8 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
 /// signals do not reach it) and waits until it answers.
 pub async fn start(args: StartArgs, host: Option<String>, json: bool) -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
+    // Bad settings are said here, not in the keeper's log.
+    args.config()?;
     let id = format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..11]);
     let dir = keeper::socket_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

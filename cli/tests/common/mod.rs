@@ -36,6 +36,11 @@ pub type Client = RunningService<RoleClient, ()>;
 pub async fn mcp_client() -> Client {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
     command.arg("mcp");
+    mcp_client_of(command).await
+}
+
+/// Initializes a client of `command` (a `dockhand mcp` with options) over stdio.
+pub async fn mcp_client_of(command: tokio::process::Command) -> Client {
     let transport = TokioChildProcess::new(command).expect("start dockhand mcp");
     ().serve(transport).await.expect("initialize")
 }

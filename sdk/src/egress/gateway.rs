@@ -133,6 +133,10 @@ fn container_spec(image: &str, outside: &str) -> ContainerSpec {
     }
 }
 
+/// The network the gateway reaches the outside through, when the client
+/// does not say (`bridge` when neither does).
+pub const NETWORK_ENV: &str = "DOCKHAND_EGRESS_NETWORK";
+
 /// Where a client's gateway reaches the outside, and what it trusts there.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct GatewaySettings {
@@ -140,6 +144,27 @@ pub(crate) struct GatewaySettings {
     pub outside: Option<String>,
     /// Certificates (PEM) it trusts besides the host's bundle.
     pub trust: Vec<String>,
+}
+
+/// The certificates `DOCKHAND_CA_CERTS` names, which builds trust too.
+async fn env_certificates() -> Result<Vec<String>> {
+    let Ok(list) = std::env::var(crate::image::CA_CERTS_ENV) else {
+        return Ok(Vec::new());
+    };
+    crate::util::blocking("reading DOCKHAND_CA_CERTS", move || {
+        std::env::split_paths(&list)
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(|path| {
+                std::fs::read_to_string(&path).map_err(|e| {
+                    Error::io(
+                        format!("reading CA certificates from {}", path.display()),
+                        e,
+                    )
+                })
+            })
+            .collect()
+    })
+    .await
 }
 
 /// A client's gateway, started on first need.
@@ -191,7 +216,11 @@ impl Gateway {
         settings: &GatewaySettings,
     ) -> Result<Gateway> {
         let image = program().ensure(engine, reporter).await?;
-        let outside = settings.outside.as_deref().unwrap_or("bridge");
+        let mut trust = settings.trust.clone();
+        trust.extend(env_certificates().await?);
+        let from_env = std::env::var(NETWORK_ENV).ok().filter(|n| !n.is_empty());
+        let outside = settings.outside.clone().or(from_env);
+        let outside = outside.as_deref().unwrap_or("bridge");
         let container = engine
             .create_container(&container_spec(&image, outside))
             .await?;
@@ -212,7 +241,7 @@ impl Gateway {
             gateway.read_until(&mut control, "op", "started").await?;
         }
         gateway
-            .request(json!({"op": "config", "trust": settings.trust}))
+            .request(json!({"op": "config", "trust": trust}))
             .await?;
         Ok(gateway)
     }
