@@ -326,6 +326,79 @@ async fn a_live_sessions_policy_changes_and_the_gateway_goes_with_it() {
     assert_nothing_left().await;
 }
 
+#[tokio::test]
+async fn a_sandbox_hoarding_connections_cannot_starve_another() {
+    let _serial = SERIAL.lock().await;
+    let (client, servers) = setup().await;
+    // Opens 2000 connections to the gateway and holds them; reports how many
+    // the gateway kept open.
+    let hoard = r#"
+import socket, time
+gateway = socket.gethostbyname("api.example.test")
+held = []
+for _ in range(2000):
+    try:
+        held.append(socket.create_connection((gateway, 80), timeout=5))
+    except OSError:
+        break
+time.sleep(8)
+open_ = 0
+for s in held:
+    s.setblocking(False)
+    try:
+        open_ += s.recv(1) != b""
+    except BlockingIOError:
+        open_ += 1
+    except OSError:
+        pass
+result = "%d %d" % (len(held), open_)
+"#;
+    let hoarder = Sandbox::code("egress-hoarder", hoard)
+        .output("result", Type::Str)
+        .network(Egress::allow(["api.example.test"]))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let running = {
+        let client = client.clone();
+        tokio::spawn(async move { client.run(&hoarder, Vec::<(String, i64)>::new()).await })
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let r = probe(
+        &client,
+        Egress::allow(["api.example.test"]),
+        &servers.address,
+        r#"{"fetch": fetch("http://api.example.test/")}"#,
+    )
+    .await;
+    assert_eq!(
+        status(&r["fetch"]),
+        200,
+        "another sandbox still gets through: {}",
+        r["fetch"]
+    );
+    let out = running.await.unwrap().expect("the hoarder runs");
+    let text = out.get::<String>("result").unwrap();
+    let (made, open) = text.split_once(' ').unwrap();
+    let (made, open): (usize, usize) = (made.parse().unwrap(), open.parse().unwrap());
+    assert!(made > 512, "{text}");
+    assert!(
+        open <= 512,
+        "the gateway kept {open} of {made} connections open"
+    );
+    // And the next run of the hoarder's kind is unaffected.
+    let again = probe(
+        &client,
+        Egress::allow(["api.example.test"]),
+        &servers.address,
+        r#"{"fetch": fetch("http://api.example.test/")}"#,
+    )
+    .await;
+    assert_eq!(status(&again["fetch"]), 200);
+    drop(client);
+    assert_nothing_left().await;
+}
+
 fn networks() -> usize {
     common::docker(&[
         "network",

@@ -14,6 +14,10 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 const SERVER: &str = r#"
 import hashlib, http.server, json, ssl, threading
 class Echo(http.server.BaseHTTPRequestHandler):
+    # Keep-alive, as real APIs do; one write per response, no Nagle wait.
+    protocol_version = "HTTP/1.1"
+    wbufsize = -1
+    disable_nagle_algorithm = True
     def do_GET(self):
         auth = self.headers.get("Authorization", "")
         body = json.dumps({

@@ -204,9 +204,17 @@ struct Control {
 
 /// One running gateway.
 pub(crate) struct Gateway {
+    engine: Engine,
     container: ContainerGuard,
     control: Mutex<Control>,
     dead: std::sync::atomic::AtomicBool,
+    spares: super::spares::Spares,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.spares.remove_all(&self.engine, self.container.id());
+    }
 }
 
 impl Gateway {
@@ -227,6 +235,8 @@ impl Gateway {
         let attached = engine.attach(container.id()).await?;
         engine.start_container(container.id()).await?;
         let gateway = Gateway {
+            engine: engine.clone(),
+            spares: Default::default(),
             container,
             control: Mutex::new(Control {
                 input: attached.input,
@@ -250,6 +260,14 @@ impl Gateway {
         self.container.id()
     }
 
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn spares(&self) -> &super::spares::Spares {
+        &self.spares
+    }
+
     fn is_dead(&self) -> bool {
         self.dead.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -259,26 +277,20 @@ impl Gateway {
         Error::EgressGateway { reason }
     }
 
+    /// Sends one command (given an `id` here) without waiting for its
+    /// answer, which a later request skips: for forgetting a sandbox, which
+    /// nobody needs to wait for (an answer over attach takes tens of ms).
+    pub async fn tell(&self, command: Value) -> Result<()> {
+        let mut control = self.control.lock().await;
+        self.send(&mut control, command).await.map(drop)
+    }
+
     /// Sends one command (given an `id` here) and returns its answer. Each
     /// answer names its command, so an answer a dropped caller never read
     /// is skipped, not taken for the next one's.
-    pub async fn request(&self, mut command: Value) -> Result<Value> {
+    pub async fn request(&self, command: Value) -> Result<Value> {
         let mut control = self.control.lock().await;
-        control.next_id += 1;
-        let id = format!("c{}", control.next_id);
-        command["id"] = json!(id);
-        let mut line = command.to_string();
-        line.push('\n');
-        let sent = async {
-            control.input.write_all(line.as_bytes()).await?;
-            control.input.flush().await
-        };
-        match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
-            Ok(Ok(())) => {}
-            // The line carries secrets: the error names neither it nor them.
-            Ok(Err(e)) => return Err(self.died(format!("writing to it: {e}"))),
-            Err(_) => return Err(self.died("it stopped reading its commands".into())),
-        }
+        let id = self.send(&mut control, command).await?;
         // The lock is held until the answer: answers come in command order.
         let answer = self.read_until(&mut control, "id", &id).await?;
         if answer["op"] == "error" {
@@ -290,6 +302,25 @@ impl Gateway {
             });
         }
         Ok(answer)
+    }
+
+    /// Writes one command line; returns the id it was given.
+    async fn send(&self, control: &mut Control, mut command: Value) -> Result<String> {
+        control.next_id += 1;
+        let id = format!("c{}", control.next_id);
+        command["id"] = json!(id);
+        let mut line = command.to_string();
+        line.push('\n');
+        let sent = async {
+            control.input.write_all(line.as_bytes()).await?;
+            control.input.flush().await
+        };
+        match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
+            Ok(Ok(())) => Ok(id),
+            // The line carries secrets: the error names neither it nor them.
+            Ok(Err(e)) => Err(self.died(format!("writing to it: {e}"))),
+            Err(_) => Err(self.died("it stopped reading its commands".into())),
+        }
     }
 
     /// Reads answers until one whose `field` is `value` comes.

@@ -60,25 +60,6 @@ impl std::fmt::Debug for Lease {
     }
 }
 
-/// Removes the network if the lease never came to be.
-struct NetworkGuard {
-    engine: Engine,
-    network: String,
-    gateway: String,
-    armed: bool,
-}
-
-impl Drop for NetworkGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            self.engine.remove_network_in_background(
-                std::mem::take(&mut self.network),
-                Some(std::mem::take(&mut self.gateway)),
-            );
-        }
-    }
-}
-
 impl Lease {
     /// Makes the sandbox's network, attaches the gateway and registers the
     /// policy and secrets.
@@ -87,18 +68,13 @@ impl Lease {
         let engine = client.engine();
         let gateway = client.gateways().get(engine, client.reporter()).await?;
         let key = uuid::Uuid::new_v4().simple().to_string();
-        let network = format!("dockhand-egress-{key}");
-        // Armed before the create is sent: a dropped call still removes it.
-        let mut guard = NetworkGuard {
+        let super::spares::Spare { network, address } = gateway.spares().take(&gateway).await?;
+        // Until the lease exists, a failure (or a dropped call) removes it.
+        let pending = Pending {
             engine: engine.clone(),
-            network: network.clone(),
+            network: Some(network.clone()),
             gateway: gateway.container_id().to_string(),
-            armed: true,
         };
-        engine.create_internal_network(&network).await?;
-        let address = engine
-            .connect_network(&network, gateway.container_id())
-            .await?;
         let placeholders: Vec<(String, String)> = secrets
             .iter()
             .map(|s| {
@@ -116,7 +92,7 @@ impl Lease {
             }))
             .await?;
         let bundle = answer["bundle"].as_str().unwrap_or_default().to_string();
-        guard.armed = false;
+        pending.keep();
         Ok(Lease {
             gateway,
             engine: engine.clone(),
@@ -235,13 +211,35 @@ impl Drop for Lease {
             let gateway = self.gateway.clone();
             let key = self.key.clone();
             handle.spawn(async move {
-                let _ = gateway.request(json!({"op": "drop", "key": key})).await;
+                let _ = gateway.tell(json!({"op": "drop", "key": key})).await;
             });
         }
         self.engine.remove_network_in_background(
             self.network.clone(),
             Some(self.gateway.container_id().to_string()),
         );
+    }
+}
+
+/// A network taken for a lease not yet made: removed if it never is.
+struct Pending {
+    engine: Engine,
+    network: Option<String>,
+    gateway: String,
+}
+
+impl Pending {
+    fn keep(mut self) {
+        self.network = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(network) = self.network.take() {
+            self.engine
+                .remove_network_in_background(network, Some(std::mem::take(&mut self.gateway)));
+        }
     }
 }
 

@@ -29,7 +29,8 @@
 //!
 //! ```
 //! use dockhand::{Egress, Sandbox};
-//! let fetch = Sandbox::command("fetch", ["curl", "-fsS", "https://pypi.org/simple/"])
+//! let fetch = Sandbox::command("fetch", "curl")
+//!     .args(["-fsS", "https://pypi.org/simple/"])
 //!     .network(Egress::allow(["pypi.org", "*.pythonhosted.org"]).deny(["*.internal.example.com"]))
 //!     .build()?;
 //! # Ok::<(), dockhand::Error>(())
@@ -38,6 +39,7 @@
 mod gateway;
 mod lease;
 pub(crate) mod rules;
+mod spares;
 
 pub(crate) use gateway::{GatewaySettings, Gateways};
 pub(crate) use lease::{HostSecret, Lease};

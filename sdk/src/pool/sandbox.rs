@@ -77,15 +77,12 @@ impl Client {
     pub async fn pool(&self, sandbox: &Sandbox, config: PoolConfig) -> Result<SandboxPool> {
         self.images().resolve(sandbox.image()).await?;
         let config = config.normalized();
-        // Each run of a sandbox with an egress policy has a network and a
-        // gateway registration of its own, made when it starts.
-        let egress = matches!(sandbox.runtime().network, crate::Network::Egress(_));
-        let config = if sandbox.runtime().secrets.is_empty() && !egress {
+        let config = if sandbox.runtime().secrets.is_empty() {
             config
         } else {
             tracing::warn!(
                 sandbox = %sandbox.name(),
-                "a sandbox with secrets or an egress policy is not pooled: its runs start cold"
+                "a sandbox with secrets is not pooled: its runs start cold"
             );
             PoolConfig::new(0)
         };
@@ -142,10 +139,23 @@ async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContai
     }
     spec.extra_labels
         .insert("dev.dockhand.pool".into(), sandbox.name().to_string());
+    // Under a policy: the container's own network and registration, made
+    // with it, so that its run starts with its way out ready.
+    let egress = match &sandbox.runtime().network {
+        crate::Network::Egress(policy) => {
+            let lease = crate::egress::Lease::open(client, policy, Vec::new()).await?;
+            lease.apply(&mut spec);
+            Some(lease)
+        }
+        _ => None,
+    };
     let engine = client.engine();
     let container = engine.create_container(&spec).await?;
     let id = container.id().to_string();
     let started = async {
+        if let Some(lease) = &egress {
+            lease.install(engine, &id).await?;
+        }
         if sandbox.image().is_prebuilt() {
             let tar = crate::sandbox::writable_root()?;
             engine
@@ -162,6 +172,7 @@ async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContai
         Ok(attached) => Ok(WarmContainer {
             container,
             attached,
+            egress,
         }),
         Err(e) => {
             let _ = container.remove().await;

@@ -12,7 +12,12 @@ use crate::error::{Error, Result};
 
 /// The container of a cold attempt: the command itself, the attempt number
 /// and secrets in its environment.
-pub(super) fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> ContainerSpec {
+pub(super) fn cold_spec(
+    sandbox: &Sandbox,
+    prepared: &Prepared,
+    lease: Option<&crate::egress::Lease>,
+    number: u32,
+) -> ContainerSpec {
     let rt = &sandbox.runtime;
     let (JobDelivery::Inline { command, .. } | JobDelivery::Upload { command, .. }) = &prepared.job;
     let mut spec = container_spec(sandbox, &prepared.image.reference, command.clone());
@@ -28,7 +33,7 @@ pub(super) fn cold_spec(sandbox: &Sandbox, prepared: &Prepared, number: u32) -> 
     if prepared.secrets_tar.is_some() {
         spec.scratch_volumes.push(SECRETS_DIR.to_string());
     }
-    if let Some(lease) = &prepared.egress {
+    if let Some(lease) = lease {
         lease.apply(&mut spec);
     }
     spec
@@ -71,6 +76,9 @@ pub(crate) struct WarmContainer {
     pub(crate) container: ContainerGuard,
     /// Its stdin, stdout and stderr.
     pub(crate) attached: Attached,
+    /// Its network and registration with the egress gateway, made with it
+    /// (a sandbox with a policy): the run starts with its way out ready.
+    pub(crate) egress: Option<crate::egress::Lease>,
 }
 
 /// Gives a warm container its job: the attempt number on its stdin, which

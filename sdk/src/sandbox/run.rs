@@ -116,8 +116,13 @@ pub(super) struct Prepared {
     pub(super) job: JobDelivery,
     /// Where the runner's outputs frame starts on stdout, if it sends one.
     pub(super) frame_marker: Option<String>,
+    /// Secret names and what the container gets: values, or placeholders
+    /// for secrets bound to hosts.
     pub(super) secrets: Vec<(String, String)>,
     pub(super) secrets_tar: Option<Bytes>,
+    /// Secret names and values, redacted from whatever comes back (an
+    /// allowed host could echo a bound secret into the sandbox).
+    pub(super) redactions: Vec<(String, String)>,
     /// Images not built by dockhand may lack a writable /var/outputs.
     pub(super) needs_outputs_dir: bool,
     /// The way out through the egress gateway, for a sandbox with a policy.
@@ -216,8 +221,16 @@ impl Client {
 
         // A policy's network and the gateway's registration, shared by the
         // attempts; secrets bound to hosts become placeholders from here on.
-        let (egress, secrets) =
-            crate::egress::open_for(self, &rt.network, &rt.secrets, secrets).await?;
+        let redactions = secrets.clone();
+        // A pooled run takes its warm container's way out, or opens one if it
+        // starts cold; secrets bound to hosts need theirs now (such sandboxes
+        // are not pooled).
+        let bound = rt.secrets.iter().any(|s| s.hosts().is_some());
+        let (egress, secrets) = if pool.is_none() || bound {
+            crate::egress::open_for(self, &rt.network, &rt.secrets, secrets).await?
+        } else {
+            (None, secrets)
+        };
         // Only a miss needs the archives (reading File and Dir inputs again).
         let file_secrets: Vec<(String, String)> = rt
             .secrets
@@ -254,6 +267,7 @@ impl Client {
             frame_marker,
             secrets,
             secrets_tar,
+            redactions,
             egress,
         };
         let outcome = self
@@ -368,6 +382,10 @@ impl Client {
         let deadline = rt
             .timeout
             .map(|limit| (tokio::time::Instant::now() + limit, limit));
+        // The way out of this attempt's container, kept until the attempt
+        // ends (its drop lets the network go in the background).
+        let mut _warm_egress = None;
+        let mut cold_egress = None;
         let taken = match pool {
             Some(pool) => {
                 let wait = deadline.map_or(crate::pool::WAIT_LIMIT, |(at, _)| {
@@ -382,7 +400,10 @@ impl Client {
             Some(WarmContainer {
                 container,
                 attached,
+                egress,
             }) => {
+                // Until the attempt ends: the container's network and policy.
+                _warm_egress = egress;
                 let handed = hand_over(engine, &container, attached, prepared, number);
                 match within(deadline, handed).await {
                     Ok(attached) => Some((container, attached)),
@@ -403,7 +424,15 @@ impl Client {
         let (container, mut output, _stdin) = match warm {
             Some((container, (output, stdin))) => (container, output, Some(stdin)),
             None => {
-                let spec = cold_spec(sandbox, prepared, number);
+                // A pooled run that starts cold makes its own way out.
+                if prepared.egress.is_none() {
+                    if let crate::Network::Egress(policy) = &rt.network {
+                        let opened = crate::egress::Lease::open(self, policy, Vec::new());
+                        cold_egress = Some(within(deadline, opened).await?);
+                    }
+                }
+                let lease = prepared.egress.as_ref().or(cold_egress.as_ref());
+                let spec = cold_spec(sandbox, prepared, lease, number);
                 let container = within(deadline, engine.create_container(&spec)).await?;
                 let id = container.id().to_string();
                 let launch = async {
@@ -418,7 +447,7 @@ impl Client {
                         if let Some(tar) = &prepared.secrets_tar {
                             engine.upload_archive(&id, SECRETS_DIR, tar.clone()).await?;
                         }
-                        if let Some(lease) = &prepared.egress {
+                        if let Some(lease) = lease {
                             lease.install(engine, &id).await?;
                         }
                         Ok::<_, Error>(())
@@ -449,7 +478,7 @@ impl Client {
             // Lines and captures are redacted in the buffers, before any cut.
             let handler = options.on_output.clone();
             let handler = handler.as_ref();
-            let secrets: Arc<[(String, String)]> = prepared.secrets.clone().into();
+            let secrets: Arc<[(String, String)]> = prepared.redactions.clone().into();
             let limit = sandbox.output_limit;
             let mut stdout = StreamBuffer::new(StreamKind::Stdout, limit, secrets.clone());
             let mut stderr = StreamBuffer::new(StreamKind::Stderr, limit, secrets);
@@ -558,7 +587,7 @@ impl Client {
             stderr: &stderr.text,
             runtime: rt,
             program: &sandbox.program,
-            secrets: &prepared.secrets,
+            secrets: &prepared.redactions,
         })?;
         let outputs = outputs::parse(collected, &sandbox.outputs)?;
         Ok(RunOutput {

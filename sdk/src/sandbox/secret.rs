@@ -74,7 +74,8 @@ impl Secret {
     ///
     /// ```
     /// use dockhand::{Egress, Sandbox, Secret};
-    /// let call = Sandbox::command("call", ["sh", "-c", "curl -fsS -H \"Authorization: Bearer $API_KEY\" https://api.example.com/v1/models"])
+    /// let call = Sandbox::command("call", "sh")
+    ///     .args(["-c", "curl -fsS -H \"Authorization: Bearer $API_KEY\" https://api.example.com/v1/models"])
     ///     .network(Egress::allow(["api.example.com"]))
     ///     .secret(Secret::for_hosts("API_KEY", "sk-real-value", ["api.example.com"]))
     ///     .build()?;

@@ -58,6 +58,11 @@ pub async fn serve(listener: TcpListener, kind: Listener, state: Arc<State>) {
             let Some(sandbox) = stream.local_addr().ok().and_then(|a| state.sandbox(a.ip())) else {
                 return;
             };
+            // Past its share, a sandbox's new connection is closed at once;
+            // the others' go on.
+            let Ok(_permit) = sandbox.connections.clone().try_acquire_owned() else {
+                return;
+            };
             match kind {
                 Listener::Proxy => serve_http(stream, sandbox, state, None).await,
                 Listener::Http => {
@@ -224,8 +229,17 @@ async fn connect(
     if !sandbox.policy().allows(&target, port) {
         return denied(&host, port);
     }
+    // The tunnel outlives the request's connection: it holds a share of
+    // its own.
+    let Ok(permit) = sandbox.connections.clone().try_acquire_owned() else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "dockhand egress gateway: this sandbox has too many connections open",
+        );
+    };
     if secrets::any_for(&sandbox.secrets(), &target, port) {
         tokio::spawn(async move {
+            let _permit = permit;
             if let Ok(upgraded) = hyper::upgrade::on(req).await {
                 terminate(TokioIo::new(upgraded), host, port, sandbox, state).await;
             }
@@ -242,6 +256,7 @@ async fn connect(
         }
     };
     tokio::spawn(async move {
+        let _permit = permit;
         if let Ok(upgraded) = hyper::upgrade::on(req).await {
             splice(TokioIo::new(upgraded), upstream).await;
         }

@@ -13,12 +13,18 @@ use crate::policy::Policy;
 use crate::secrets::Secret;
 use crate::tls::{self, Authority};
 
+/// Connections one sandbox may hold open through the gateway at once: the
+/// gateway is shared, and one sandbox must not use it up.
+pub const MAX_CONNECTIONS: usize = 512;
+
 /// One sandbox: its rules, its secrets and its authority.
 pub struct Sandbox {
     policy: RwLock<Arc<Policy>>,
     secrets: RwLock<Arc<Vec<Secret>>>,
     pub authority: Authority,
     dns: JoinHandle<()>,
+    /// Its open connections' permits.
+    pub connections: Arc<tokio::sync::Semaphore>,
 }
 
 impl Sandbox {
@@ -143,6 +149,7 @@ impl State {
                 policy: RwLock::new(Arc::new(policy)),
                 secrets: RwLock::new(Arc::new(secrets)),
                 authority,
+                connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
                 // Per packet it looks the sandbox up again: a dropped sandbox
                 // answers nothing more.
                 dns: tokio::spawn(async move { crate::serve_dns(socket, address, weak).await }),

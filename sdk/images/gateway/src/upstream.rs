@@ -2,9 +2,10 @@
 //! name resolved to against the policy, connect (with a deadline), and
 //! speak TLS when the sandbox's own TLS was terminated here.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -21,19 +22,48 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
+/// How long a name's addresses are used before it is resolved again.
+const RESOLVED_FOR: Duration = Duration::from_secs(10);
+/// Names remembered at most.
+const MAX_RESOLVED: usize = 1024;
+
+type Resolved = HashMap<String, (Instant, Vec<IpAddr>)>;
+
+/// A name's addresses, from a short-lived cache: a server that closes each
+/// connection would otherwise cost a lookup per request.
+async fn resolve(name: &str) -> Result<Vec<IpAddr>, String> {
+    static CACHE: OnceLock<Mutex<Resolved>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some((at, addrs)) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
+        if at.elapsed() < RESOLVED_FOR {
+            return Ok(addrs.clone());
+        }
+    }
+    let addrs: Vec<IpAddr> =
+        tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((name, 0)))
+            .await
+            .map_err(|_| format!("resolving {name} timed out"))?
+            .map_err(|e| format!("resolving {name}: {e}"))?
+            .map(|a| a.ip())
+            .collect();
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= MAX_RESOLVED {
+        cache.clear();
+    }
+    cache.insert(name.to_string(), (Instant::now(), addrs.clone()));
+    Ok(addrs)
+}
+
 /// Connects to `host:port` for a sandbox with `policy`: the first resolved
 /// address the policy does not deny.
 pub async fn connect(host: &str, port: u16, policy: &Policy) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> = match Target::parse(host) {
         Target::Ip(ip) => vec![SocketAddr::new(ip, port)],
-        Target::Name(name) => tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            tokio::net::lookup_host((name.as_str(), port)),
-        )
-        .await
-        .map_err(|_| format!("resolving {name} timed out"))?
-        .map_err(|e| format!("resolving {name}: {e}"))?
-        .collect(),
+        Target::Name(name) => resolve(&name)
+            .await?
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect(),
     };
     let allowed: Vec<SocketAddr> = addrs
         .into_iter()

@@ -27,6 +27,7 @@ impl Session {
             .collect::<Result<Vec<_>>>()?;
         // Under a policy: the session's network and gateway registration;
         // secrets bound to hosts become placeholders here.
+        let redactions = resolved.clone();
         let (egress, secrets) =
             crate::egress::open_for(client, &c.network, &c.secrets, resolved).await?;
         let mut file_secrets = Vec::new();
@@ -39,7 +40,8 @@ impl Session {
         if let Some(lease) = &egress {
             lease.apply(&mut spec);
         }
-        *lock(&self.inner.secrets) = secrets;
+        // What comes back is redacted of the values, not of placeholders.
+        *lock(&self.inner.secrets) = redactions;
         if !file_secrets.is_empty() {
             spec.scratch_volumes.push(SECRETS_DIR.into());
         }
