@@ -399,6 +399,53 @@ result = "%d %d" % (len(held), open_)
     assert_nothing_left().await;
 }
 
+#[tokio::test]
+async fn when_the_gateway_dies_sandboxes_reach_nothing_and_the_next_gets_a_new_one() {
+    let _serial = SERIAL.lock().await;
+    let (client, servers) = setup().await;
+    let policy = Egress::allow(["api.example.test"]);
+    let session = client.session(SessionConfig::new().network(policy.clone()));
+    session.start().await.expect("starts");
+    let fetch = "python3 -c \"import urllib.request as u\ntry:\n print(u.urlopen('http://api.example.test/', timeout=5).status)\nexcept Exception as e:\n print('failed', e)\"";
+    assert!(session.exec(fetch).await.unwrap().stdout.contains("200"));
+    let gateway = common::docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        "label=dev.dockhand.kind=egress-gateway",
+        "--filter",
+        &format!("label=dev.dockhand.owner-pid={}", std::process::id()),
+    ]);
+    let gateway = gateway.trim();
+    assert_eq!(gateway.lines().count(), 1, "one gateway: {gateway}");
+    common::docker(&["kill", gateway]);
+    // Fail closed: nothing answers, neither the proxy nor DNS, and no route
+    // goes anywhere else.
+    let after = session.exec(fetch).await.expect("exec");
+    assert!(
+        after.stdout.contains("failed") && !after.stdout.contains("200"),
+        "{}",
+        after.stdout
+    );
+    let e = session
+        .set_network(Egress::allow(["other.example.test"]))
+        .await
+        .expect_err("the gateway is gone");
+    assert!(matches!(e, dockhand::Error::EgressGateway { .. }), "{e}");
+    session.close().await.expect("closes");
+    // The next sandbox gets a new gateway.
+    let r = probe(
+        &client,
+        policy,
+        &servers.address,
+        r#"{"fetch": fetch("http://api.example.test/")}"#,
+    )
+    .await;
+    assert_eq!(status(&r["fetch"]), 200, "{}", r["fetch"]);
+    drop(client);
+    assert_nothing_left().await;
+}
+
 fn networks() -> usize {
     common::docker(&[
         "network",

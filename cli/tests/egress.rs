@@ -1,7 +1,7 @@
 //! `--allow-host`, `--deny-host` and host-bound `--secret`s from the command
 //! line and through `dockhand mcp`, against test servers on a network of the
 //! test's own (the gateway is pointed there with `DOCKHAND_EGRESS_NETWORK`,
-//! and trusts their CA through `DOCKHAND_CA_CERTS`, as builds do).
+//! and trusts their CA through `DOCKHAND_EGRESS_CA`).
 
 mod common;
 #[path = "../../tests/common/egress_servers.rs"]
@@ -58,7 +58,7 @@ fn run_reaches_allowed_hosts_only_and_the_secret_stays_outside() {
     );
     let out = dockhand()
         .env("DOCKHAND_EGRESS_NETWORK", &servers.network)
-        .env("DOCKHAND_CA_CERTS", &ca)
+        .env("DOCKHAND_EGRESS_CA", &ca)
         .env("EGRESS_TEST_KEY", "real-key-from-host-5a7")
         .args([
             "run",
@@ -112,7 +112,7 @@ async fn mcp_tools_follow_the_servers_policy_and_never_widen_it() {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
     command
         .env("DOCKHAND_EGRESS_NETWORK", &servers.network)
-        .env("DOCKHAND_CA_CERTS", &ca)
+        .env("DOCKHAND_EGRESS_CA", &ca)
         .args([
             "mcp",
             "--allow-host",

@@ -146,8 +146,8 @@ impl ClientBuilder {
 
     /// A certificate (PEM) the egress gateway trusts for its own TLS
     /// connections, besides the host's CA bundle and the files
-    /// `DOCKHAND_CA_CERTS` names (as builds do). The sandboxes behind it
-    /// trust it too.
+    /// `DOCKHAND_CA_CERTS` names (as builds do) and `DOCKHAND_EGRESS_CA`
+    /// names (the gateway only). The sandboxes behind it trust it too.
     pub fn egress_trust(mut self, pem: impl Into<String>) -> Self {
         self.egress.trust.push(pem.into());
         self

@@ -72,9 +72,11 @@ impl TestServers {
         let container = format!("dh-egress-server-{tag}");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        // A name of its own: a client holding another fixture's CA must not
+        // mistake one for the other.
         ca_params
             .distinguished_name
-            .push(DnType::CommonName, "dockhand egress test CA");
+            .push(DnType::CommonName, format!("dockhand egress test CA {tag}"));
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
         let sans: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
@@ -161,12 +163,28 @@ impl TestServers {
 
 impl Drop for TestServers {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.container])
-            .output();
-        let _ = std::process::Command::new("docker")
-            .args(["network", "rm", &self.network])
-            .output();
+        let run = |args: &[&str]| std::process::Command::new("docker").args(args).output();
+        let _ = run(&["rm", "-f", &self.container]);
+        // A gateway still attached (a test that failed before its client
+        // went) is detached: the network must go either way.
+        for _ in 0..20 {
+            if let Ok(out) = run(&[
+                "network",
+                "inspect",
+                "-f",
+                "{{range .Containers}}{{.Name}} {{end}}",
+                &self.network,
+            ]) {
+                for name in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = run(&["network", "disconnect", "-f", &self.network, name]);
+                }
+            }
+            match run(&["network", "rm", &self.network]) {
+                Ok(out) if out.status.success() => return,
+                Ok(out) if String::from_utf8_lossy(&out.stderr).contains("not found") => return,
+                _ => std::thread::sleep(std::time::Duration::from_millis(250)),
+            }
+        }
     }
 }
 

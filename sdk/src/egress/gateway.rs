@@ -11,15 +11,11 @@
 //! owning process dies; the watchdog then removes its networks.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use serde_json::{json, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use serde_json::json;
 use tokio::sync::Mutex;
 
-use crate::codemode::protocol::LineBuffer;
-use crate::engine::{ContainerGuard, ContainerSpec, Engine, LogChunk};
+use crate::engine::{ContainerGuard, ContainerSpec, Engine};
 use crate::error::{Error, Result};
 use crate::image::crate_build::CrateBuild;
 use crate::image::program::ProgramImage;
@@ -76,11 +72,8 @@ const SOURCES: [(&str, &str); 11] = [
 
 const COMPILED_AT: &str = "/opt/dockhand/gateway/dockhand-gateway";
 const PROGRAM: &str = "/dockhand-gateway";
-const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// `kind` label of the gateway's container.
 pub const KIND: &str = "egress-gateway";
-/// How long the gateway may take to start, or to answer one command.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn program() -> &'static ProgramImage {
     static PROGRAM_IMAGE: std::sync::OnceLock<ProgramImage> = std::sync::OnceLock::new();
@@ -94,9 +87,9 @@ fn program() -> &'static ProgramImage {
             static_link: true,
         }
         .add_to(ImageSpec::default().trust_host_certificates()),
-        // The host's bundle, which its image build trusted: the gateway's
-        // own connections out trust what builds trust.
-        files: vec![(COMPILED_AT, PROGRAM), (BUNDLE, BUNDLE)],
+        // The program alone: what it trusts is given when it starts (the
+        // host's bundle as it is then, not as it was at the build).
+        files: vec![(COMPILED_AT, PROGRAM)],
         entrypoint: Some(PROGRAM),
     })
 }
@@ -133,6 +126,37 @@ fn container_spec(image: &str, outside: &str) -> ContainerSpec {
     }
 }
 
+/// `kind` label of the containers holding sandboxes' network namespaces.
+pub const HOLDER_KIND: &str = "egress-holder";
+
+/// A container that holds a sandbox's network namespace on its own network
+/// (`network`), with the gateway (at `gateway`) as its DNS server: the
+/// gateway's program, doing nothing, as nobody. The sandbox joins it
+/// (`container:<id>`), so its start sets up no network endpoint.
+pub(crate) fn holder_spec(image: &str, network: &str, gateway: std::net::IpAddr) -> ContainerSpec {
+    ContainerSpec {
+        image: image.to_string(),
+        cmd: vec!["--hold".into()],
+        kind: HOLDER_KIND,
+        network: Some(network.to_string()),
+        dns: vec![gateway.to_string()],
+        sysctls: [
+            ("net.ipv4.ip_forward", "0"),
+            ("net.ipv6.conf.all.forwarding", "0"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into(),
+        user: Some(crate::sandbox::UNPRIVILEGED_USER.to_string()),
+        cap_drop_all: true,
+        no_new_privileges: true,
+        read_only_rootfs: true,
+        memory_bytes: Some(16 << 20),
+        pids_limit: Some(8),
+        no_log: true,
+        ..Default::default()
+    }
+}
+
 /// The network the gateway reaches the outside through, when the client
 /// does not say (`bridge` when neither does).
 pub const NETWORK_ENV: &str = "DOCKHAND_EGRESS_NETWORK";
@@ -146,14 +170,25 @@ pub(crate) struct GatewaySettings {
     pub trust: Vec<String>,
 }
 
-/// The certificates `DOCKHAND_CA_CERTS` names, which builds trust too.
-async fn env_certificates() -> Result<Vec<String>> {
-    let Ok(list) = std::env::var(crate::image::CA_CERTS_ENV) else {
-        return Ok(Vec::new());
-    };
-    crate::util::blocking("reading DOCKHAND_CA_CERTS", move || {
-        std::env::split_paths(&list)
-            .filter(|p| !p.as_os_str().is_empty())
+/// Certificate files (`:`-separated) the gateway trusts and builds do not:
+/// a private CA of hosts the sandboxes may reach.
+pub const TRUST_ENV: &str = "DOCKHAND_EGRESS_CA";
+
+/// What builds trust (the host's CA bundle and the files `DOCKHAND_CA_CERTS`
+/// names) and the files `DOCKHAND_EGRESS_CA` names, read now.
+async fn host_certificates() -> Result<Vec<String>> {
+    let builds = std::env::var(crate::image::CA_CERTS_ENV).unwrap_or_default();
+    let gateway = std::env::var(TRUST_ENV).unwrap_or_default();
+    crate::util::blocking("reading the host's CA certificates", move || {
+        let listed = [builds, gateway];
+        crate::image::host_ca_bundle()
+            .into_iter()
+            .chain(
+                listed
+                    .iter()
+                    .flat_map(std::env::split_paths)
+                    .filter(|p| !p.as_os_str().is_empty()),
+            )
             .map(|path| {
                 std::fs::read_to_string(&path).map_err(|e| {
                     Error::io(
@@ -193,21 +228,13 @@ impl Gateways {
     }
 }
 
-type Output = std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>;
-
-struct Control {
-    input: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
-    output: Output,
-    lines: LineBuffer,
-    next_id: u64,
-}
-
 /// One running gateway.
 pub(crate) struct Gateway {
     engine: Engine,
+    /// The gateway's image: holders run it too.
+    image: String,
     container: ContainerGuard,
-    control: Mutex<Control>,
-    dead: std::sync::atomic::AtomicBool,
+    control: super::control::Control,
     spares: super::spares::Spares,
 }
 
@@ -225,7 +252,7 @@ impl Gateway {
     ) -> Result<Gateway> {
         let image = program().ensure(engine, reporter).await?;
         let mut trust = settings.trust.clone();
-        trust.extend(env_certificates().await?);
+        trust.extend(host_certificates().await?);
         let from_env = std::env::var(NETWORK_ENV).ok().filter(|n| !n.is_empty());
         let outside = settings.outside.clone().or(from_env);
         let outside = outside.as_deref().unwrap_or("bridge");
@@ -234,26 +261,17 @@ impl Gateway {
             .await?;
         let attached = engine.attach(container.id()).await?;
         engine.start_container(container.id()).await?;
-        let gateway = Gateway {
-            engine: engine.clone(),
-            spares: Default::default(),
-            container,
-            control: Mutex::new(Control {
-                input: attached.input,
-                output: attached.output,
-                lines: LineBuffer::default(),
-                next_id: 0,
-            }),
-            dead: false.into(),
-        };
-        {
-            let mut control = gateway.control.lock().await;
-            gateway.read_until(&mut control, "op", "started").await?;
-        }
-        gateway
+        let control = super::control::Control::start(attached).await?;
+        control
             .request(json!({"op": "config", "trust": trust}))
             .await?;
-        Ok(gateway)
+        Ok(Gateway {
+            engine: engine.clone(),
+            image: image.clone(),
+            spares: Default::default(),
+            container,
+            control,
+        })
     }
 
     pub fn container_id(&self) -> &str {
@@ -264,93 +282,21 @@ impl Gateway {
         &self.engine
     }
 
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
     pub fn spares(&self) -> &super::spares::Spares {
         &self.spares
     }
 
     fn is_dead(&self) -> bool {
-        self.dead.load(std::sync::atomic::Ordering::Relaxed)
+        self.control.is_dead()
     }
 
-    fn died(&self, reason: String) -> Error {
-        self.dead.store(true, std::sync::atomic::Ordering::Relaxed);
-        Error::EgressGateway { reason }
-    }
-
-    /// Sends one command (given an `id` here) without waiting for its
-    /// answer, which a later request skips: for forgetting a sandbox, which
-    /// nobody needs to wait for (an answer over attach takes tens of ms).
-    pub async fn tell(&self, command: Value) -> Result<()> {
-        let mut control = self.control.lock().await;
-        self.send(&mut control, command).await.map(drop)
-    }
-
-    /// Sends one command (given an `id` here) and returns its answer. Each
-    /// answer names its command, so an answer a dropped caller never read
-    /// is skipped, not taken for the next one's.
-    pub async fn request(&self, command: Value) -> Result<Value> {
-        let mut control = self.control.lock().await;
-        let id = self.send(&mut control, command).await?;
-        // The lock is held until the answer: answers come in command order.
-        let answer = self.read_until(&mut control, "id", &id).await?;
-        if answer["op"] == "error" {
-            return Err(Error::EgressGateway {
-                reason: answer["message"]
-                    .as_str()
-                    .unwrap_or("it refused")
-                    .to_string(),
-            });
-        }
-        Ok(answer)
-    }
-
-    /// Writes one command line; returns the id it was given.
-    async fn send(&self, control: &mut Control, mut command: Value) -> Result<String> {
-        control.next_id += 1;
-        let id = format!("c{}", control.next_id);
-        command["id"] = json!(id);
-        let mut line = command.to_string();
-        line.push('\n');
-        let sent = async {
-            control.input.write_all(line.as_bytes()).await?;
-            control.input.flush().await
-        };
-        match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
-            Ok(Ok(())) => Ok(id),
-            // The line carries secrets: the error names neither it nor them.
-            Ok(Err(e)) => Err(self.died(format!("writing to it: {e}"))),
-            Err(_) => Err(self.died("it stopped reading its commands".into())),
-        }
-    }
-
-    /// Reads answers until one whose `field` is `value` comes.
-    async fn read_until(&self, control: &mut Control, field: &str, value: &str) -> Result<Value> {
-        let read = async {
-            loop {
-                match control.output.next().await {
-                    Some(Ok(LogChunk::Stdout(bytes))) => {
-                        for line in control.lines.push(&bytes) {
-                            let Ok(answer) = serde_json::from_slice::<Value>(&line) else {
-                                continue;
-                            };
-                            if answer[field] == value {
-                                return Ok(answer);
-                            }
-                        }
-                    }
-                    Some(Ok(LogChunk::Stderr(bytes))) => {
-                        tracing::warn!(gateway = %String::from_utf8_lossy(&bytes).trim(), "egress gateway");
-                    }
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err("it exited".to_string()),
-                }
-            }
-        };
-        match tokio::time::timeout(ANSWER_TIMEOUT, read).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(reason)) => Err(self.died(reason)),
-            Err(_) => Err(self.died(format!("it did not answer within {ANSWER_TIMEOUT:?}"))),
-        }
+    /// The channel to it.
+    pub fn control(&self) -> &super::control::Control {
+        &self.control
     }
 }
 
@@ -384,5 +330,7 @@ mod tests {
         let recipe = program();
         assert!(recipe.tag().starts_with("dockhand/egress-gateway:"));
         assert!(recipe.dockerfile("compiler").starts_with("FROM scratch\n"));
+        // Nothing it trusts is baked in: the host's bundle comes when it starts.
+        assert_eq!(recipe.files, [(COMPILED_AT, PROGRAM)]);
     }
 }

@@ -43,6 +43,13 @@ pub(crate) struct Lease {
     gateway: Arc<Gateway>,
     engine: Engine,
     network: String,
+    /// The container holding the sandbox's network namespace; removed
+    /// before the network.
+    holder: Option<crate::engine::ContainerGuard>,
+    /// The trust store, on this machine, when the daemon shares its files.
+    trust_file: Option<tempfile::NamedTempFile>,
+    /// The gateway's answer to the registration, until it is read.
+    registered: tokio::sync::Mutex<Option<super::control::Answer>>,
     address: IpAddr,
     key: String,
     bundle: String,
@@ -61,19 +68,19 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    /// Makes the sandbox's network, attaches the gateway and registers the
-    /// policy and secrets.
+    /// Takes a way out made ahead (or makes one) and registers the policy
+    /// and secrets with the gateway.
     pub async fn open(client: &Client, policy: &Egress, secrets: Vec<HostSecret>) -> Result<Lease> {
         let body = policy.to_json()?;
         let engine = client.engine();
         let gateway = client.gateways().get(engine, client.reporter()).await?;
-        let key = uuid::Uuid::new_v4().simple().to_string();
-        let super::spares::Spare { network, address } = gateway.spares().take(&gateway).await?;
+        let spare = gateway.spares().take(&gateway).await?;
         // Until the lease exists, a failure (or a dropped call) removes it.
-        let pending = Pending {
+        let mut pending = Pending {
             engine: engine.clone(),
-            network: Some(network.clone()),
+            network: Some(spare.network.clone()),
             gateway: gateway.container_id().to_string(),
+            holder: Some(spare.holder),
         };
         let placeholders: Vec<(String, String)> = secrets
             .iter()
@@ -82,34 +89,58 @@ impl Lease {
                 (s.name.clone(), format!("dockhand-placeholder-{random}"))
             })
             .collect();
-        let answer = gateway
-            .request(json!({
+        // The answer is awaited before the container starts (`install`),
+        // while its create goes on.
+        let registered = gateway
+            .control()
+            .send(json!({
                 "op": "set",
-                "key": key,
-                "address": address.to_string(),
+                "key": spare.key,
+                "address": spare.address.to_string(),
                 "policy": body,
                 "secrets": secrets_json(&secrets, &placeholders)?,
             }))
             .await?;
-        let bundle = answer["bundle"].as_str().unwrap_or_default().to_string();
-        pending.keep();
+        // A daemon on this machine reads the trust store from a file here
+        // (a bind mount costs nothing at start); another gets it uploaded.
+        let trust_file = if engine.shares_filesystem() {
+            let bundle = spare.bundle.clone();
+            Some(
+                crate::util::blocking("writing the sandbox's trust store", move || {
+                    write_trust(&bundle)
+                })
+                .await?,
+            )
+        } else {
+            None
+        };
+        let holder = pending.keep();
         Ok(Lease {
             gateway,
             engine: engine.clone(),
-            network,
-            address,
-            key,
-            bundle,
+            network: spare.network,
+            holder,
+            address: spare.address,
+            key: spare.key,
+            bundle: spare.bundle,
+            trust_file,
+            registered: tokio::sync::Mutex::new(Some(registered)),
             placeholders,
             closed: false,
         })
     }
 
-    /// Gives the container its network, DNS, proxy, trust store and
-    /// placeholders (the real values stay with the gateway).
+    /// Gives the container its network (the holder's namespace), proxy,
+    /// trust store and placeholders (the real values stay with the gateway).
     pub fn apply(&self, spec: &mut ContainerSpec) {
-        spec.network = Some(self.network.clone());
-        spec.dns = vec![self.address.to_string()];
+        let holder = self
+            .holder
+            .as_ref()
+            .map(|h| h.id().to_string())
+            .unwrap_or_default();
+        spec.network = Some(format!("container:{holder}"));
+        // The holder's DNS (the gateway) comes with its namespace.
+        spec.dns.clear();
         let proxy = format!("http://{}:{PROXY_PORT}", self.address);
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             spec.env.push(format!("{name}={proxy}"));
@@ -127,7 +158,14 @@ impl Lease {
         ] {
             spec.env.push(format!("{name}={ca}"));
         }
-        spec.scratch_volumes.push(CA_DIR.to_string());
+        match &self.trust_file {
+            Some(file) => spec.mounts.push(crate::engine::Mount {
+                host_path: file.path().display().to_string(),
+                container_path: ca,
+                read_only: true,
+            }),
+            None => spec.scratch_volumes.push(CA_DIR.to_string()),
+        }
         for (name, placeholder) in &self.placeholders {
             spec.env.retain(|e| !e.starts_with(&format!("{name}=")));
             spec.env.push(format!("{name}={placeholder}"));
@@ -142,8 +180,16 @@ impl Lease {
             .map(|(_, p)| p.as_str())
     }
 
-    /// Puts the trust store into a created container (before its start).
+    /// Makes a created container ready to start: the gateway has taken the
+    /// policy, and the trust store is in (unless it is bind-mounted).
     pub async fn install(&self, engine: &Engine, container: &str) -> Result<()> {
+        let registered = self.registered.lock().await.take();
+        if let Some(answer) = registered {
+            answer.wait().await?;
+        }
+        if self.trust_file.is_some() {
+            return Ok(());
+        }
         let file = TarFile::new(CA_FILE.to_string(), self.bundle.as_bytes().to_vec());
         let tar = build_tar(&[], &[file])?;
         engine.upload_archive(container, CA_DIR, tar.into()).await
@@ -169,6 +215,7 @@ impl Lease {
             .filter_map(|s| Some((s.name.clone(), self.placeholder(&s.name)?.to_string())))
             .collect();
         self.gateway
+            .control()
             .request(json!({
                 "op": "set",
                 "key": self.key,
@@ -180,22 +227,23 @@ impl Lease {
             .map(drop)
     }
 
-    /// Unregisters the sandbox and removes its network (its container
-    /// must be gone, or going).
+    /// Unregisters the sandbox (its container must be gone, or going) and
+    /// removes its holder and network in the background: nobody waits for
+    /// that.
     pub async fn close(mut self) {
         self.closed = true;
         let _ = self
             .gateway
-            .request(json!({"op": "drop", "key": self.key}))
+            .control()
+            .tell(json!({"op": "drop", "key": self.key}))
             .await;
-        let _ = self
-            .engine
-            .disconnect_network(&self.network, self.gateway.container_id())
-            .await;
-        if self.engine.remove_network(&self.network).await.is_err() {
-            self.engine
-                .remove_network_in_background(self.network.clone(), None);
+        if let Some(holder) = self.holder.take() {
+            holder.remove_in_background();
         }
+        self.engine.remove_network_in_background(
+            self.network.clone(),
+            Some(self.gateway.container_id().to_string()),
+        );
     }
 }
 
@@ -211,9 +259,14 @@ impl Drop for Lease {
             let gateway = self.gateway.clone();
             let key = self.key.clone();
             handle.spawn(async move {
-                let _ = gateway.tell(json!({"op": "drop", "key": key})).await;
+                let _ = gateway
+                    .control()
+                    .tell(json!({"op": "drop", "key": key}))
+                    .await;
             });
         }
+        // The holder goes first (its guard's drop), the network after it.
+        drop(self.holder.take());
         self.engine.remove_network_in_background(
             self.network.clone(),
             Some(self.gateway.container_id().to_string()),
@@ -221,21 +274,42 @@ impl Drop for Lease {
     }
 }
 
-/// A network taken for a lease not yet made: removed if it never is.
+/// Writes the trust store where a bind mount can take it: readable by the
+/// sandbox's user, removed with the lease.
+fn write_trust(bundle: &str) -> Result<tempfile::NamedTempFile> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let wrap = |e| Error::io("writing the sandbox's trust store", e);
+    let mut file = tempfile::Builder::new()
+        .prefix("dockhand-egress-ca-")
+        .suffix(".pem")
+        .tempfile()
+        .map_err(wrap)?;
+    file.write_all(bundle.as_bytes()).map_err(wrap)?;
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o444))
+        .map_err(wrap)?;
+    Ok(file)
+}
+
+/// A way out taken for a lease not yet made: removed if it never is.
 struct Pending {
     engine: Engine,
     network: Option<String>,
     gateway: String,
+    holder: Option<crate::engine::ContainerGuard>,
 }
 
 impl Pending {
-    fn keep(mut self) {
+    fn keep(&mut self) -> Option<crate::engine::ContainerGuard> {
         self.network = None;
+        self.holder.take()
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        drop(self.holder.take());
         if let Some(network) = self.network.take() {
             self.engine
                 .remove_network_in_background(network, Some(std::mem::take(&mut self.gateway)));

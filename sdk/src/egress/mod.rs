@@ -36,6 +36,7 @@
 //! # Ok::<(), dockhand::Error>(())
 //! ```
 
+mod control;
 mod gateway;
 mod lease;
 pub(crate) mod rules;

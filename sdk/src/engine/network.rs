@@ -65,11 +65,6 @@ impl Engine {
         })
     }
 
-    /// Detaches a container from a network; gone already is fine.
-    pub async fn disconnect_network(&self, network: &str, container: &str) -> Result<()> {
-        disconnect_with(&self.docker, network, container).await
-    }
-
     /// Removes a network; gone already is fine.
     pub async fn remove_network(&self, network: &str) -> Result<()> {
         remove_network_with(&self.docker, network).await

@@ -11,6 +11,9 @@
 //! sandbox's placeholders for secrets are replaced in requests to those
 //! secrets' hosts only.
 //!
+//! Run with `--hold`, it only waits: the container holding a sandbox's
+//! network namespace (see `hold`).
+//!
 //! The owner speaks JSON lines with it over stdin and stdout (its attach
 //! stream): `config`, `set` and `drop`. Secret values arrive that way only,
 //! and are never printed. When stdin closes (the owner exited or died), the
@@ -68,6 +71,9 @@ fn say(message: serde_json::Value) {
 // threads cost more per request than the work itself.
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--hold") {
+        hold();
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let state = Arc::new(State::new());
     for (port, kind) in [
@@ -121,6 +127,16 @@ async fn main() {
     }
     // The owner is gone: so are its sandboxes.
     std::process::exit(0);
+}
+
+/// `--hold`: does nothing, for ever. A sandbox's network namespace is made
+/// ahead in a container running this (dockhand's own program, never one
+/// from a caller's image), and the sandbox joins it when it starts: Docker
+/// then sets up no network for the sandbox itself.
+fn hold() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
 
 /// Answers DNS for one sandbox on the gateway's address on its network.

@@ -11,7 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-/// The trust store the gateway's image carries (the host's bundle).
+/// A trust store the image may carry (dockhand's carries none: the owner
+/// sends the host's bundle when the gateway starts).
 pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// Certificates issued for hosts are kept this many per sandbox.
 const MAX_LEAVES: usize = 256;
@@ -73,8 +74,8 @@ impl Authority {
     }
 }
 
-/// The roots the gateway trusts upstream: the image's bundle and the extra
-/// certificates the owner gave, as PEM text.
+/// The roots the gateway trusts upstream: the image's bundle, if any, and
+/// the certificates the owner gave (the host's bundle among them), as PEM.
 pub fn roots(extra_pem: &[String]) -> (RootCertStore, String) {
     let mut store = RootCertStore::empty();
     let mut bundle = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();

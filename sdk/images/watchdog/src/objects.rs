@@ -147,7 +147,12 @@ fn network_ids(listed: &Value) -> Vec<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|n| n["Id"].as_str().filter(|id| is_token(id)).map(str::to_string))
+        .filter_map(|n| {
+            n["Id"]
+                .as_str()
+                .filter(|id| is_token(id))
+                .map(str::to_string)
+        })
         .collect()
 }
 
