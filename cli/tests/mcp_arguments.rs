@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 /// The arguments each tool advertises, as this test exercises them below.
 fn exercised() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
     [
-        ("run_python", &["code", "pip", "timeout"][..]),
+        ("run_python", &["allow_hosts", "code", "pip", "timeout"][..]),
         ("shell", &["command", "session", "timeout"]),
         ("read_file", &["path", "session"]),
         ("write_file", &["path", "content", "session"]),
@@ -66,6 +66,22 @@ async fn every_advertised_argument_is_checked_and_takes_effect() {
         };
         assert!(refused.contains("unknown field"), "{tool}: {refused}");
     }
+
+    // run_python: allow_hosts may only narrow the server's allow-list, and
+    // this server has none (tests/egress.rs shows it narrowing one).
+    let widened = call(
+        &client,
+        "run_python",
+        json!({"code": "print(1)", "allow_hosts": ["pypi.org"]}),
+    )
+    .await;
+    assert!(failed(&widened), "{widened:?}");
+    assert!(
+        body(&widened)
+            .to_string()
+            .contains("gives run_python no network"),
+        "{widened:?}"
+    );
 
     // run_python: pip packages are installed, and the timeout is applied.
     let with_pip = call(
