@@ -114,7 +114,8 @@ fn killing_the_owner_removes_its_sessions_code_hosts_and_one_shots() {
         .lines()
         .count()
     };
-    assert_eq!(networks_of(child.id()), 1, "the fenced session's network");
+    // The fenced session's network, and the ways out made ahead for the next.
+    assert!(networks_of(child.id()) >= 1, "the fenced session's network");
     assert!(ids.iter().all(|id| common::container_exists(id)));
     let pid = child.id();
     child.kill().expect("SIGKILL the owner");
