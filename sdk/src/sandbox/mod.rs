@@ -36,6 +36,7 @@ mod launch;
 mod outputs;
 pub(crate) mod preamble;
 mod quick;
+mod retries;
 mod run;
 mod runtime;
 mod secret;
