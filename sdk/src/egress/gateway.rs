@@ -101,29 +101,46 @@ fn container_spec(image: &str, outside: &str) -> ContainerSpec {
         image: image.to_string(),
         kind: KIND,
         network: Some(outside.to_string()),
-        sysctls: [
+        sysctls: not_a_router([
             // Ports 53, 80 and 443 without any capability.
             ("net.ipv4.ip_unprivileged_port_start", "0"),
-            // Never a router between a sandbox's network and the outside:
-            // a frame a sandbox addressed to the gateway (given NET_RAW)
-            // must not be passed on.
-            ("net.ipv4.ip_forward", "0"),
-            ("net.ipv6.conf.all.forwarding", "0"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into(),
-        user: Some(crate::sandbox::UNPRIVILEGED_USER.to_string()),
-        cap_drop_all: true,
-        no_new_privileges: true,
-        read_only_rootfs: true,
+        ]),
         memory_bytes: Some(256 << 20),
         nano_cpus: Some(1_000_000_000),
         pids_limit: Some(256),
         open_stdin: true,
-        no_log: true,
         auto_remove: true,
+        ..locked_down()
+    }
+}
+
+/// What the gateway's and the holders' containers share: dockhand's own
+/// program, as nobody, with no capability, a read-only root and no log.
+fn locked_down() -> ContainerSpec {
+    ContainerSpec {
+        user: Some(crate::sandbox::UNPRIVILEGED_USER.to_string()),
+        cap_drop_all: true,
+        no_new_privileges: true,
+        read_only_rootfs: true,
+        no_log: true,
         ..Default::default()
     }
+}
+
+/// Namespaced settings with forwarding off: never a router between a
+/// sandbox's network and the outside (a frame a sandbox addressed to the
+/// gateway, given NET_RAW, must not be passed on).
+fn not_a_router<const N: usize>(
+    extra: [(&str, &str); N],
+) -> std::collections::HashMap<String, String> {
+    [
+        ("net.ipv4.ip_forward", "0"),
+        ("net.ipv6.conf.all.forwarding", "0"),
+    ]
+    .into_iter()
+    .chain(extra)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 /// `kind` label of the containers holding sandboxes' network namespaces.
@@ -140,20 +157,10 @@ pub(crate) fn holder_spec(image: &str, network: &str, gateway: std::net::IpAddr)
         kind: HOLDER_KIND,
         network: Some(network.to_string()),
         dns: vec![gateway.to_string()],
-        sysctls: [
-            ("net.ipv4.ip_forward", "0"),
-            ("net.ipv6.conf.all.forwarding", "0"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into(),
-        user: Some(crate::sandbox::UNPRIVILEGED_USER.to_string()),
-        cap_drop_all: true,
-        no_new_privileges: true,
-        read_only_rootfs: true,
+        sysctls: not_a_router([]),
         memory_bytes: Some(16 << 20),
         pids_limit: Some(8),
-        no_log: true,
-        ..Default::default()
+        ..locked_down()
     }
 }
 
