@@ -13,6 +13,7 @@ mod network;
 mod outcome;
 mod progress;
 mod run;
+mod serve;
 mod session;
 mod spec;
 
@@ -62,6 +63,8 @@ enum Command {
     Doctor,
     /// Serve sandboxes to an MCP client over stdio.
     Mcp(mcp::McpArgs),
+    /// Serve E2B's API (control plane, envd, code interpreter) so the E2B SDKs run against this Docker host.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +105,9 @@ async fn dispatch(cli: Cli) -> ExitCode {
         Command::Reap => images::reap(cli.host, json).await,
         Command::Doctor => doctor::run(cli.host, json).await,
         Command::Mcp(args) => mcp::serve(args, cli.host).await,
+        Command::Serve(args) => serve::serve(args, cli.host)
+            .await
+            .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -10,7 +10,12 @@ threads, so a long command does not hold up a file read.
                  {"type": "list", "id", "path"}
                  {"type": "remove", "id", "path", "recursive"}
                  {"type": "input", "id", "data", "close"}   (to an exec with "keep_stdin")
+                 {"type": "signal", "id", "signal"}         (to a running exec's process group)
+                 {"type": "stat", "id", "path"}
+                 {"type": "mkdir", "id", "path"}
+                 {"type": "move", "id", "path", "destination"}
   agent -> host  {"type": "ready"}
+                 {"type": "started", "id", "pid"}   (an exec with "report_pid", before its output)
                  {"type": "chunk", "id", "stream": "stdout" | "stderr", "data"}
                  {"type": "exit", "id", "code", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "timed_out"}
                  {"type": "ok", "id", ...}
@@ -102,6 +107,9 @@ def do_exec(req):
         return proc
 
     proc = with_pids(spawn)
+    _groups[rid] = proc.pid
+    if req.get("report_pid"):
+        send({"type": "started", "id": rid, "pid": proc.pid})
     try:
         if keep_stdin:
             feed_inputs(rid, proc)
@@ -115,6 +123,7 @@ def do_exec(req):
         raise
     finally:
         _commands.discard(proc.pid)
+        _groups.pop(rid, None)
         pending = _inputs.get(rid)
         if pending is not None:
             pending.put(None)
@@ -200,6 +209,9 @@ def run_command(req, rid, proc, stdin, limit, stream, refused_before):
     })
 
 
+# Exec id -> process group of a command still running (for `signal`).
+_groups = {}
+
 # Exec id -> queue of `input` data for a command that keeps its stdin open.
 _inputs = {}
 
@@ -239,6 +251,19 @@ def queue_input(req):
         pending.put(base64.b64decode(req["data"]))
     if req.get("close"):
         pending.put(None)
+
+
+def signal_group(req):
+    """Runs on the reading thread: a signal for a command that has ended
+    (or never was) is a no-op, never a signal to a reused pid."""
+    pgid = _groups.get(req.get("id"))
+    sig = int(req.get("signal") or signal.SIGKILL)
+    if pgid is None or sig not in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def kill_group(pgid):
@@ -353,7 +378,57 @@ def do_remove(req):
     return {}
 
 
-HANDLERS = {"read": do_read, "write": do_write, "list": do_list, "remove": do_remove}
+def entry_of(path, st):
+    kind = "link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    entry = {
+        "name": os.path.basename(path) or "/", "path": path, "kind": kind, "size": st.st_size,
+        "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid, "mtime": st.st_mtime,
+    }
+    if kind == "link":
+        try:
+            entry["target"] = os.readlink(path)
+        except OSError:
+            pass
+    return entry
+
+
+def do_stat(req):
+    path = resolve(req["path"])
+    try:
+        return {"entry": entry_of(path, os.lstat(path))}
+    except OSError as e:
+        raise os_error(req["path"], e)
+
+
+def do_mkdir(req):
+    path = resolve(req["path"])
+    try:
+        os.makedirs(path)
+        created = True
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise Refused("exists", "%s exists and is not a directory" % req["path"])
+        created = False
+    except OSError as e:
+        raise os_error(req["path"], e)
+    return {"created": created, "entry": entry_of(path, os.lstat(path))}
+
+
+def do_move(req):
+    source = resolve(req["path"])
+    destination = resolve(req["destination"])
+    if source in [os.path.realpath(r) for r in ROOTS]:
+        raise Refused("outside", "refusing to move the root %s itself" % req["path"])
+    try:
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        os.rename(source, destination)
+        return {"entry": entry_of(destination, os.lstat(destination))}
+    except OSError as e:
+        raise os_error(req["path"], e)
+
+
+HANDLERS = {"read": do_read, "write": do_write, "list": do_list, "remove": do_remove,
+            "stat": do_stat, "mkdir": do_mkdir, "move": do_move}
 
 
 def handle(req):
@@ -428,6 +503,9 @@ def serve(line):
         return
     if req.get("type") == "input":
         queue_input(req)
+        return
+    if req.get("type") == "signal":
+        signal_group(req)
         return
     # Every pid in use (a command's fork bomb): end what used them up and
     # try again for a moment, since a bomb's remains take a while to go;

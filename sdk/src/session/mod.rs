@@ -36,6 +36,6 @@ pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 pub(crate) use live::Channel;
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{container_spec, AGENT};
-pub use live::{ExecEvent, Session, SessionDescription};
-pub use protocol::DirEntry;
+pub use live::{ExecEvent, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned};
+pub use protocol::{DirEntry, FileInfo};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

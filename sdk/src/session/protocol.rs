@@ -33,6 +33,39 @@ pub enum Request {
         /// Keep stdin open for [`Request::Input`]s (a long-lived helper).
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         keep_stdin: bool,
+        /// Answer [`Reply::Started`] with the command's pid first.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        report_pid: bool,
+    },
+    /// A signal for a running exec's process group (ignored once it ended).
+    Signal {
+        /// The exec's request id.
+        id: u64,
+        /// The signal's number (`SIGKILL`, `SIGTERM`, `SIGINT` or `SIGHUP`).
+        signal: i32,
+    },
+    /// Describe one path (symbolic links not followed).
+    Stat {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+    },
+    /// Make a directory and its parents.
+    Mkdir {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+    },
+    /// Rename a file or directory (the destination's parents are made).
+    Move {
+        /// Request id.
+        id: u64,
+        /// Path.
+        path: String,
+        /// Where it goes.
+        destination: String,
     },
     /// Bytes for the stdin of an exec that keeps it open, in order.
     Input {
@@ -92,6 +125,31 @@ pub struct DirEntry {
     pub size: u64,
 }
 
+/// What `stat`, `mkdir` and `move` say about a path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FileInfo {
+    /// The last component of the path.
+    pub name: String,
+    /// The path, absolute, with symbolic links of its parents resolved.
+    pub path: String,
+    /// `file`, `dir`, `link` or `other`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`0o644`).
+    pub mode: u32,
+    /// Owner's uid.
+    pub uid: u32,
+    /// Group's gid.
+    pub gid: u32,
+    /// Last modification, seconds since the Unix epoch.
+    pub mtime: f64,
+    /// Where a symbolic link points.
+    #[serde(default)]
+    pub target: Option<String>,
+}
+
 /// Agent -> host.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -99,6 +157,13 @@ pub enum Reply {
     /// The agent is up.
     Ready {
         /// Its pid.
+        pid: u32,
+    },
+    /// An exec with `report_pid` began: its pid (and process group).
+    Started {
+        /// Request id.
+        id: u64,
+        /// The command's pid in the container.
         pid: u32,
     },
     /// Output of a streaming exec.
@@ -140,6 +205,12 @@ pub enum Reply {
         /// Entries (list).
         #[serde(default)]
         entries: Option<Vec<DirEntry>>,
+        /// The path's description (stat, mkdir, move).
+        #[serde(default)]
+        entry: Option<FileInfo>,
+        /// Whether mkdir made the directory (false: it was there).
+        #[serde(default)]
+        created: Option<bool>,
     },
     /// A request failed.
     Error {
@@ -158,6 +229,7 @@ impl Reply {
         match self {
             Reply::Ready { .. } => None,
             Reply::Chunk { id, .. }
+            | Reply::Started { id, .. }
             | Reply::Exit { id, .. }
             | Reply::Ok { id, .. }
             | Reply::Error { id, .. } => Some(*id),
@@ -217,9 +289,17 @@ mod tests {
             output_limit: 10,
             stream: false,
             keep_stdin: false,
+            report_pid: false,
         });
         let v: serde_json::Value = serde_json::from_slice(&exec).unwrap();
         assert!(v.get("cwd").is_none() && v.get("stdin").is_none());
+        assert!(v.get("report_pid").is_none());
+        let signal = encode(&Request::Signal { id: 4, signal: 9 });
+        let v: serde_json::Value = serde_json::from_slice(&signal).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["signal"].as_i64()),
+            (Some("signal"), Some(9))
+        );
         assert_eq!(v["timeout_s"], 2.0);
     }
 
@@ -237,6 +317,15 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(r, Reply::Ok { entries: Some(ref e), .. } if e[0].name == "a"));
+        let r: Reply = serde_json::from_str(r#"{"type":"started","id":9,"pid":42}"#).unwrap();
+        assert_eq!((r.id(), r.is_final()), (Some(9), false));
+        let r: Reply = serde_json::from_str(
+            r#"{"type":"ok","id":3,"created":true,"entry":{"name":"d","path":"/tmp/d","kind":"dir","size":4096,"mode":493,"uid":0,"gid":0,"mtime":1.5}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(r, Reply::Ok { entry: Some(ref e), created: Some(true), .. } if e.kind == "dir" && e.mode == 0o755)
+        );
         let r: Reply = serde_json::from_str(r#"{"type":"ready","pid":1}"#).unwrap();
         assert_eq!(r.id(), None);
         assert!(unb64("!!").is_err());

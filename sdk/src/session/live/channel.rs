@@ -34,6 +34,7 @@ impl Session {
                     output_limit: 0,
                     stream: true,
                     keep_stdin: true,
+                    report_pid: false,
                 }
             })
             .await?;

@@ -90,13 +90,14 @@ impl Session {
             output_limit: limit,
             stream,
             keep_stdin: false,
+            report_pid: false,
         })
         .await
     }
 
     /// A streamed chunk with secret values redacted: whole ones, and the
     /// parts of one that the chunk's edges cut (4 characters or more).
-    fn redact_bytes(&self, bytes: Vec<u8>) -> Bytes {
+    pub(super) fn redact_bytes(&self, bytes: Vec<u8>) -> Bytes {
         let secrets = lock(&self.inner.secrets);
         if secrets.is_empty() {
             return Bytes::from(bytes);

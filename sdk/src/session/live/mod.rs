@@ -17,9 +17,12 @@ pub(crate) use channel::Channel;
 mod exec;
 use exec::exec_grace;
 mod egress;
+mod files;
 mod launch;
+mod process;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
+pub use process::{ProcessControl, SpawnOptions, Spawned};
 
 use super::api::{ExecOptions, ExecResult, SessionApi};
 use super::config::{EnvValue, SessionConfig, SetupStep, Snapshot};

@@ -1,0 +1,219 @@
+//! What `dockhand serve` is told: API keys and templates.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use dockhand::kernel::KernelConfig;
+use dockhand::session::SessionConfig;
+use dockhand::ImageSpec;
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+/// The home of E2B's default user, and the sandbox's workspace.
+pub const HOME: &str = "/home/user";
+/// The code interpreter SDK's default template.
+pub const CODE_INTERPRETER: &str = "code-interpreter-v1";
+/// The plain SDK's default template.
+pub const BASE: &str = "base";
+
+/// The API keys; each is a tenant of its own.
+pub struct Keys {
+    keys: Vec<Vec<u8>>,
+}
+
+impl Keys {
+    /// Keys from `DOCKHAND_SERVE_API_KEYS` (comma- or space-separated) and
+    /// from a file (one per line, `#` comments).
+    pub fn load(from_env: Option<&str>, file: Option<&Path>) -> anyhow::Result<Keys> {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        if let Some(list) = from_env {
+            keys.extend(
+                list.split([',', ' ', '\n'])
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(|k| k.as_bytes().to_vec()),
+            );
+        }
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the API keys file {}", path.display()))?;
+            keys.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty() && !k.starts_with('#'))
+                    .map(|k| k.as_bytes().to_vec()),
+            );
+        }
+        if keys.is_empty() {
+            bail!(
+                "no API key: set DOCKHAND_SERVE_API_KEYS or pass --api-keys-file (clients send one as E2B_API_KEY)"
+            );
+        }
+        if let Some(short) = keys.iter().find(|k| k.len() < 16) {
+            bail!(
+                "an API key of {} characters is too short to guess-proof; use 16 or more",
+                short.len()
+            );
+        }
+        Ok(Keys { keys })
+    }
+
+    /// The tenant a key belongs to. Every key is compared, in constant
+    /// time, so the answer's timing tells nothing about which came close.
+    pub fn tenant(&self, presented: &[u8]) -> Option<usize> {
+        let mut found = None;
+        for (index, key) in self.keys.iter().enumerate() {
+            if bool::from(key.as_slice().ct_eq(presented)) {
+                found = Some(index);
+            }
+        }
+        found
+    }
+}
+
+/// Compares two secrets in constant time.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// What a template starts: a Jupyter kernel (with envd's services beside
+/// it) or a plain session.
+#[derive(Debug, Clone)]
+pub enum TemplateKind {
+    /// A kernel container: `/execute` and `/contexts` work.
+    Kernel(Box<KernelConfig>),
+    /// A session container: commands and files only.
+    Session(Box<SessionConfig>),
+}
+
+/// One template by name.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// Its name, as clients ask for it.
+    pub name: String,
+    /// What it starts.
+    pub kind: TemplateKind,
+    /// Warm containers kept ready.
+    pub pool: usize,
+    /// Reported CPUs.
+    pub cpus: u32,
+    /// Reported memory.
+    pub memory_mb: u32,
+}
+
+/// A template as the file gives it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateFile {
+    /// `kernel` or `session`.
+    #[serde(default = "default_kind")]
+    kind: String,
+    /// A prebuilt image instead of a recipe.
+    image: Option<String>,
+    python: Option<String>,
+    #[serde(default)]
+    pip: Vec<String>,
+    #[serde(default)]
+    apt: Vec<String>,
+    #[serde(default)]
+    run: Vec<String>,
+    pool: Option<usize>,
+    cpus: Option<u32>,
+    memory_mb: Option<u32>,
+}
+
+fn default_kind() -> String {
+    "session".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    templates: BTreeMap<String, TemplateFile>,
+}
+
+/// Sessions as serve starts them: E2B's user home as the workspace, no
+/// default limit on commands (the client sets one per command).
+pub fn serve_session(session: SessionConfig) -> SessionConfig {
+    session.workspace(HOME).env("HOME", HOME).no_timeout()
+}
+
+/// The built-in templates, then those of the file (which may replace them).
+pub fn templates(file: Option<&Path>, pool: usize) -> anyhow::Result<BTreeMap<String, Template>> {
+    let mut out = BTreeMap::new();
+    // Images trust the host's CA bundle, as the CLI's do: builds then work
+    // behind a TLS-intercepting proxy.
+    let science = KernelConfig::data_science();
+    let image = science.image_spec().clone().trust_host_certificates();
+    let kernel = science.image(image).session(serve_session);
+    out.insert(
+        CODE_INTERPRETER.to_string(),
+        Template {
+            name: CODE_INTERPRETER.into(),
+            kind: TemplateKind::Kernel(Box::new(kernel)),
+            pool,
+            cpus: 2,
+            memory_mb: 1024,
+        },
+    );
+    out.insert(
+        BASE.to_string(),
+        Template {
+            name: BASE.into(),
+            kind: TemplateKind::Session(Box::new(serve_session(
+                SessionConfig::new().image(ImageSpec::default().trust_host_certificates()),
+            ))),
+            pool,
+            cpus: 2,
+            memory_mb: 1024,
+        },
+    );
+    let Some(path) = file else {
+        return Ok(out);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the templates file {}", path.display()))?;
+    let parsed: ConfigFile = serde_json::from_str(&text)
+        .with_context(|| format!("parsing the templates file {}", path.display()))?;
+    for (name, t) in parsed.templates {
+        let mut image = match &t.image {
+            Some(reference) => ImageSpec::prebuilt(reference.clone()),
+            None => match &t.python {
+                Some(version) => ImageSpec::python(version.clone()),
+                None => ImageSpec::default(),
+            },
+        };
+        image = image.pip(t.pip.clone()).apt(t.apt.clone());
+        if t.image.is_none() {
+            image = image.trust_host_certificates();
+        }
+        for command in &t.run {
+            image = image.run(command.clone());
+        }
+        image
+            .validate()
+            .with_context(|| format!("template `{name}` in {}", path.display()))?;
+        let kind = match t.kind.as_str() {
+            "kernel" => TemplateKind::Kernel(Box::new(
+                KernelConfig::new().image(image).session(serve_session),
+            )),
+            "session" => {
+                TemplateKind::Session(Box::new(serve_session(SessionConfig::new().image(image))))
+            }
+            other => bail!("template `{name}`: kind `{other}` is neither `kernel` nor `session`"),
+        };
+        out.insert(
+            name.clone(),
+            Template {
+                name,
+                kind,
+                pool: t.pool.unwrap_or(pool),
+                cpus: t.cpus.unwrap_or(2),
+                memory_mb: t.memory_mb.unwrap_or(1024),
+            },
+        );
+    }
+    Ok(out)
+}

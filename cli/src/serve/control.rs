@@ -1,0 +1,385 @@
+//! E2B's control plane: create, get, list, kill, time out and connect to
+//! sandboxes, each key seeing only its own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use dockhand::{Egress, Network};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::registry::{sandbox_id, NewSandbox, Sandbox};
+use super::{Server, ENVD_VERSION};
+
+/// E2B's error body.
+pub fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = json!({"code": status.as_u16(), "message": message.into()});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The answer for a sandbox the key cannot see (missing or another's).
+pub fn not_found(id: &str) -> Response {
+    api_error(
+        StatusCode::NOT_FOUND,
+        format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+    )
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CreateRequest {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    timeout: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<NetworkRequest>,
+    auto_pause: Option<bool>,
+    mcp: Option<Value>,
+    volume_mounts: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct NetworkRequest {
+    allow_out: Option<Vec<String>>,
+    deny_out: Option<Vec<String>>,
+}
+
+/// The network a request asks for: dockhand's egress policy for E2B's
+/// options. `0.0.0.0/0` in `denyOut` is E2B's "nothing but `allowOut`".
+fn network_of(request: &CreateRequest, internet_default: bool) -> Result<Network, String> {
+    let internet = request.allow_internet_access.unwrap_or(internet_default);
+    let (allow_out, deny_out) = match &request.network {
+        Some(n) => (
+            n.allow_out.clone().unwrap_or_default(),
+            n.deny_out.clone().unwrap_or_default(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let deny_all = deny_out.iter().any(|d| d == "0.0.0.0/0" || d == "::/0");
+    let denied: Vec<String> = deny_out
+        .into_iter()
+        .filter(|d| d != "0.0.0.0/0" && d != "::/0")
+        .collect();
+    let allowed = if !allow_out.is_empty() {
+        allow_out
+    } else if internet && !deny_all {
+        vec!["*".to_string()]
+    } else {
+        Vec::new()
+    };
+    if allowed.is_empty() {
+        return Ok(Network::None);
+    }
+    let policy = Egress::allow(allowed).deny(denied);
+    policy.check().map_err(|e| e.to_string())?;
+    Ok(Network::Egress(policy))
+}
+
+fn seconds(timeout: Option<u64>, default: Duration, max: Duration) -> Duration {
+    timeout.map(Duration::from_secs).unwrap_or(default).min(max)
+}
+
+/// The sandbox as `POST /sandboxes` and `connect` answer.
+fn created(sandbox: &Sandbox) -> Value {
+    json!({
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.id,
+        "clientID": "dockhand",
+        "alias": sandbox.template,
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": sandbox.envd_token,
+        "trafficAccessToken": sandbox.traffic_token,
+    })
+}
+
+fn listed(sandbox: &Sandbox) -> Value {
+    json!({
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.id,
+        "clientID": "dockhand",
+        "alias": sandbox.template,
+        "startedAt": sandbox.started_at.to_rfc3339(),
+        "endAt": sandbox.end_at().to_rfc3339(),
+        "cpuCount": sandbox.cpus,
+        "memoryMB": sandbox.memory_mb,
+        "diskSizeMB": 0,
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+        "metadata": sandbox.metadata,
+    })
+}
+
+fn detail(sandbox: &Sandbox) -> Value {
+    let mut v = listed(sandbox);
+    v["envdAccessToken"] = json!(sandbox.envd_token);
+    v["allowInternetAccess"] = json!(sandbox.internet);
+    v
+}
+
+/// `POST /sandboxes`.
+pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response {
+    let request: CreateRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
+    };
+    let Some(template) = server.templates.get(&request.template_id) else {
+        let known: Vec<&str> = server.templates.keys().map(String::as_str).collect();
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "template '{}' is not served here (templates: {})",
+                request.template_id,
+                known.join(", ")
+            ),
+        );
+    };
+    if request.auto_pause == Some(true) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "autoPause is not supported: dockhand serve cannot pause a sandbox; it is killed at its timeout",
+        );
+    }
+    if request.mcp.as_ref().is_some_and(|v| !v.is_null())
+        || request.volume_mounts.as_ref().is_some_and(|v| !v.is_null())
+    {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "mcp and volumeMounts are not supported by dockhand serve",
+        );
+    }
+    let network = match network_of(&request, server.limits.internet_default) {
+        Ok(n) => n,
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("network: {e}")),
+    };
+    if server.registry.count(tenant) >= server.limits.max_per_key {
+        return api_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this key already has {} sandboxes running, the server's limit; kill some first",
+                server.limits.max_per_key
+            ),
+        );
+    }
+    let timeout = seconds(
+        request.timeout,
+        server.limits.default_timeout,
+        server.limits.max_timeout,
+    );
+    let internet = !matches!(network, Network::None);
+    let (session, kernel) = match server.container(template, network).await {
+        Ok(parts) => parts,
+        Err(e) => {
+            return api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("starting a `{}` sandbox: {e}", template.name),
+            )
+        }
+    };
+    let envs = request.env_vars.unwrap_or_default();
+    let sandbox = Arc::new(Sandbox::new(NewSandbox {
+        id: sandbox_id(),
+        tenant,
+        template: template.name.clone(),
+        metadata: request.metadata.unwrap_or_default(),
+        envs: envs.clone(),
+        internet,
+        cpus: template.cpus,
+        memory_mb: template.memory_mb,
+        timeout,
+        session,
+        kernel,
+    }));
+    if let (Some(kernel), false) = (&sandbox.kernel, envs.is_empty()) {
+        let code = format!(
+            "import os as _dockhand_os\n_dockhand_os.environ.update({})\ndel _dockhand_os",
+            serde_json::to_string(&envs).unwrap_or_else(|_| "{}".into())
+        );
+        if let Err(e) = kernel.run(&code).await {
+            sandbox.close().await;
+            return api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("setting envVars: {e}"),
+            );
+        }
+    }
+    server.registry.insert(sandbox.clone());
+    (StatusCode::CREATED, axum::Json(created(&sandbox))).into_response()
+}
+
+/// `GET /sandboxes/{id}`.
+pub fn get(server: &Server, tenant: usize, id: &str) -> Response {
+    match server.registry.owned(tenant, id) {
+        Some(s) => axum::Json(detail(&s)).into_response(),
+        None => not_found(id),
+    }
+}
+
+/// The `metadata` filter: `k=v&k2=v2`, URL-encoded as one parameter.
+fn metadata_filter(query: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let Some(raw) = query.get("metadata") else {
+        return Vec::new();
+    };
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
+        &format!("/?{raw}").parse().unwrap_or_default(),
+    )
+    .map(|q| q.0)
+    .unwrap_or_default()
+}
+
+/// `GET /sandboxes` and `/v2/sandboxes`.
+pub fn list(server: &Server, tenant: usize, query: &BTreeMap<String, String>) -> Response {
+    let wanted = metadata_filter(query);
+    let states = query.get("state").cloned().unwrap_or_default();
+    if !states.is_empty() && !states.split(',').any(|s| s == "running") {
+        return axum::Json(json!([])).into_response();
+    }
+    let list: Vec<Value> = server
+        .registry
+        .of(tenant)
+        .iter()
+        .filter(|s| wanted.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .map(|s| listed(s))
+        .collect();
+    axum::Json(Value::Array(list)).into_response()
+}
+
+/// `DELETE /sandboxes/{id}`.
+pub async fn kill(server: &Server, tenant: usize, id: &str) -> Response {
+    match server.registry.remove_owned(tenant, id) {
+        Some(sandbox) => {
+            sandbox.close().await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        None => not_found(id),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TimeoutRequest {
+    timeout: Option<u64>,
+    duration: Option<u64>,
+}
+
+/// `POST /sandboxes/{id}/timeout` (`set`), `/refreshes` and `/connect`
+/// (`extend` only).
+pub fn timeout(server: &Server, tenant: usize, id: &str, body: &[u8], set: bool) -> Response {
+    let Some(sandbox) = server.registry.owned(tenant, id) else {
+        return not_found(id);
+    };
+    let request: TimeoutRequest = serde_json::from_slice(body).unwrap_or_default();
+    let limits = &server.limits;
+    let asked = request.timeout.or(request.duration);
+    if set {
+        let Some(asked) = asked else {
+            return api_error(StatusCode::BAD_REQUEST, "timeout is missing");
+        };
+        sandbox.set_timeout(seconds(
+            Some(asked),
+            limits.default_timeout,
+            limits.max_timeout,
+        ));
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    if let Some(asked) = asked {
+        sandbox.extend(seconds(
+            Some(asked),
+            limits.default_timeout,
+            limits.max_timeout,
+        ));
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /sandboxes/{id}/connect`: the sandbox again, its timeout extended.
+pub fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Response {
+    let Some(sandbox) = server.registry.owned(tenant, id) else {
+        return not_found(id);
+    };
+    let request: TimeoutRequest = serde_json::from_slice(body).unwrap_or_default();
+    if let Some(asked) = request.timeout {
+        let limits = &server.limits;
+        sandbox.extend(seconds(
+            Some(asked),
+            limits.default_timeout,
+            limits.max_timeout,
+        ));
+    }
+    axum::Json(created(&sandbox)).into_response()
+}
+
+/// Pause and resume: refused, in E2B's error shape.
+pub fn pause_refused(server: &Server, tenant: usize, id: &str) -> Response {
+    if server.registry.owned(tenant, id).is_none() {
+        return not_found(id);
+    }
+    api_error(
+        StatusCode::NOT_IMPLEMENTED,
+        "pause and resume are not supported by dockhand serve: a Docker container's memory cannot be saved; keep the sandbox running (set_timeout) or save files out",
+    )
+}
+
+/// What a template's container is, started (from its pool when the
+/// network is the pool's).
+pub type Parts = (dockhand::session::Session, Option<dockhand::kernel::Kernel>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(internet: Option<bool>, allow: &[&str], deny: &[&str]) -> CreateRequest {
+        CreateRequest {
+            allow_internet_access: internet,
+            network: Some(NetworkRequest {
+                allow_out: Some(allow.iter().map(|s| s.to_string()).collect()),
+                deny_out: Some(deny.iter().map(|s| s.to_string()).collect()),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn e2b_network_options_become_egress_policies() {
+        assert!(matches!(
+            network_of(&request(None, &[], &[]), false),
+            Ok(Network::None)
+        ));
+        assert!(matches!(
+            network_of(&request(Some(false), &[], &[]), true),
+            Ok(Network::None)
+        ));
+        let Ok(Network::Egress(all)) =
+            network_of(&request(Some(true), &[], &["10.0.0.0/8"]), false)
+        else {
+            panic!("internet access makes a policy");
+        };
+        assert_eq!(all.allowed(), ["*"]);
+        let Ok(Network::Egress(some)) =
+            network_of(&request(Some(false), &["pypi.org"], &["0.0.0.0/0"]), false)
+        else {
+            panic!("allowOut makes a policy");
+        };
+        assert_eq!(some.allowed(), ["pypi.org"]);
+        assert!(network_of(&request(None, &["bad host!"], &[]), false).is_err());
+    }
+
+    #[test]
+    fn timeouts_are_capped() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            seconds(None, Duration::from_secs(300), day),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            seconds(Some(10 * 86_400), Duration::from_secs(300), day),
+            day
+        );
+    }
+}

@@ -1,0 +1,467 @@
+//! `dockhand serve`: E2B's API over dockhand sandboxes, so the E2B SDKs run
+//! unchanged against any Docker host (set `E2B_API_URL` and
+//! `E2B_SANDBOX_URL` to this server). One listener answers both the control
+//! plane and the in-sandbox calls (envd's process and filesystem services,
+//! `/files`, the code interpreter), which name their sandbox in the
+//! `E2b-Sandbox-Id` header and prove access with its token.
+
+// Helpers return a ready error response as `Err`: boxing it would only add
+// an allocation on the error path.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use dockhand::pool::{KernelPool, PoolConfig, SessionPool};
+use dockhand::Network;
+use tokio::sync::OnceCell;
+
+mod config;
+mod connect;
+mod control;
+mod files;
+mod interpreter;
+mod process;
+mod registry;
+
+use config::{same_secret, Keys, Template, TemplateKind};
+use control::{api_error, Parts};
+use registry::{Registry, Sandbox};
+
+/// The envd version reported: the SDKs then use stdin control, default
+/// users and octet-stream uploads, all of which are served.
+pub const ENVD_VERSION: &str = "0.5.7";
+
+/// `dockhand serve`'s options.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:3000", env = "DOCKHAND_SERVE_ADDR")]
+    listen: SocketAddr,
+    /// API keys, comma-separated (each is a tenant of its own); clients send one as E2B_API_KEY.
+    #[arg(
+        long = "api-keys",
+        env = "DOCKHAND_SERVE_API_KEYS",
+        hide_env_values = true
+    )]
+    api_keys: Option<String>,
+    /// A file of API keys, one per line.
+    #[arg(long)]
+    api_keys_file: Option<PathBuf>,
+    /// Templates as dockhand image specs, by name (JSON; see docs/serve.md).
+    #[arg(long)]
+    templates: Option<PathBuf>,
+    /// Warm sandboxes kept ready per template (a template's own `pool` wins).
+    #[arg(long, default_value_t = 2)]
+    pool: usize,
+    /// Seconds a sandbox lives when the request gives no timeout (E2B's default).
+    #[arg(long, default_value_t = 300)]
+    default_timeout: u64,
+    /// The longest timeout a request may set, in seconds.
+    #[arg(long, default_value_t = 86_400)]
+    max_timeout: u64,
+    /// The most sandboxes one key may have at once.
+    #[arg(long, default_value_t = 100)]
+    max_sandboxes_per_key: usize,
+    /// The largest upload, in bytes.
+    #[arg(long, default_value_t = 100 << 20)]
+    max_upload: usize,
+    /// Longest run of one `run_code`, in seconds.
+    #[arg(long, default_value_t = 300)]
+    run_timeout: u64,
+    /// Sandboxes may reach the internet unless the request says otherwise
+    /// (E2B's default); without it they are offline unless asked.
+    #[arg(long)]
+    internet_by_default: bool,
+}
+
+/// The server's limits.
+pub struct Limits {
+    default_timeout: Duration,
+    max_timeout: Duration,
+    max_per_key: usize,
+    max_upload: usize,
+    run_timeout: Duration,
+    internet_default: bool,
+}
+
+enum Pool {
+    Kernel(Box<KernelPool>),
+    Session(Box<SessionPool>),
+}
+
+/// Everything the handlers share.
+pub struct Server {
+    client: dockhand::Client,
+    keys: Keys,
+    templates: BTreeMap<String, Template>,
+    pools: BTreeMap<String, OnceCell<Pool>>,
+    registry: Arc<Registry>,
+    limits: Limits,
+}
+
+impl Server {
+    /// A started container for `template`: from its warm pool when the
+    /// network is the pool's (none), else started now with the network.
+    async fn container(&self, template: &Template, network: Network) -> dockhand::Result<Parts> {
+        if !matches!(network, Network::None) {
+            return match &template.kind {
+                TemplateKind::Kernel(config) => {
+                    let kernel = self
+                        .client
+                        .kernel((**config).clone().session(|s| s.network(network)));
+                    kernel.start().await?;
+                    Ok((kernel.session().clone(), Some(kernel)))
+                }
+                TemplateKind::Session(config) => {
+                    let session = self.client.session((**config).clone().network(network));
+                    session.start().await?;
+                    Ok((session, None))
+                }
+            };
+        }
+        match self.pool(template).await? {
+            Pool::Kernel(pool) => {
+                let kernel = pool.kernel().await?;
+                Ok((kernel.session().clone(), Some(kernel)))
+            }
+            Pool::Session(pool) => Ok((pool.session().await?, None)),
+        }
+    }
+
+    async fn pool(&self, template: &Template) -> dockhand::Result<&Pool> {
+        let cell = self
+            .pools
+            .get(&template.name)
+            .ok_or_else(|| dockhand::Error::InvalidSpec {
+                what: "template",
+                message: format!("no pool for {}", template.name),
+            })?;
+        cell.get_or_try_init(|| async {
+            let size = PoolConfig::new(template.pool);
+            Ok(match &template.kind {
+                TemplateKind::Kernel(config) => Pool::Kernel(Box::new(
+                    self.client.kernel_pool((**config).clone(), size).await?,
+                )),
+                TemplateKind::Session(config) => Pool::Session(Box::new(
+                    self.client.session_pool((**config).clone(), size).await?,
+                )),
+            })
+        })
+        .await
+    }
+
+    /// The tenant of a control-plane request's `X-API-Key`.
+    fn tenant(&self, headers: &HeaderMap) -> Result<usize, Response> {
+        let key = headers
+            .get("x-api-key")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        self.keys.tenant(key).ok_or_else(|| {
+            api_error(
+                StatusCode::UNAUTHORIZED,
+                "Invalid API key: set E2B_API_KEY to a key this server was started with",
+            )
+        })
+    }
+
+    /// The sandbox an in-sandbox call names, if its token is the sandbox's.
+    /// A wrong token reads as an unknown sandbox: knowing an id gives
+    /// nothing away.
+    fn sandbox(&self, headers: &HeaderMap) -> Result<Arc<Sandbox>, Response> {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let Some(id) = header("e2b-sandbox-id") else {
+            return Err(api_error(
+                StatusCode::BAD_REQUEST,
+                "the E2b-Sandbox-Id header is missing (set E2B_SANDBOX_URL to this server)",
+            ));
+        };
+        let sandbox = self.registry.get(id).filter(|s| {
+            let envd = header("x-access-token").is_some_and(|t| same_secret(t, &s.envd_token));
+            let traffic = header("e2b-traffic-access-token")
+                .is_some_and(|t| same_secret(t, &s.traffic_token));
+            envd || traffic
+        });
+        sandbox.ok_or_else(|| {
+            api_error(
+                StatusCode::NOT_FOUND,
+                format!("The sandbox {id} was not found"),
+            )
+        })
+    }
+}
+
+type Shared = State<Arc<Server>>;
+
+/// Runs the server until SIGINT or SIGTERM, then kills every sandbox.
+pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
+    let client = crate::connect(host, true).await?;
+    let keys = Keys::load(args.api_keys.as_deref(), args.api_keys_file.as_deref())?;
+    let templates = config::templates(args.templates.as_deref(), args.pool)?;
+    let pools = templates
+        .keys()
+        .map(|name| (name.clone(), OnceCell::new()))
+        .collect();
+    let server = Arc::new(Server {
+        client,
+        keys,
+        templates,
+        pools,
+        registry: Arc::new(Registry::default()),
+        limits: Limits {
+            default_timeout: Duration::from_secs(args.default_timeout),
+            max_timeout: Duration::from_secs(args.max_timeout),
+            max_per_key: args.max_sandboxes_per_key,
+            max_upload: args.max_upload,
+            run_timeout: Duration::from_secs(args.run_timeout),
+            internet_default: args.internet_by_default,
+        },
+    });
+    let reaper = tokio::spawn(registry::reap_forever(server.registry.clone()));
+    // Warm the pools now (images are built on first use): the first create
+    // is then a handover too.
+    for template in server.templates.values().filter(|t| t.pool > 0) {
+        let (server, template) = (server.clone(), template.clone());
+        tokio::spawn(async move {
+            if let Err(e) = server.pool(&template).await {
+                tracing::warn!(template = %template.name, error = %e, "preparing a template's pool");
+            }
+        });
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    eprintln!(
+        "dockhand serve: listening on http://{} (set E2B_API_URL and E2B_SANDBOX_URL to it)",
+        listener.local_addr()?
+    );
+    let app = router(server.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    reaper.abort();
+    let all = server.registry.take_all();
+    futures::future::join_all(all.iter().map(|s| s.close())).await;
+    for cell in server.pools.values() {
+        match cell.get() {
+            Some(Pool::Kernel(p)) => p.shutdown().await,
+            Some(Pool::Session(p)) => p.shutdown().await,
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn router(server: Arc<Server>) -> Router {
+    let limit = server.limits.max_upload;
+    Router::new()
+        .route("/sandboxes", post(create).get(list))
+        .route("/v2/sandboxes", post(create).get(list))
+        .route("/sandboxes/{id}", get(sandbox_get).delete(sandbox_kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/refreshes", post(refresh))
+        .route("/sandboxes/{id}/connect", post(connect_sandbox))
+        .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(pause))
+        .route("/sandboxes/{id}/metrics", get(metrics))
+        .route("/process.Process/{method}", post(process_rpc))
+        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
+        .route("/files", get(files_get).post(files_post))
+        .route("/health", get(health))
+        .route("/execute", post(execute))
+        .route("/contexts", get(contexts_list).post(contexts_create))
+        .route("/contexts/{id}", axum::routing::delete(contexts_remove))
+        .route("/contexts/{id}/restart", post(contexts_restart))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(server)
+}
+
+macro_rules! tenant {
+    ($server:expr, $headers:expr) => {
+        match $server.tenant(&$headers) {
+            Ok(t) => t,
+            Err(r) => return r,
+        }
+    };
+}
+
+macro_rules! sandbox {
+    ($server:expr, $headers:expr) => {
+        match $server.sandbox(&$headers) {
+            Ok(s) => s,
+            Err(r) => return r,
+        }
+    };
+}
+
+async fn create(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let tenant = tenant!(s, headers);
+    control::create(s.clone(), tenant, &body).await
+}
+
+async fn list(
+    State(s): Shared,
+    headers: HeaderMap,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let tenant = tenant!(s, headers);
+    control::list(&s, tenant, &query)
+}
+
+async fn sandbox_get(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let tenant = tenant!(s, headers);
+    control::get(&s, tenant, &id)
+}
+
+async fn sandbox_kill(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let tenant = tenant!(s, headers);
+    control::kill(&s, tenant, &id).await
+}
+
+async fn set_timeout(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let tenant = tenant!(s, headers);
+    control::timeout(&s, tenant, &id, &body, true)
+}
+
+async fn refresh(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let tenant = tenant!(s, headers);
+    control::timeout(&s, tenant, &id, &body, false)
+}
+
+async fn connect_sandbox(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let tenant = tenant!(s, headers);
+    control::connect(&s, tenant, &id, &body)
+}
+
+async fn pause(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let tenant = tenant!(s, headers);
+    control::pause_refused(&s, tenant, &id)
+}
+
+async fn metrics(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let tenant = tenant!(s, headers);
+    match s.registry.owned(tenant, &id) {
+        Some(_) => axum::Json(serde_json::json!([])).into_response(),
+        None => control::not_found(&id),
+    }
+}
+
+async fn process_rpc(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(method): Path<String>,
+    body: Bytes,
+) -> Response {
+    let sandbox = sandbox!(s, headers);
+    match method.as_str() {
+        "Start" => process::start(sandbox, &headers, &body).await,
+        "Connect" => process::attach(&sandbox, &headers, &body),
+        "List" => process::list(&sandbox),
+        "SendInput" => process::send_input(&sandbox, &headers, &body).await,
+        "StreamInput" => process::stream_input(&sandbox, &headers, &body).await,
+        "CloseStdin" => process::close_stdin(&sandbox, &headers, &body).await,
+        "SendSignal" => process::send_signal(&sandbox, &headers, &body).await,
+        other => connect::unary_error(&connect::ConnectError::new(
+            "unimplemented",
+            format!("process.{other} is not supported by dockhand serve"),
+        )),
+    }
+}
+
+async fn filesystem_rpc(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(method): Path<String>,
+    body: Bytes,
+) -> Response {
+    let sandbox = sandbox!(s, headers);
+    if method == "WatchDir" {
+        return connect::stream_error(connect::ConnectError::new(
+            "unimplemented",
+            "watching directories is not supported by dockhand serve yet",
+        ));
+    }
+    files::unary(&sandbox, &method, &headers, &body).await
+}
+
+async fn files_get(State(s): Shared, headers: HeaderMap, request: Request) -> Response {
+    let sandbox = sandbox!(s, headers);
+    files::download(&sandbox, request.uri().query()).await
+}
+
+async fn files_post(State(s): Shared, headers: HeaderMap, request: Request) -> Response {
+    let sandbox = sandbox!(s, headers);
+    files::upload(sandbox, request, s.limits.max_upload).await
+}
+
+async fn health(State(s): Shared, headers: HeaderMap) -> Response {
+    // A sandbox that is gone answers as E2B's proxy does (502), which the
+    // SDKs read as "not running".
+    match s.sandbox(&headers) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(_) => files::http_error(StatusCode::BAD_GATEWAY, "The sandbox was not found"),
+    }
+}
+
+async fn execute(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = sandbox!(s, headers);
+    interpreter::execute(sandbox, &body, s.limits.run_timeout).await
+}
+
+async fn contexts_list(State(s): Shared, headers: HeaderMap) -> Response {
+    let sandbox = sandbox!(s, headers);
+    interpreter::list_contexts(&sandbox)
+}
+
+async fn contexts_create(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = sandbox!(s, headers);
+    interpreter::create_context(&sandbox, &body).await
+}
+
+async fn contexts_remove(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let sandbox = sandbox!(s, headers);
+    interpreter::remove_context(&sandbox, &id).await
+}
+
+async fn contexts_restart(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let sandbox = sandbox!(s, headers);
+    interpreter::restart_context(&sandbox, &id).await
+}

@@ -1,0 +1,145 @@
+//! Benchmark of `dockhand serve` through the real E2B Python SDK: time to
+//! interactive (create, then the first command's first output), cold (no
+//! warm pool) and pooled, p50 and p95; beside it the same two requests made
+//! by hand (httpx, no SDK) so the SDK's own share shows; and `run_code("1+1")`.
+//!
+//! ```text
+//! cargo run --release --example bench_serve -- [N]
+//! ```
+//! Builds `dockhand` (release) and a venv with the pinned SDKs under
+//! `target/`.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SDKS: [&str; 2] = ["e2b==2.63.0", "e2b-code-interpreter==2.11.5"];
+const KEY: &str = "dockhand-bench-key-0123456789abcdef";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) {
+    let status = cmd.status().expect("runs");
+    assert!(status.success(), "{cmd:?} failed");
+}
+
+fn venv() -> PathBuf {
+    let dir = root().join("target/venv-e2b-sdks");
+    let python = dir.join("bin/python");
+    if !dir.join(".ready").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&dir));
+        run(Command::new(&python)
+            .args(["-m", "pip", "install", "-q"])
+            .args(SDKS));
+        std::fs::write(dir.join(".ready"), b"").expect("marker");
+    }
+    python
+}
+
+fn dockhand() -> PathBuf {
+    run(Command::new(env!("CARGO"))
+        .args(["build", "--release", "-q", "-p", "dockhand-cli"])
+        .current_dir(root()));
+    root().join("target/release/dockhand")
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(bin: &Path, port: u16, pool: usize) -> Server {
+    let child = Command::new(bin)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--pool", &pool.to_string()])
+        .env("DOCKHAND_SERVE_API_KEYS", KEY)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("dockhand serve starts");
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "serve never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server(child)
+}
+
+fn report(name: &str, samples: &serde_json::Value) {
+    let mut v: Vec<f64> = samples
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+        .unwrap_or_default();
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{name:<52} n={:<4} p50={:>8.1} ms  p95={:>8.1} ms",
+        v.len(),
+        at(0.5),
+        at(0.95)
+    );
+}
+
+fn measure(python: &Path, port: u16, n: usize, pause: f64, extra: &[&str]) -> serde_json::Value {
+    let url = format!("http://127.0.0.1:{port}");
+    let out = Command::new(python)
+        .arg(root().join("examples/bench_serve/sdk_timing.py"))
+        .args([n.to_string(), pause.to_string()])
+        .args(extra)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", KEY)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "the timing script failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("JSON")
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20);
+    let python = venv();
+    let bin = dockhand();
+    let port = |offset: u16| 3900 + offset;
+
+    {
+        let _server = serve(&bin, port(0), 0);
+        // One unmeasured round builds what is missing and warms the caches.
+        measure(&python, port(0), 1, 0.0, &[]);
+        let cold = measure(&python, port(0), n, 0.0, &[]);
+        println!("cold (no warm pool):");
+        report("  SDK: create", &cold["sdk_create"]);
+        report(
+            "  SDK: create -> first output (time to interactive)",
+            &cold["sdk_tti"],
+        );
+        report("  raw HTTP: create -> first output", &cold["raw_tti"]);
+    }
+    {
+        let _server = serve(&bin, port(1), 4);
+        std::thread::sleep(Duration::from_secs(5));
+        measure(&python, port(1), 1, 1.0, &[]);
+        let pooled = measure(&python, port(1), n, 1.0, &["run_code"]);
+        println!("pooled (4 warm, 1 s between creates to refill):");
+        report("  SDK: create", &pooled["sdk_create"]);
+        report(
+            "  SDK: create -> first output (time to interactive)",
+            &pooled["sdk_tti"],
+        );
+        report("  raw HTTP: create -> first output", &pooled["raw_tti"]);
+        report("  SDK: run_code(\"1+1\")", &pooled["run_code"]);
+    }
+}
