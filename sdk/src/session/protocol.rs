@@ -294,13 +294,13 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&exec).unwrap();
         assert!(v.get("cwd").is_none() && v.get("stdin").is_none());
         assert!(v.get("report_pid").is_none());
+        assert_eq!(v["timeout_s"], 2.0);
         let signal = encode(&Request::Signal { id: 4, signal: 9 });
         let v: serde_json::Value = serde_json::from_slice(&signal).unwrap();
         assert_eq!(
             (v["type"].as_str(), v["signal"].as_i64()),
             (Some("signal"), Some(9))
         );
-        assert_eq!(v["timeout_s"], 2.0);
     }
 
     #[test]
