@@ -212,7 +212,8 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     );
     assert_eq!(r["running_after_kill"], false);
     assert_eq!(r["envs"], "hey\n");
-    assert_eq!(r["timeout_set"], 3);
+    let lived = r["timeout_set"].as_i64().unwrap_or(0);
+    assert!((3..=5).contains(&lived), "set_timeout(3) gave {lived} s");
     assert_eq!(r["alive_after_timeout"], false);
     assert_eq!(r["info_after_timeout"], "SandboxNotFoundException");
     assert!(r["command_after_timeout"].is_string());
@@ -254,9 +255,9 @@ fn a_hundred_sandboxes_at_eight_at_once_all_work_and_none_is_left() {
     assert_eq!(r["listed_after"], 0, "{r}");
     eprintln!("load: {r}");
     let pid = server.pid();
-    // Killed ones are gone while the server still runs (its pool's are not
-    // sandboxes yet).
-    let warm = 4;
+    // Killed ones are gone while the server still runs; what remains is
+    // the two templates' warm pools.
+    let warm = 2 * 4;
     let started = Instant::now();
     while owned_containers(pid).len() > warm && started.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(250));
