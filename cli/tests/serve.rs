@@ -185,6 +185,15 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert_eq!(r["renamed_size"], 3);
     assert_eq!(r["removed"], true);
     assert_eq!(r["missing_read"], "FileNotFoundException");
+    assert_eq!(
+        r["watch_events"],
+        serde_json::json!([
+            "new.txt CREATE",
+            "new.txt REMOVE",
+            "sub CREATE",
+            "sub/deep.txt CREATE"
+        ])
+    );
 
     // Every way out of the sandbox's files is refused, and nothing landed.
     for (attempt, outcome) in r["traversal"].as_object().unwrap() {
@@ -234,6 +243,7 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert_eq!(a["stdout"], serde_json::json!(["a\n"]));
     assert_eq!(a["command"], "async\n");
     assert_eq!(a["file"], "written");
+    assert_eq!(a["watch_events"], serde_json::json!(["x.txt CREATE"]));
     assert_eq!(a["killed"], true);
     assert_eq!(a["running_after_kill"], false);
 

@@ -192,6 +192,7 @@ impl SessionApi for FakeSession {
                 name,
                 kind: kind.into(),
                 size,
+                mtime_ns: 0,
             });
         }
         if entries.is_empty() && p != self.workspace {
@@ -242,7 +243,8 @@ mod tests {
             [DirEntry {
                 name: "src".into(),
                 kind: "dir".into(),
-                size: 0
+                size: 0,
+                mtime_ns: 0,
             }]
         );
         assert!(matches!(

@@ -110,7 +110,7 @@ fn listed_entry(dir: &str, e: &DirEntry) -> Value {
 }
 
 /// A path as the client gave it, made absolute against the home.
-fn absolute(path: &str) -> String {
+pub fn absolute(path: &str) -> String {
     if path.starts_with('/') {
         path.to_string()
     } else if path.is_empty() {
@@ -168,9 +168,7 @@ pub async fn unary(sandbox: &Sandbox, method: &str, headers: &HeaderMap, body: &
             }
             _ => Err(ConnectError::new(
                 "unimplemented",
-                format!(
-                    "filesystem.{method} is not supported by dockhand serve (directory watching is not built yet)"
-                ),
+                format!("filesystem.{method} is not supported by dockhand serve"),
             )),
         }
     }

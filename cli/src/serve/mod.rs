@@ -32,6 +32,7 @@ mod files;
 mod interpreter;
 mod process;
 mod registry;
+mod watch;
 
 use config::{same_secret, Keys, Template, TemplateKind};
 use control::{api_error, Parts};
@@ -409,13 +410,13 @@ async fn filesystem_rpc(
     body: Bytes,
 ) -> Response {
     let sandbox = sandbox!(s, headers);
-    if method == "WatchDir" {
-        return connect::stream_error(connect::ConnectError::new(
-            "unimplemented",
-            "watching directories is not supported by dockhand serve yet",
-        ));
+    match method.as_str() {
+        "WatchDir" => watch::stream(sandbox, &headers, &body).await,
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+            watch::unary(&sandbox, &method, &headers, &body).await
+        }
+        _ => files::unary(&sandbox, &method, &headers, &body).await,
     }
-    files::unary(&sandbox, &method, &headers, &body).await
 }
 
 async fn files_get(State(s): Shared, headers: HeaderMap, request: Request) -> Response {

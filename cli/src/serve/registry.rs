@@ -11,6 +11,7 @@ use dockhand::session::Session;
 
 use super::interpreter::Contexts;
 use super::process::Processes;
+use super::watch::Watchers;
 
 /// One sandbox: a session (and, for kernel templates, its kernel).
 pub struct Sandbox {
@@ -46,6 +47,8 @@ pub struct Sandbox {
     pub processes: Processes,
     /// The interpreter's contexts.
     pub contexts: Contexts,
+    /// Directory watchers of the sync SDK.
+    pub watchers: Watchers,
 }
 
 /// What a new sandbox is made of.
@@ -84,6 +87,7 @@ impl Sandbox {
             kernel: parts.kernel,
             processes: Processes::default(),
             contexts: Contexts::default(),
+            watchers: Watchers::default(),
         }
     }
 
@@ -106,6 +110,7 @@ impl Sandbox {
     /// Removes its container (and kernel), ending what runs in it.
     pub async fn close(&self) {
         self.processes.clear();
+        self.watchers.clear();
         if let Some(kernel) = &self.kernel {
             if let Err(e) = kernel.close().await {
                 tracing::warn!(sandbox = %self.id, error = %e, "closing a sandbox's kernel");

@@ -106,6 +106,17 @@ def files(sbx):
     report["removed"] = not sbx.files.exists("many/3.txt")
     report["missing_read"] = refused(lambda: sbx.files.read("nothing/here.txt"))
 
+    sbx.files.make_dir("watched")
+    watcher = sbx.files.watch_dir("watched", recursive=True)
+    sbx.files.write("watched/new.txt", "1")
+    sbx.commands.run("mkdir -p /home/user/watched/sub && echo 2 > /home/user/watched/sub/deep.txt")
+    time.sleep(1)
+    sbx.files.remove("watched/new.txt")
+    time.sleep(1)
+    events = watcher.get_new_events()
+    watcher.stop()
+    report["watch_events"] = sorted({f"{e.name} {e.type.name}" for e in events})
+
 
 def traversal(sbx):
     """Reads and writes that try to leave the sandbox's files."""
@@ -207,6 +218,13 @@ async def async_calls():
     out["command"] = r.stdout
     await sbx.files.write("async.txt", "written")
     out["file"] = await sbx.files.read("async.txt")
+    seen = []
+    await sbx.files.make_dir("w")
+    watch = await sbx.files.watch_dir("w", on_event=lambda e: seen.append(f"{e.name} {e.type.name}"))
+    await sbx.files.write("w/x.txt", "x")
+    await asyncio.sleep(1.5)
+    await watch.stop()
+    out["watch_events"] = seen
     handle = await sbx.commands.run("sleep 600", background=True)
     out["killed"] = await handle.kill()
     await sbx.kill()

@@ -357,7 +357,7 @@ def do_list(req):
             kind = "file"
         else:
             kind = "other"
-        entries.append({"name": name, "kind": kind, "size": st.st_size})
+        entries.append({"name": name, "kind": kind, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     return {"entries": entries}
 
 

@@ -123,6 +123,9 @@ pub struct DirEntry {
     pub kind: String,
     /// Size in bytes.
     pub size: u64,
+    /// Last modification, nanoseconds since the Unix epoch.
+    #[serde(default)]
+    pub mtime_ns: u64,
 }
 
 /// What `stat`, `mkdir` and `move` say about a path.
