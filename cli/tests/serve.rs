@@ -214,6 +214,16 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert_eq!(r["stdin_echo"], "piped\n");
     assert_eq!(r["reconnected"], "later\n");
 
+    // Hostile code: a flood nobody reads, a fork bomb, a kill mid-command.
+    assert_eq!(r["flood_killed"], true);
+    assert_eq!(r["fork_bomb"], "CommandExitException");
+    assert_eq!(r["after_bomb"], "alive\n");
+    assert!(
+        r["killed_mid_command"].is_string(),
+        "the run outlived its sandbox"
+    );
+    assert_eq!(r["next_sandbox"], "fine\n");
+
     // Listing, killing, timeouts.
     assert_eq!(
         r["listed_ids"],

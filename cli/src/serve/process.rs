@@ -219,6 +219,13 @@ async fn pump(
                     format!("the command ran past its timeout of {timeout:?} and was killed"),
                 ))
             }
+            Err(dockhand::Error::ProcessLimit { limit, .. }) => {
+                let mut end = end_event(-9);
+                end["error"] = json!(format!(
+                    "the command used up the sandbox's process limit ({limit}) and was killed with all it started"
+                ));
+                Event::End(end)
+            }
             Err(e) => Event::Failed(ConnectError::new("unavailable", e.to_string())),
         };
         let last = !matches!(event, Event::Data(..));

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 
@@ -170,6 +171,29 @@ def commands(sbx):
     report["reconnected"] = again.wait().stdout
 
 
+def hostile():
+    """Code that floods its output, forks without end and has its sandbox
+    killed under it: each gets a clear outcome, and the next sandbox works."""
+    sbx = BaseSandbox.create(template="base", timeout=120)
+    flood = sbx.commands.run("yes flood", background=True)
+    flood.disconnect()  # nobody reads it any more
+    time.sleep(1)
+    report["flood_killed"] = sbx.commands.kill(flood.pid)
+    try:
+        sbx.commands.run(":(){ :|:& };:", timeout=5)
+        report["fork_bomb"] = "returned"
+    except Exception as e:  # noqa: BLE001 - which exception is what we report
+        report["fork_bomb"] = type(e).__name__
+    report["after_bomb"] = sbx.commands.run("echo alive", timeout=30).stdout
+    killer = threading.Timer(1.0, sbx.kill)
+    killer.start()
+    report["killed_mid_command"] = refused(lambda: sbx.commands.run("sleep 30", timeout=60))
+    killer.join()
+    fresh = BaseSandbox.create(template="base", timeout=60)
+    report["next_sandbox"] = fresh.commands.run("echo fine").stdout
+    fresh.kill()
+
+
 def lifetime():
     sbx = BaseSandbox.create(template="base", timeout=60, envs={"GREETING": "hey"})
     report["envs"] = sbx.commands.run("echo $GREETING").stdout
@@ -241,6 +265,7 @@ def main():
     report["listed_ids"] = [s.sandbox_id for s in listed]
     sbx.kill()
     report["running_after_kill"] = sbx.is_running()
+    hostile()
     lifetime()
     tenants()
     asyncio.run(async_calls())
