@@ -36,6 +36,7 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_dockhand"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--pool", &pool.to_string()])
+            .args(["--max-upload", &(8 << 20).to_string()])
             .env("DOCKHAND_SERVE_API_KEYS", format!("{KEY},{OTHER_KEY}"))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -223,6 +224,22 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
         "the run outlived its sandbox"
     );
     assert_eq!(r["next_sandbox"], "fine\n");
+
+    // E2B's error shapes and codes.
+    let shapes = &r["shapes"];
+    assert_eq!(shapes["bad_template"], serde_json::json!([400, 400, true]));
+    assert_eq!(shapes["unknown"], serde_json::json!([404, 404]));
+    assert_eq!(shapes["no_key"], serde_json::json!([401, 401]));
+    assert!(shapes["oversized_sdk"].is_string());
+    assert_eq!(shapes["oversized"], 413);
+    assert_eq!(shapes["nothing_written"], true);
+    assert_eq!(shapes["pause"], serde_json::json!([501, true]));
+
+    // HTTP/2 without TLS, streams included.
+    assert_eq!(r["h2c"]["version"], "HTTP/2");
+    assert_eq!(r["h2c"]["list_status"], 200);
+    assert_eq!(r["h2c"]["stdout"], "over-h2\n");
+    assert_eq!(r["h2c"]["ended"], true);
 
     // Listing, killing, timeouts.
     assert_eq!(

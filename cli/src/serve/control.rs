@@ -245,6 +245,7 @@ pub fn list(server: &Server, tenant: usize, query: &BTreeMap<String, String>) ->
         .of(tenant)
         .iter()
         .filter(|s| wanted.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .filter(|s| query.get("template").is_none_or(|t| *t == s.template))
         .map(|s| listed(s))
         .collect();
     axum::Json(Value::Array(list)).into_response()

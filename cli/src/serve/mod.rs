@@ -292,8 +292,19 @@ fn router(server: Arc<Server>) -> Router {
         .route("/contexts", get(contexts_list).post(contexts_create))
         .route("/contexts/{id}", axum::routing::delete(contexts_remove))
         .route("/contexts/{id}/restart", post(contexts_restart))
+        .fallback(unknown_endpoint)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(server)
+}
+
+async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    api_error(
+        StatusCode::NOT_FOUND,
+        format!(
+            "{method} {} is not part of the API dockhand serve answers (see docs/serve.md)",
+            uri.path()
+        ),
+    )
 }
 
 macro_rules! tenant {

@@ -111,12 +111,12 @@ impl Sandbox {
     pub async fn close(&self) {
         self.processes.clear();
         self.watchers.clear();
-        if let Some(kernel) = &self.kernel {
-            if let Err(e) = kernel.close().await {
-                tracing::warn!(sandbox = %self.id, error = %e, "closing a sandbox's kernel");
-            }
-        }
-        if let Err(e) = self.session.close().await {
+        // A kernel closes the session it runs in.
+        let closed = match &self.kernel {
+            Some(kernel) => kernel.close().await,
+            None => self.session.close().await.map(drop),
+        };
+        if let Err(e) = closed {
             tracing::warn!(sandbox = %self.id, error = %e, "closing a sandbox");
         }
     }

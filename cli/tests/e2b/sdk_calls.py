@@ -206,6 +206,55 @@ def lifetime():
     report["command_after_timeout"] = refused(lambda: sbx.commands.run("true"))
 
 
+def shapes():
+    """E2B's error shapes and codes, read off the wire."""
+    api, key = os.environ["E2B_API_URL"], os.environ["E2B_API_KEY"]
+    out = {}
+    r = httpx.post(api + "/sandboxes", json={"templateID": "nope"}, headers={"X-API-KEY": key})
+    out["bad_template"] = [r.status_code, r.json()["code"], "nope" in r.json()["message"]]
+    r = httpx.get(api + "/sandboxes/isnotthere", headers={"X-API-KEY": key})
+    out["unknown"] = [r.status_code, r.json()["code"]]
+    r = httpx.get(api + "/sandboxes")
+    out["no_key"] = [r.status_code, r.json()["code"]]
+    sbx = BaseSandbox.create(template="base", timeout=60)
+    big = b"x" * (9 << 20)
+    out["oversized_sdk"] = refused(lambda: sbx.files.write("big.bin", big))
+    r = httpx.post(os.environ["E2B_SANDBOX_URL"] + "/files", params={"path": "big.bin"}, content=big,
+                   headers={"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token,
+                            "Content-Type": "application/octet-stream"})
+    out["oversized"] = r.status_code
+    out["nothing_written"] = not sbx.files.exists("big.bin")
+    r = httpx.post(api + f"/sandboxes/{sbx.sandbox_id}/pause", headers={"X-API-KEY": key})
+    out["pause"] = [r.status_code, "pause" in r.json()["message"]]
+    sbx.kill()
+    report["shapes"] = out
+
+
+def h2c():
+    """envd's Connect calls over HTTP/2 without TLS (prior knowledge), as an
+    HTTP/2 client such as the JS SDK's makes them."""
+    sbx = BaseSandbox.create(template="base", timeout=60)
+    url = os.environ["E2B_SANDBOX_URL"]
+    headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token}
+    with httpx.Client(http1=False, http2=True) as client:
+        listed = client.post(url + "/process.Process/List", content=b"{}",
+                             headers={**headers, "Content-Type": "application/json"})
+        body = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "echo over-h2"]}}).encode()
+        started = client.post(url + "/process.Process/Start",
+                              content=bytes([0]) + len(body).to_bytes(4, "big") + body,
+                              headers={**headers, "Content-Type": "application/connect+json"})
+    messages, raw = [], started.content
+    while raw:
+        flags, size = raw[0], int.from_bytes(raw[1:5], "big")
+        messages.append((flags, json.loads(raw[5:5 + size])))
+        raw = raw[5 + size:]
+    stdout = b"".join(base64.b64decode(m["event"]["data"]["stdout"])
+                      for f, m in messages if f == 0 and "data" in m.get("event", {}))
+    report["h2c"] = {"version": listed.http_version, "list_status": listed.status_code,
+                     "stdout": stdout.decode(), "ended": messages[-1] == (2, {})}
+    sbx.kill()
+
+
 def tenants():
     mine = BaseSandbox.create(template="base", timeout=60)
     other = {"api_key": OTHER_KEY}
@@ -266,6 +315,8 @@ def main():
     sbx.kill()
     report["running_after_kill"] = sbx.is_running()
     hostile()
+    shapes()
+    h2c()
     lifetime()
     tenants()
     asyncio.run(async_calls())
