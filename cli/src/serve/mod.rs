@@ -244,6 +244,13 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         listener.local_addr()?
     );
     let app = router(server.clone());
+    // Streams go out in small frames; Nagle's algorithm would hold each
+    // for the client's delayed ACK (40 ms a response).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
