@@ -214,6 +214,11 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert_eq!(r["killed_gone"], true);
     assert_eq!(r["stdin_echo"], "piped\n");
     assert_eq!(r["reconnected"], "later\n");
+    assert_eq!(r["pty_exit"], 7);
+    assert_eq!(
+        r["pty"],
+        serde_json::json!({"size": true, "tty": true, "terminal": true, "job_control_warning": false})
+    );
 
     // Hostile code: a flood nobody reads, a fork bomb, a kill mid-command.
     assert_eq!(r["flood_killed"], true);

@@ -136,8 +136,15 @@ struct ConfigFile {
 
 /// Sessions as serve starts them: E2B's user home as the workspace, no
 /// default limit on commands (the client sets one per command).
+/// A login shell runs once as each container starts (in the pool, before
+/// anyone waits): the SDKs run every command with `bash -l`, and the first
+/// one in a fresh container otherwise pays for the files it opens.
 pub fn serve_session(session: SessionConfig) -> SessionConfig {
-    session.workspace(HOME).env("HOME", HOME).no_timeout()
+    session
+        .workspace(HOME)
+        .env("HOME", HOME)
+        .no_timeout()
+        .setup_command("bash -l -c true >/dev/null 2>&1 || true")
 }
 
 /// The built-in templates, then those of the file (which may replace them).
@@ -216,4 +223,65 @@ pub fn templates(file: Option<&Path>, pool: usize) -> anyhow::Result<BTreeMap<St
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn the_built_in_templates_are_the_sdks_defaults() {
+        let t = templates(None, 3).unwrap();
+        assert!(matches!(t[CODE_INTERPRETER].kind, TemplateKind::Kernel(_)));
+        assert!(matches!(t[BASE].kind, TemplateKind::Session(_)));
+        assert_eq!(t[BASE].pool, 3);
+    }
+
+    #[test]
+    fn a_file_adds_and_replaces_templates() {
+        let f = file(
+            r#"{"templates": {
+                "analysis": {"kind": "kernel", "pip": ["polars"], "pool": 0},
+                "base": {"apt": ["jq"], "cpus": 4}
+            }}"#,
+        );
+        let t = templates(Some(f.path()), 2).unwrap();
+        assert!(matches!(t["analysis"].kind, TemplateKind::Kernel(_)));
+        assert_eq!(t["analysis"].pool, 0);
+        assert_eq!((t["base"].cpus, t["base"].pool), (4, 2));
+        let TemplateKind::Session(base) = &t["base"].kind else {
+            panic!("base stays a session");
+        };
+        assert_eq!(base.workspace_dir(), HOME);
+    }
+
+    #[test]
+    fn bad_template_files_are_refused_with_the_reason() {
+        let kind = file(r#"{"templates": {"x": {"kind": "vm"}}}"#);
+        let e = templates(Some(kind.path()), 1).unwrap_err().to_string();
+        assert!(e.contains("kind `vm`"), "{e}");
+        let unknown = file(r#"{"templates": {"x": {"packages": ["a"]}}}"#);
+        let e = format!("{:#}", templates(Some(unknown.path()), 1).unwrap_err());
+        assert!(e.contains("packages"), "{e}");
+    }
+
+    #[test]
+    fn keys_are_required_long_and_each_a_tenant() {
+        assert!(Keys::load(None, None).is_err());
+        assert!(Keys::load(Some("short"), None).is_err());
+        let keys = Keys::load(Some("aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb"), None).unwrap();
+        assert_eq!(keys.tenant(b"aaaaaaaaaaaaaaaa"), Some(0));
+        assert_eq!(keys.tenant(b"bbbbbbbbbbbbbbbb"), Some(1));
+        assert_eq!(keys.tenant(b"aaaaaaaaaaaaaaab"), None);
+        assert_eq!(keys.tenant(b""), None);
+        let f = file("# ours\ncccccccccccccccc\n\n");
+        let keys = Keys::load(None, Some(f.path())).unwrap();
+        assert_eq!(keys.tenant(b"cccccccccccccccc"), Some(0));
+    }
 }

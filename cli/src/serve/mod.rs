@@ -414,6 +414,7 @@ async fn process_rpc(
         "StreamInput" => process::stream_input(&sandbox, &headers, &body).await,
         "CloseStdin" => process::close_stdin(&sandbox, &headers, &body).await,
         "SendSignal" => process::send_signal(&sandbox, &headers, &body).await,
+        "Update" => process::update(&sandbox, &headers, &body).await,
         other => connect::unary_error(&connect::ConnectError::new(
             "unimplemented",
             format!("process.{other} is not supported by dockhand serve"),

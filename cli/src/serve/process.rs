@@ -36,6 +36,7 @@ struct Process {
     tag: Option<String>,
     config: Value,
     stdin: bool,
+    terminal: bool,
     control: ProcessControl,
     events: broadcast::Sender<Event>,
 }
@@ -153,19 +154,18 @@ pub async fn start(sandbox: Arc<Sandbox>, headers: &HeaderMap, body: &[u8]) -> R
         Ok(r) => r,
         Err(e) => return connect::stream_error(e),
     };
-    if request.pty.is_some() {
-        return connect::stream_error(ConnectError::new(
-            "unimplemented",
-            "PTY commands are not supported by dockhand serve; run the command without a PTY",
-        ));
-    }
     if request.process.cmd.is_empty() {
         return connect::stream_error(ConnectError::new("invalid_argument", "no command given"));
     }
-    let stdin = request.stdin.unwrap_or(false);
+    let terminal = request.pty.as_ref().map(terminal_size);
+    // A terminal always takes input.
+    let stdin = request.stdin.unwrap_or(false) || terminal.is_some();
     let mut options = SpawnOptions::new()
         .stdin(stdin)
         .cwd(request.process.cwd.clone().unwrap_or_else(|| HOME.into()));
+    if let Some((rows, cols)) = terminal {
+        options = options.pty(rows, cols);
+    }
     for (name, value) in sandbox.envs.iter().chain(&request.process.envs) {
         options = options.env(name.clone(), value.clone());
     }
@@ -191,6 +191,7 @@ pub async fn start(sandbox: Arc<Sandbox>, headers: &HeaderMap, body: &[u8]) -> R
             "cwd": request.process.cwd,
         }),
         stdin,
+        terminal: terminal.is_some(),
         control: spawned.control,
         events: events.clone(),
     });
@@ -210,6 +211,7 @@ async fn pump(
 ) {
     while let Some(event) = output.next().await {
         let event = match event {
+            Ok(ExecEvent::Stdout(bytes)) if process.terminal => Event::Data("pty", bytes),
             Ok(ExecEvent::Stdout(bytes)) => Event::Data("stdout", bytes),
             Ok(ExecEvent::Stderr(bytes)) => Event::Data("stderr", bytes),
             Ok(ExecEvent::Exit(result)) => Event::End(end_event(result.exit_code)),
@@ -313,14 +315,23 @@ pub fn list(sandbox: &Sandbox) -> Response {
     connect::unary_response(Ok(json!({ "processes": processes })))
 }
 
+/// A `PTY` message's size as (rows, cols), within what a terminal takes.
+fn terminal_size(pty: &Value) -> (u16, u16) {
+    let side = |key: &str, default: u64| {
+        pty.pointer(&format!("/size/{key}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(default)
+            .clamp(1, 1000) as u16
+    };
+    (side("rows", 24), side("cols", 80))
+}
+
 fn stdin_bytes(input: &Value) -> Result<Vec<u8>, ConnectError> {
-    if input.get("pty").is_some() {
-        return Err(ConnectError::new(
-            "unimplemented",
-            "PTY input is not supported",
-        ));
-    }
-    let text = input.get("stdin").and_then(Value::as_str).unwrap_or("");
+    let text = input
+        .get("stdin")
+        .or_else(|| input.get("pty"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
     base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|e| ConnectError::new("invalid_argument", format!("stdin is not base64: {e}")))
@@ -385,6 +396,36 @@ pub async fn stream_input(sandbox: &Sandbox, headers: &HeaderMap, body: &[u8]) -
         Ok(message) => connect::stream_response(futures::stream::once(async { Ok(message) })),
         Err(e) => connect::stream_error(e),
     }
+}
+
+/// `Update`: a terminal's new size.
+pub async fn update(sandbox: &Sandbox, headers: &HeaderMap, body: &[u8]) -> Response {
+    let result = async {
+        let request: UpdateRequest = connect::unary_request(headers, body)?;
+        let process = sandbox.processes.find(&request.process)?;
+        let Some(pty) = request.pty.filter(|_| process.terminal) else {
+            return Err(ConnectError::new(
+                "failed_precondition",
+                "only a command started with a PTY can be resized",
+            ));
+        };
+        let (rows, cols) = terminal_size(&pty);
+        process
+            .control
+            .resize(rows, cols)
+            .await
+            .map_err(|e| ConnectError::new("unavailable", e.to_string()))?;
+        Ok(json!({}))
+    }
+    .await;
+    connect::unary_response(result)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpdateRequest {
+    process: Selector,
+    pty: Option<Value>,
 }
 
 /// `CloseStdin`.
@@ -466,6 +507,19 @@ mod tests {
             (Some(-1), Some("signal: killed"))
         );
         assert_eq!(killed["exited"], false);
+    }
+
+    #[test]
+    fn terminal_sizes_are_read_and_bounded() {
+        assert_eq!(
+            terminal_size(&json!({"size": {"rows": 30, "cols": 100}})),
+            (30, 100)
+        );
+        assert_eq!(terminal_size(&json!({})), (24, 80));
+        assert_eq!(
+            terminal_size(&json!({"size": {"rows": 0, "cols": 99999}})),
+            (1, 1000)
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ from e2b import (
     AuthenticationException,
     CommandExitException,
     NotFoundException,
+    PtySize,
     Sandbox as BaseSandbox,
     SandboxQuery,
 )
@@ -164,6 +165,20 @@ def commands(sbx):
     sbx.commands.send_stdin(handle.pid, "piped\n")
     sbx.commands.close_stdin(handle.pid)
     report["stdin_echo"] = handle.wait().stdout
+
+    term = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.resize(term.pid, PtySize(rows=30, cols=100))
+    sbx.pty.send_stdin(term.pid, b"stty size; tty; [ -t 0 ] && echo on-a-terminal; exit 7\n")
+    screen = []
+    try:
+        term.wait(on_pty=lambda data: screen.append(bytes(data)))
+        report["pty_exit"] = 0
+    except CommandExitException as e:
+        report["pty_exit"] = e.exit_code
+    text = b"".join(screen).decode(errors="replace")
+    report["pty"] = {"size": "30 100" in text, "tty": "/dev/pts/" in text,
+                     "terminal": "on-a-terminal" in text,
+                     "job_control_warning": "no job control" in text}
 
     handle = sbx.commands.run("echo started; sleep 2; echo later", background=True)
     time.sleep(0.5)

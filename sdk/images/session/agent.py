@@ -11,6 +11,7 @@ threads, so a long command does not hold up a file read.
                  {"type": "remove", "id", "path", "recursive"}
                  {"type": "input", "id", "data", "close"}   (to an exec with "keep_stdin")
                  {"type": "signal", "id", "signal"}         (to a running exec's process group)
+                 {"type": "resize", "id", "rows", "cols"}   (an exec's terminal, started with "pty")
                  {"type": "stat", "id", "path"}
                  {"type": "mkdir", "id", "path"}
                  {"type": "move", "id", "path", "destination"}
@@ -28,6 +29,7 @@ and must stay under one of the allowed roots, symbolic links included.
 import base64
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import queue
@@ -35,8 +37,10 @@ import select
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 import uuid
@@ -96,26 +100,51 @@ def do_exec(req):
     stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
     keep_stdin = bool(req.get("keep_stdin"))
     refused_before = fork_refusals()
+    size = req.get("pty")
+    terminal = {}
 
     def spawn():
         with _commands_lock:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
-                stdin=subprocess.PIPE if stdin is not None or keep_stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )
+            if size:
+                # A terminal: one stream in and out, the command its
+                # session's controlling terminal (job control works).
+                master, slave = os.openpty()
+                try:
+                    set_window(master, size)
+                    proc = subprocess.Popen(
+                        ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
+                        stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                        preexec_fn=take_terminal,
+                    )
+                except BaseException:
+                    os.close(master)
+                    raise
+                finally:
+                    os.close(slave)
+                terminal["fd"] = master
+            else:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", req["command"]], cwd=cwd, env=env,
+                    stdin=subprocess.PIPE if stdin is not None or keep_stdin else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                )
             _commands.add(proc.pid)
         return proc
 
     proc = with_pids(spawn)
+    master = terminal.get("fd")
     _groups[rid] = proc.pid
+    if master is not None:
+        _terminals[rid] = master
     if req.get("report_pid"):
         send({"type": "started", "id": rid, "pid": proc.pid})
     try:
-        if keep_stdin:
-            feed_inputs(rid, proc)
+        if master is not None:
+            feed_inputs(rid, lambda data: write_all(master, data), lambda: None)
+        elif keep_stdin:
+            feed_inputs(rid, lambda data: (proc.stdin.write(data), proc.stdin.flush()), proc.stdin.close)
             stdin = None
-        run_command(req, rid, proc, stdin, limit, stream, refused_before)
+        run_command(req, rid, proc, stdin, limit, stream, refused_before, master)
     except BaseException:
         # Could not watch the command (no thread to read it, say, when it
         # used up every pid): end it and all it started, now.
@@ -125,18 +154,24 @@ def do_exec(req):
     finally:
         _commands.discard(proc.pid)
         _groups.pop(rid, None)
+        if _terminals.pop(rid, None) is not None:
+            os.close(master)
         pending = _inputs.get(rid)
         if pending is not None:
             pending.put(None)
 
 
-def run_command(req, rid, proc, stdin, limit, stream, refused_before):
+def run_command(req, rid, proc, stdin, limit, stream, refused_before, master=None):
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     cut = {"stdout": False, "stderr": False}
 
-    def pump(name, pipe):
+    def pump(name, fd):
         while True:
-            chunk = os.read(pipe.fileno(), 65536)
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                # A terminal whose last writer is gone reads EIO: its end.
+                break
             if not chunk:
                 break
             room = limit - len(kept[name])
@@ -147,7 +182,9 @@ def run_command(req, rid, proc, stdin, limit, stream, refused_before):
             if stream:
                 send({"type": "chunk", "id": rid, "stream": name, "data": b64(chunk)})
 
-    readers = [threading.Thread(target=pump, args=(n, p), daemon=True) for n, p in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    # A terminal's output counts as stdout: it is one stream.
+    streams = [("stdout", master)] if master is not None else [("stdout", proc.stdout.fileno()), ("stderr", proc.stderr.fileno())]
+    readers = [threading.Thread(target=pump, args=(n, fd), daemon=True) for n, fd in streams]
     for t in readers:
         with_pids(t.start)
     if stdin is not None:
@@ -246,9 +283,10 @@ _groups = {}
 _inputs = {}
 
 
-def feed_inputs(rid, proc):
-    """Writes `input` requests to the command's stdin in the order they came,
-    on a thread of its own: a command that stops reading blocks only that."""
+def feed_inputs(rid, write, close):
+    """Writes `input` requests to the command's stdin (or terminal) in the
+    order they came, on a thread of its own: a command that stops reading
+    blocks only that."""
     pending = queue.SimpleQueue()
     _inputs[rid] = pending
 
@@ -258,14 +296,13 @@ def feed_inputs(rid, proc):
                 data = pending.get()
                 if data is None:
                     break
-                proc.stdin.write(data)
-                proc.stdin.flush()
+                write(data)
         except OSError:
             pass
         finally:
             _inputs.pop(rid, None)
             try:
-                proc.stdin.close()
+                close()
             except OSError:
                 pass
 
@@ -281,6 +318,36 @@ def queue_input(req):
         pending.put(base64.b64decode(req["data"]))
     if req.get("close"):
         pending.put(None)
+
+
+# Exec id -> the master side of a command's terminal.
+_terminals = {}
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def set_window(fd, size):
+    rows, cols = int(size.get("rows") or 24), int(size.get("cols") or 80)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def take_terminal():
+    """In the child, after setsid: its terminal becomes the controlling one."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def resize(req):
+    """Runs on the reading thread; a command without a terminal is ignored."""
+    fd = _terminals.get(req.get("id"))
+    if fd is not None:
+        try:
+            set_window(fd, req)
+        except OSError:
+            pass
 
 
 def signal_group(req):
@@ -536,6 +603,9 @@ def serve(line):
         return
     if req.get("type") == "signal":
         signal_group(req)
+        return
+    if req.get("type") == "resize":
+        resize(req)
         return
     # Every pid in use (a command's fork bomb): end what used them up and
     # try again for a moment, since a bomb's remains take a while to go;

@@ -37,5 +37,5 @@ pub(crate) use live::Channel;
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{container_spec, AGENT};
 pub use live::{ExecEvent, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned};
-pub use protocol::{DirEntry, FileInfo};
+pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

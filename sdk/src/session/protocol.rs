@@ -36,6 +36,18 @@ pub enum Request {
         /// Answer [`Reply::Started`] with the command's pid first.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         report_pid: bool,
+        /// Run it on a terminal of this size (its output comes as stdout).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pty: Option<TerminalSize>,
+    },
+    /// A new size for a running exec's terminal.
+    Resize {
+        /// The exec's request id.
+        id: u64,
+        /// Rows.
+        rows: u16,
+        /// Columns.
+        cols: u16,
     },
     /// A signal for a running exec's process group (ignored once it ended).
     Signal {
@@ -126,6 +138,15 @@ pub struct DirEntry {
     /// Last modification, nanoseconds since the Unix epoch.
     #[serde(default)]
     pub mtime_ns: u64,
+}
+
+/// A terminal's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalSize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
 }
 
 /// What `stat`, `mkdir` and `move` say about a path.
@@ -293,6 +314,7 @@ mod tests {
             stream: false,
             keep_stdin: false,
             report_pid: false,
+            pty: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&exec).unwrap();
         assert!(v.get("cwd").is_none() && v.get("stdin").is_none());

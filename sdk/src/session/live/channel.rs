@@ -35,6 +35,7 @@ impl Session {
                     stream: true,
                     keep_stdin: true,
                     report_pid: false,
+                    pty: None,
                 }
             })
             .await?;

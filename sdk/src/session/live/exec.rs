@@ -91,6 +91,7 @@ impl Session {
             stream,
             keep_stdin: false,
             report_pid: false,
+            pty: None,
         })
         .await
     }

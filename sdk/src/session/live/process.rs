@@ -4,6 +4,8 @@
 
 use futures::stream::BoxStream;
 
+use crate::session::protocol::TerminalSize;
+
 use super::*;
 
 /// How to start a [`Session::spawn`]ed command.
@@ -20,6 +22,9 @@ pub struct SpawnOptions {
     pub stdin: bool,
     /// Kill the command's process group after this long.
     pub timeout: Option<Duration>,
+    /// Run it on a terminal of this size: its input and output go through
+    /// the terminal, and all output arrives as [`ExecEvent::Stdout`].
+    pub pty: Option<TerminalSize>,
 }
 
 impl SpawnOptions {
@@ -49,6 +54,12 @@ impl SpawnOptions {
     /// Sets the time limit.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Runs the command on a terminal of `rows` by `cols`.
+    pub fn pty(mut self, rows: u16, cols: u16) -> Self {
+        self.pty = Some(TerminalSize { rows, cols });
         self
     }
 }
@@ -88,6 +99,18 @@ impl ProcessControl {
     /// Closes its standard input.
     pub async fn close_stdin(&self) -> Result<()> {
         self.session.send_input(self.id, &[], true).await
+    }
+
+    /// Resizes its terminal (started with [`SpawnOptions::pty`]; otherwise
+    /// nothing happens).
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        self.session
+            .write_line(&protocol::encode(&Request::Resize {
+                id: self.id,
+                rows,
+                cols,
+            }))
+            .await
     }
 
     /// Sends `SIGKILL` (9), `SIGTERM` (15), `SIGINT` (2) or `SIGHUP` (1) to
@@ -156,6 +179,7 @@ impl Session {
                     stream: true,
                     keep_stdin: options.stdin,
                     report_pid: true,
+                    pty: options.pty,
                 }
             })
             .await?;
