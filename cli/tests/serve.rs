@@ -120,21 +120,27 @@ fn json_output(mut cmd: Command) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one JSON line")
 }
 
-fn owned_containers(pid: u32) -> Vec<String> {
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=dev.dockhand.owner-pid={pid}"),
-        ])
-        .args(["--filter", "label=dev.dockhand.kind=session"])
-        .output()
-        .expect("docker CLI");
+/// The containers `pid` owns: its sandboxes (`kind=session`) or all.
+fn owned(pid: u32, sandboxes_only: bool) -> Vec<String> {
+    let mut cmd = Command::new("docker");
+    cmd.args([
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=dev.dockhand.owner-pid={pid}"),
+    ]);
+    if sandboxes_only {
+        cmd.args(["--filter", "label=dev.dockhand.kind=session"]);
+    }
+    let out = cmd.output().expect("docker CLI");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+fn owned_containers(pid: u32) -> Vec<String> {
+    owned(pid, true)
 }
 
 fn wait_until_none(pid: u32, limit: Duration) -> Vec<String> {
@@ -337,31 +343,14 @@ fn sigkill_of_the_server_leaves_nothing() {
         wait_until_none(pid, Duration::from_secs(20)),
         Vec::<String>::new()
     );
-    let all_owned = Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=dev.dockhand.owner-pid={pid}"),
-        ])
-        .output()
-        .unwrap();
+    // The watchdog goes too, once it has removed the rest.
     let started = Instant::now();
-    let mut left = String::from_utf8_lossy(&all_owned.stdout)
-        .trim()
-        .to_string();
-    while !left.is_empty() && started.elapsed() < Duration::from_secs(20) {
+    while !owned(pid, false).is_empty() && started.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(250));
-        let out = Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=dev.dockhand.owner-pid={pid}"),
-            ])
-            .output()
-            .unwrap();
-        left = String::from_utf8_lossy(&out.stdout).trim().to_string();
     }
-    assert_eq!(left, "", "containers of the killed server remain");
+    assert_eq!(
+        owned(pid, false),
+        Vec::<String>::new(),
+        "containers of the killed server remain"
+    );
 }

@@ -29,18 +29,14 @@ and must stay under one of the allowed roots, symbolic links included.
 import base64
 import ctypes
 import errno
-import fcntl
 import json
 import os
 import queue
-import select
 import shutil
 import signal
 import stat
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 import uuid
@@ -250,32 +246,6 @@ def run_command(req, rid, proc, stdin, limit, stream, refused_before, master=Non
     })
 
 
-def open_pidfd(pid):
-    """A descriptor that becomes readable the moment `pid` exits (Linux 5.3
-    and later), or None: then exits are seen by polling."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def exited(proc, pidfd, wait):
-    """Whether the command ended within `wait` seconds. With a pidfd the
-    answer comes at the exit itself; Popen's own timed wait polls with
-    sleeps of up to 50 ms, which a quick command would pay in full."""
-    if pidfd is not None:
-        readable, _, _ = select.select([pidfd], [], [], wait)
-        if not readable:
-            return False
-        proc.wait()
-        return True
-    try:
-        proc.wait(timeout=wait)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
-
-
 # Exec id -> process group of a command still running (for `signal`).
 _groups = {}
 
@@ -318,36 +288,6 @@ def queue_input(req):
         pending.put(base64.b64decode(req["data"]))
     if req.get("close"):
         pending.put(None)
-
-
-# Exec id -> the master side of a command's terminal.
-_terminals = {}
-
-
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def set_window(fd, size):
-    rows, cols = int(size.get("rows") or 24), int(size.get("cols") or 80)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-def take_terminal():
-    """In the child, after setsid: its terminal becomes the controlling one."""
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def resize(req):
-    """Runs on the reading thread; a command without a terminal is ignored."""
-    fd = _terminals.get(req.get("id"))
-    if fd is not None:
-        try:
-            set_window(fd, req)
-        except OSError:
-            pass
 
 
 def signal_group(req):

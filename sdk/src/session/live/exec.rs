@@ -66,17 +66,10 @@ impl Session {
         stream: bool,
     ) -> Result<mpsc::UnboundedReceiver<Reply>> {
         let c = &self.inner.config;
-        let cwd =
-            match &options.cwd {
-                None => None,
-                Some(dir) => Some(paths::resolve(dir, &c.workspace, &c.roots()).ok_or_else(
-                    || Error::SessionFile {
-                        path: dir.clone(),
-                        kind: FileErrorKind::OutsideSession,
-                        message: "working directory outside the session's allowed paths".into(),
-                    },
-                )?),
-            };
+        let cwd = match &options.cwd {
+            None => None,
+            Some(dir) => Some(self.resolve_path(dir, "working directory outside")?),
+        };
         let env: BTreeMap<String, String> = options.env.iter().cloned().collect();
         let stdin = options.stdin.as_deref().map(b64);
         let limit = c.output_limit;

@@ -26,16 +26,7 @@ impl Session {
     /// Renames `from` to `to` (both within the session's allowed paths),
     /// making `to`'s parents; returns what `to` is now.
     pub async fn rename(&self, from: &str, to: &str) -> Result<FileInfo> {
-        let c = &self.inner.config;
-        let destination =
-            paths::resolve(to, &c.workspace, &c.roots()).ok_or_else(|| Error::SessionFile {
-                path: to.to_string(),
-                kind: FileErrorKind::OutsideSession,
-                message: format!(
-                    "outside the session's allowed paths ({})",
-                    c.roots().join(", ")
-                ),
-            })?;
+        let destination = self.resolve_path(to, "outside")?;
         let reply = self
             .file_request(from, |id, path| Request::Move {
                 id,

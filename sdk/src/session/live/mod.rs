@@ -37,11 +37,16 @@ use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
 
 /// The agent program, uploaded into each session's container: its pids
-/// defence, then the agent itself (which starts when all is defined).
+/// defence, how it waits for commands and gives them terminals, then the
+/// agent itself (which starts when all is defined).
 pub const AGENT: &str = concat!(
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/images/session/pids.py"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/images/session/commands.py"
     )),
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -370,18 +375,9 @@ impl Session {
         path: &str,
         build: impl FnOnce(u64, String) -> Request,
     ) -> Result<Reply> {
-        let c = &self.inner.config;
-        let resolved =
-            paths::resolve(path, &c.workspace, &c.roots()).ok_or_else(|| Error::SessionFile {
-                path: path.to_string(),
-                kind: FileErrorKind::OutsideSession,
-                message: format!(
-                    "outside the session's allowed paths ({})",
-                    c.roots().join(", ")
-                ),
-            })?;
+        let resolved = self.resolve_path(path, "outside")?;
         let _busy = self.busy()?;
-        let limit = c.request_timeout;
+        let limit = self.inner.config.request_timeout;
         let mut rx = self.request(|id| build(id, resolved)).await?;
         match tokio::time::timeout(limit, rx.recv()).await {
             Err(_) => Err(self.unanswered("a file request", limit)),
@@ -391,6 +387,20 @@ impl Session {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(self.gone()),
         }
+    }
+
+    /// `path` made absolute against the workspace, if it is under one of
+    /// the allowed roots (a lexical check; the agent checks symbolic links).
+    fn resolve_path(&self, path: &str, what: &str) -> Result<String> {
+        let c = &self.inner.config;
+        paths::resolve(path, &c.workspace, &c.roots()).ok_or_else(|| Error::SessionFile {
+            path: path.to_string(),
+            kind: FileErrorKind::OutsideSession,
+            message: format!(
+                "{what} the session's allowed paths ({})",
+                c.roots().join(", ")
+            ),
+        })
     }
 
     /// The error for an agent's refusal of a request about `path`.

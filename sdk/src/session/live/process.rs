@@ -152,17 +152,10 @@ impl Session {
     /// ```
     pub async fn spawn(&self, command: &str, options: SpawnOptions) -> Result<Spawned> {
         let c = &self.inner.config;
-        let cwd =
-            match &options.cwd {
-                None => None,
-                Some(dir) => Some(paths::resolve(dir, &c.workspace, &c.roots()).ok_or_else(
-                    || Error::SessionFile {
-                        path: dir.clone(),
-                        kind: FileErrorKind::OutsideSession,
-                        message: "working directory outside the session's allowed paths".into(),
-                    },
-                )?),
-            };
+        let cwd = match &options.cwd {
+            None => None,
+            Some(dir) => Some(self.resolve_path(dir, "working directory outside")?),
+        };
         let env: BTreeMap<String, String> = options.env.iter().cloned().collect();
         let mut id = 0;
         let mut rx = self
