@@ -252,6 +252,14 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert_eq!(r["h2c"]["stdout"], "over-h2\n");
     assert_eq!(r["h2c"]["ended"], true);
 
+    // The network: off by default, an allow-list through the gateway.
+    assert_eq!(r["offline"], "refused");
+    assert_eq!(
+        r["fenced"],
+        serde_json::json!({"listed": "resolves", "unlisted": "unknown", "direct": "refused"})
+    );
+    assert!(r["bad_network"].is_string());
+
     // Listing, killing, timeouts.
     assert_eq!(
         r["listed_ids"],

@@ -49,12 +49,21 @@ pub struct CreateRequest {
 struct NetworkRequest {
     allow_out: Option<Vec<String>>,
     deny_out: Option<Vec<String>>,
+    rules: Option<Value>,
 }
 
 /// The network a request asks for: dockhand's egress policy for E2B's
 /// options. `0.0.0.0/0` in `denyOut` is E2B's "nothing but `allowOut`".
 fn network_of(request: &CreateRequest, internet_default: bool) -> Result<Network, String> {
     let internet = request.allow_internet_access.unwrap_or(internet_default);
+    if let Some(rules) = request.network.as_ref().and_then(|n| n.rules.as_ref()) {
+        if rules.as_object().is_some_and(|r| !r.is_empty()) {
+            return Err(
+                "per-host request transforms (rules) are not served; dockhand's secrets bound to hosts do that job"
+                    .into(),
+            );
+        }
+    }
     let (allow_out, deny_out) = match &request.network {
         Some(n) => (
             n.allow_out.clone().unwrap_or_default(),
@@ -341,6 +350,7 @@ mod tests {
             network: Some(NetworkRequest {
                 allow_out: Some(allow.iter().map(|s| s.to_string()).collect()),
                 deny_out: Some(deny.iter().map(|s| s.to_string()).collect()),
+                rules: None,
             }),
             ..Default::default()
         }
@@ -369,6 +379,13 @@ mod tests {
         };
         assert_eq!(some.allowed(), ["pypi.org"]);
         assert!(network_of(&request(None, &["bad host!"], &[]), false).is_err());
+        let mut with_rules = request(Some(true), &[], &[]);
+        if let Some(n) = with_rules.network.as_mut() {
+            n.rules = Some(serde_json::json!({"api.example.com": [{"transform": {}}]}));
+        }
+        assert!(network_of(&with_rules, false)
+            .unwrap_err()
+            .contains("rules"));
     }
 
     #[test]

@@ -270,6 +270,29 @@ def h2c():
     sbx.kill()
 
 
+def network():
+    """Offline by default; an allow-list lets listed names resolve (through
+    dockhand's egress gateway) and nothing else."""
+    probe = ("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), 2)\" "
+             "2>/dev/null && echo reached || echo refused")
+    off = BaseSandbox.create(template="base", timeout=60)
+    report["offline"] = off.commands.run(probe).stdout.strip()
+    off.kill()
+    fenced = BaseSandbox.create(template="base", timeout=60,
+                                network={"allow_out": ["pypi.org"], "deny_out": ["0.0.0.0/0"]},
+                                # The first on a machine builds the egress gateway.
+                                request_timeout=1800)
+    look = "getent hosts {} >/dev/null && echo resolves || echo unknown"
+    report["fenced"] = {
+        "listed": fenced.commands.run(look.format("pypi.org")).stdout.strip(),
+        "unlisted": fenced.commands.run(look.format("example.com")).stdout.strip(),
+        "direct": fenced.commands.run(probe).stdout.strip(),
+    }
+    fenced.kill()
+    report["bad_network"] = refused(lambda: BaseSandbox.create(
+        template="base", network={"allow_out": ["not a host!"]}))
+
+
 def tenants():
     mine = BaseSandbox.create(template="base", timeout=60)
     other = {"api_key": OTHER_KEY}
@@ -332,6 +355,7 @@ def main():
     hostile()
     shapes()
     h2c()
+    network()
     lifetime()
     tenants()
     asyncio.run(async_calls())
