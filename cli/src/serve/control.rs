@@ -11,6 +11,8 @@ use dockhand::{Egress, Network};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::interpreter::env_update_code;
+use super::query_pairs;
 use super::registry::{sandbox_id, NewSandbox, Sandbox};
 use super::{Server, ENVD_VERSION};
 
@@ -206,11 +208,7 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         kernel,
     }));
     if let (Some(kernel), false) = (&sandbox.kernel, envs.is_empty()) {
-        let code = format!(
-            "import os as _dockhand_os\n_dockhand_os.environ.update({})\ndel _dockhand_os",
-            serde_json::to_string(&envs).unwrap_or_else(|_| "{}".into())
-        );
-        if let Err(e) = kernel.run(&code).await {
+        if let Err(e) = kernel.run(&env_update_code(&envs)).await {
             sandbox.close().await;
             return api_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -232,14 +230,10 @@ pub fn get(server: &Server, tenant: usize, id: &str) -> Response {
 
 /// The `metadata` filter: `k=v&k2=v2`, URL-encoded as one parameter.
 fn metadata_filter(query: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    let Some(raw) = query.get("metadata") else {
-        return Vec::new();
-    };
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-        &format!("/?{raw}").parse().unwrap_or_default(),
-    )
-    .map(|q| q.0)
-    .unwrap_or_default()
+    query
+        .get("metadata")
+        .map(|raw| query_pairs(raw))
+        .unwrap_or_default()
 }
 
 /// `GET /sandboxes` and `/v2/sandboxes`.

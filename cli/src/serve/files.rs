@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use super::config::HOME;
 use super::connect::{self, ConnectError};
+use super::query_pairs;
 use super::registry::Sandbox;
 
 /// The most entries one `ListDir` returns.
@@ -231,21 +232,10 @@ fn http_file_error(e: &Error) -> Response {
 
 /// The `path` query parameter, if any.
 fn query_path(query: Option<&str>) -> Option<String> {
-    let query = query?;
-    form_urlencoded_pairs(query)
+    query_pairs(query?)
         .into_iter()
         .find(|(k, _)| k == "path")
         .map(|(_, v)| v)
-}
-
-fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
-    serde_urlencoded_pairs(query).unwrap_or_default()
-}
-
-fn serde_urlencoded_pairs(query: &str) -> Option<Vec<(String, String)>> {
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&format!("/?{query}").parse().ok()?)
-        .ok()
-        .map(|q| q.0)
 }
 
 /// `GET /files?path=`: a file's bytes.

@@ -28,7 +28,7 @@ pub struct Contexts {
 
 impl Contexts {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
-        self.cwd.lock().unwrap_or_else(|p| p.into_inner())
+        super::lock(&self.cwd)
     }
 }
 
@@ -196,12 +196,8 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
         let tx = tx.clone();
         async move {
             if let Some(envs) = request.env_vars.filter(|e| !e.is_empty()) {
-                let code = format!(
-                    "import os as _dockhand_os\n_dockhand_os.environ.update({})\ndel _dockhand_os",
-                    serde_json::to_string(&envs).unwrap_or_else(|_| "{}".into())
-                );
                 let options = RunOptions::new().context(context.clone());
-                if let Err(e) = kernel.run_with(&code, options).await {
+                if let Err(e) = kernel.run_with(&env_update_code(&envs), options).await {
                     let _ = tx.send(error_line("KernelError", &e.to_string()));
                     return;
                 }
@@ -242,6 +238,14 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
         Body::from_stream(lines),
     )
         .into_response()
+}
+
+/// Code that sets environment variables in a kernel, leaving no name behind.
+pub fn env_update_code(envs: &BTreeMap<String, String>) -> String {
+    format!(
+        "import os as _dockhand_os\n_dockhand_os.environ.update({})\ndel _dockhand_os",
+        serde_json::to_string(envs).unwrap_or_else(|_| "{}".into())
+    )
 }
 
 fn now() -> String {

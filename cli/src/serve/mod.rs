@@ -203,6 +203,23 @@ impl Server {
 
 type Shared = State<Arc<Server>>;
 
+/// Locks a mutex, taking it over from a thread that panicked holding it:
+/// the maps it guards stay consistent at every await-free step.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The pairs of a URL-encoded query string (`a=1&b=x%20y`); none if it
+/// does not parse.
+pub fn query_pairs(raw: &str) -> Vec<(String, String)> {
+    let Ok(uri) = format!("/?{raw}").parse() else {
+        return Vec::new();
+    };
+    Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .unwrap_or_default()
+}
+
 /// Runs the server until SIGINT or SIGTERM, then kills every sandbox.
 pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
     let client = crate::connect(host, true).await?;

@@ -49,7 +49,7 @@ pub struct Processes {
 
 impl Processes {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Arc<Process>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        super::lock(&self.running)
     }
 
     fn find(&self, selector: &Selector) -> Result<Arc<Process>, ConnectError> {

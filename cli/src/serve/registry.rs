@@ -2,7 +2,7 @@
 //! reaper that ends them on time.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -10,6 +10,7 @@ use dockhand::kernel::Kernel;
 use dockhand::session::Session;
 
 use super::interpreter::Contexts;
+use super::lock;
 use super::process::Processes;
 use super::watch::Watchers;
 
@@ -136,10 +137,6 @@ pub fn token() -> String {
 pub fn sandbox_id() -> String {
     let raw = uuid::Uuid::new_v4().simple().to_string();
     format!("i{}", &raw[..19])
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Every live sandbox by id.

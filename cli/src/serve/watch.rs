@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::connect::{self, ConnectError};
 use super::files::{absolute, file_error};
+use super::lock;
 use super::registry::Sandbox;
 
 /// How often a watched tree is listed.
@@ -149,7 +150,7 @@ impl Drop for Watcher {
 
 impl Watchers {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Watcher>>> {
-        self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.by_id)
     }
 
     /// Stops every watcher.
@@ -192,10 +193,6 @@ pub async fn unary(
     }
     .await;
     connect::unary_response(result)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn create(sandbox: &Arc<Sandbox>, request: &WatchRequest) -> Result<Value, ConnectError> {
