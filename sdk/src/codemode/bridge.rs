@@ -9,6 +9,7 @@
 //! copy step.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -311,6 +312,41 @@ fn bridge_exited(stderr: &str) -> Error {
     };
     Error::CodeHostUnavailable {
         reason: format!("the bridge exited: {stderr}{hint}"),
+    }
+}
+
+/// Ends an execution whose caller stopped waiting: asks the bridge to cancel
+/// it and reads up to its result, refusing the tool calls it still makes.
+pub(super) async fn cancel_stale(runner: &mut Runner, id: &str) -> Result<()> {
+    let drain = async {
+        runner.send(&ToRunner::Cancel { id: id.into() }).await?;
+        loop {
+            match runner.next().await {
+                None => {
+                    return Err(Error::CodeHostUnavailable {
+                        reason: "the bridge's output ended".into(),
+                    })
+                }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(FromRunner::Result(r))) if r.id == id => return Ok(()),
+                Some(Ok(FromRunner::ToolCall { call, .. })) => {
+                    let refused = ToRunner::ToolResult {
+                        call,
+                        ok: false,
+                        value: None,
+                        error: Some("the execution was cancelled".into()),
+                    };
+                    runner.send(&refused).await?;
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), drain).await {
+        Ok(done) => done,
+        Err(_) => Err(Error::CodeHostUnavailable {
+            reason: "an abandoned execution did not end within 5s of being cancelled".into(),
+        }),
     }
 }
 

@@ -57,6 +57,7 @@ pub struct CodeHostConfig {
     pub(crate) keep: super::kept::KeepLimits,
     pub(crate) mounts: Vec<super::mounts::Mount>,
     pub(crate) mounts_size: u64,
+    pub(crate) suspensions: super::SuspensionStore,
 }
 
 /// What code mode checks before Monty runs code, beyond Monty's own rules.
@@ -123,6 +124,7 @@ impl Default for CodeHostConfig {
             keep: super::kept::KeepLimits::default(),
             mounts: Vec::new(),
             mounts_size: super::mounts::DEFAULT_MOUNTS_SIZE,
+            suspensions: super::SuspensionStore::default(),
         }
     }
 }
@@ -199,6 +201,14 @@ impl CodeHostConfig {
     /// calls them with `await`.
     pub fn type_check(mut self, on: bool) -> Self {
         self.type_check = on;
+        self
+    }
+
+    /// Where executions stopped for approval are sealed and their
+    /// resumptions recorded (default [`SuspensionStore::default`](super::SuspensionStore)).
+    /// Code hosts that resume each other's suspensions share one.
+    pub fn suspensions(mut self, store: super::SuspensionStore) -> Self {
+        self.suspensions = store;
         self
     }
 
@@ -397,6 +407,7 @@ impl CodeHostConfig {
             loop_limit: self.loop_limit,
             print_limit: self.print_limit,
             value_limit: self.value_limit,
+            suspend_limit: self.suspensions.state_limit(),
             max_tool_calls: self.max_tool_calls,
             max_sessions: self.max_sessions,
             policy: self.policy.wire_name(),
@@ -443,6 +454,11 @@ pub struct Execution {
     /// by handle, kept on the host for the application: download one with
     /// [`CodeHost::download`](super::CodeHost::download).
     pub files: Vec<super::ResultFile>,
+    /// Set when the code stopped at a call of a tool that needs approval
+    /// ([`Tool::requires_approval`](super::Tool::requires_approval)):
+    /// `value` is then `null` and the code goes on only when the
+    /// application resumes it ([`CodeHost::resume`](super::CodeHost::resume)).
+    pub suspended: Option<super::Suspended>,
 }
 
 /// What [`CodeHost::describe`](super::CodeHost::describe) reports.

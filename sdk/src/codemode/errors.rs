@@ -80,6 +80,13 @@ pub enum CodeError {
         /// Details.
         message: String,
     },
+    /// The code called a tool that needs approval while holding more state
+    /// than a suspended execution may keep (see
+    /// [`SuspensionStore::max_state_bytes`](super::SuspensionStore::max_state_bytes)).
+    SuspendLimit {
+        /// Details.
+        message: String,
+    },
     /// The execution's process died unexpectedly (or the runner did).
     Crashed {
         /// Details.
@@ -143,6 +150,7 @@ impl fmt::Display for CodeError {
                 write!(f, "ToolLimitError: {message}; batch the work into fewer calls")
             }
             CodeError::SessionLimit { message } => write!(f, "SessionLimitError: {message}"),
+            CodeError::SuspendLimit { message } => write!(f, "SuspendLimitError: {message}"),
             CodeError::Crashed { message } => write!(f, "CrashError: {message}"),
         }
     }
@@ -172,6 +180,7 @@ impl CodeError {
             "value" => CodeError::Value { message },
             "tool_limit" => CodeError::ToolLimit { message },
             "session_limit" => CodeError::SessionLimit { message },
+            "suspend_limit" => CodeError::SuspendLimit { message },
             "runtime" => CodeError::Runtime {
                 exception_type: e
                     .exception_type
@@ -232,6 +241,7 @@ pub(super) fn finish(
             tool_calls: calls,
             duration,
             files,
+            suspended: None,
         });
     }
     let error = result
@@ -305,6 +315,10 @@ mod tests {
         assert!(matches!(
             CodeError::from_runner(&e("session_limit"), t),
             CodeError::SessionLimit { .. }
+        ));
+        assert!(matches!(
+            CodeError::from_runner(&e("suspend_limit"), t),
+            CodeError::SuspendLimit { .. }
         ));
         let typed = RunnerError {
             rule: Some("type".into()),

@@ -9,10 +9,12 @@ use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::bridge::{launch, Runner};
+use super::bridge::{cancel_stale, launch, Runner};
 use super::config::{CodeHostConfig, Execution, HostDescription};
+use super::durable::Origin;
 use super::errors::{finish, CodeError, CodeFailure};
 use super::handles::{run_sandbox_tool, Handles};
+use super::inputs::code_inputs;
 use super::protocol::{self, ExecResult, FromRunner, ToRunner};
 use super::session::CodeSession;
 use super::tools::ToolKind;
@@ -20,7 +22,7 @@ use super::toolset::{ToolCallRecord, Toolset};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lifecycle::{State, Tracked};
-use crate::util::{is_identifier, lock};
+use crate::util::lock;
 
 struct Status {
     life: Tracked,
@@ -306,6 +308,46 @@ impl CodeHost {
         session: Option<&str>,
     ) -> Result<Execution> {
         let inputs = code_inputs(inputs)?;
+        let origin = Origin {
+            code: code.to_string(),
+            tools: tools.names(),
+            approval: tools.approval_names(),
+        };
+        if session.is_some() && !origin.approval.is_empty() {
+            return Err(Error::spec(
+                "code session",
+                format!(
+                    "{} need approval, and a REPL session's namespace cannot be suspended; \
+                     run code that calls them with CodeHost::execute",
+                    origin.approval.join(", ")
+                ),
+            ));
+        }
+        let type_stubs = self.inner.config.type_check.then(|| tools.stubs());
+        let request = |id: String| ToRunner::Execute {
+            id,
+            code: code.to_string(),
+            inputs,
+            tools: origin.tools.clone(),
+            session: session.map(String::from),
+            type_stubs,
+            approval: origin.approval.clone(),
+        };
+        self.exchange(request, tools, session, &origin, Vec::new())
+            .await
+    }
+
+    /// Sends the request `make` builds for a new execution id, serves its
+    /// tool calls, and returns its outcome; `earlier` are tool calls made
+    /// for it before (the approved call of a resumed execution).
+    pub(super) async fn exchange(
+        &self,
+        make: impl FnOnce(String) -> ToRunner,
+        tools: &Toolset,
+        session: Option<&str>,
+        origin: &Origin,
+        earlier: Vec<ToolCallRecord>,
+    ) -> Result<Execution> {
         let mut slot = self.inner.runner.lock().await;
         let restart = {
             let status = lock(&self.inner.status);
@@ -340,14 +382,7 @@ impl CodeHost {
         }
         let started = Instant::now();
         let id = format!("e{}", self.inner.ids.fetch_add(1, Ordering::Relaxed) + 1);
-        let request = ToRunner::Execute {
-            id: id.clone(),
-            code: code.to_string(),
-            inputs,
-            tools: tools.names(),
-            session: session.map(String::from),
-            type_stubs: c.type_check.then(|| tools.stubs()),
-        };
+        let request = make(id.clone());
         runner.in_flight = Some(id.clone());
         let scope = session.map_or_else(|| id.clone(), |s| format!("session:{s}"));
         let outcome =
@@ -360,8 +395,12 @@ impl CodeHost {
             self.inner.handles.release(&id);
         }
         match outcome {
-            Ok(Ok((result, calls))) => {
+            Ok(Ok((mut result, mut calls))) => {
                 runner.in_flight = None;
+                if !earlier.is_empty() {
+                    calls.splice(0..0, earlier);
+                }
+                let saved = result.suspended.take();
                 self.set_state(State::Idle)?;
                 lock(&self.inner.status).executions += 1;
                 let files = if result.ok {
@@ -375,7 +414,12 @@ impl CodeHost {
                 if session.is_none() {
                     self.inner.handles.release(&id);
                 }
-                finish(result, calls, started.elapsed(), c.exec_timeout, files)
+                let mut execution =
+                    finish(result, calls, started.elapsed(), c.exec_timeout, files)?;
+                if let Some(saved) = saved {
+                    execution.suspended = Some(self.seal(origin, saved, &execution, tools).await?);
+                }
+                Ok(execution)
             }
             Ok(Err(e)) => {
                 let stderr = slot.as_ref().map(|r| r.stderr.trim().to_string());
@@ -456,7 +500,7 @@ impl CodeHost {
         }
     }
 
-    fn call_tool(
+    pub(super) fn call_tool(
         &self,
         tools: &Toolset,
         scope: &str,
@@ -517,64 +561,4 @@ impl Drop for FailUnlessDone<'_> {
                 .fail("start was cancelled before it finished".into(), true);
         }
     }
-}
-
-/// Ends an execution whose caller stopped waiting: asks the bridge to cancel
-/// it and reads up to its result, refusing the tool calls it still makes.
-async fn cancel_stale(runner: &mut Runner, id: &str) -> Result<()> {
-    let drain = async {
-        runner.send(&ToRunner::Cancel { id: id.into() }).await?;
-        loop {
-            match runner.next().await {
-                None => {
-                    return Err(Error::CodeHostUnavailable {
-                        reason: "the bridge's output ended".into(),
-                    })
-                }
-                Some(Err(e)) => return Err(e),
-                Some(Ok(FromRunner::Result(r))) if r.id == id => return Ok(()),
-                Some(Ok(FromRunner::ToolCall { call, .. })) => {
-                    let refused = ToRunner::ToolResult {
-                        call,
-                        ok: false,
-                        value: None,
-                        error: Some("the execution was cancelled".into()),
-                    };
-                    runner.send(&refused).await?;
-                }
-                Some(Ok(_)) => {}
-            }
-        }
-    };
-    match tokio::time::timeout(Duration::from_secs(5), drain).await {
-        Ok(done) => done,
-        Err(_) => Err(Error::CodeHostUnavailable {
-            reason: "an abandoned execution did not end within 5s of being cancelled".into(),
-        }),
-    }
-}
-
-fn code_inputs(inputs: impl Serialize) -> Result<Map<String, Value>> {
-    let inputs = match serde_json::to_value(inputs) {
-        Ok(Value::Object(map)) => map,
-        Ok(Value::Null) => Map::new(),
-        Ok(other) => {
-            return Err(Error::spec(
-                "code inputs",
-                format!("inputs must be a JSON object of variables, got {other}"),
-            ))
-        }
-        Err(e) => return Err(Error::spec("code inputs", e.to_string())),
-    };
-    if let Some(bad) = inputs.keys().find(|k| !is_variable_name(k)) {
-        return Err(Error::spec(
-            "code inputs",
-            format!("`{bad}` is not a usable variable name"),
-        ));
-    }
-    Ok(inputs)
-}
-
-fn is_variable_name(name: &str) -> bool {
-    is_identifier(name) && !name.starts_with("__") && !name.starts_with("_dh")
 }

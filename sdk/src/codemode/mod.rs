@@ -45,15 +45,21 @@ mod agent;
 mod bridge;
 mod channel;
 mod config;
+mod discovery;
+mod durable;
 mod errors;
 mod handles;
 mod host;
+mod inputs;
 mod kept;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod mounts;
 mod native;
 pub(crate) mod protocol;
 mod schema;
 mod session;
+mod suspension;
 mod tools;
 mod toolset;
 
@@ -63,11 +69,15 @@ pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub(crate) use bridge::host_spec;
 pub use bridge::MONTY_PACKAGE;
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription};
+pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use errors::{CodeError, CodeFailure};
 pub use host::CodeHost;
 pub use kept::ResultFile;
+#[cfg(feature = "mcp")]
+pub use mcp::McpServer;
 pub use mounts::{MountMode, DEFAULT_MOUNTS_SIZE};
 pub use schema::check as check_schema;
 pub use session::CodeSession;
+pub use suspension::{Decision, Suspended, SuspensionStore, SUSPENSION_DIR_ENV};
 pub use tools::{ParamType, Tool, ToolFuture, ToolParam};
 pub use toolset::{ToolCallRecord, Toolset, LANGUAGE_RULES, STRICT_LANGUAGE_RULES};

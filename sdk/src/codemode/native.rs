@@ -13,7 +13,7 @@
 //! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 16] = [
+pub const SOURCES: [(&str, &str); 17] = [
     (
         "Cargo.toml",
         include_str!("../../images/codehost/bridge/Cargo.toml.in"),
@@ -33,6 +33,10 @@ pub const SOURCES: [(&str, &str); 16] = [
     (
         "src/config.rs",
         include_str!("../../images/codehost/bridge/src/config.rs"),
+    ),
+    (
+        "src/suspend.rs",
+        include_str!("../../images/codehost/bridge/src/suspend.rs"),
     ),
     (
         "src/printed.rs",

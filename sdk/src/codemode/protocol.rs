@@ -22,6 +22,8 @@ pub struct BridgeConfig {
     pub print_limit: usize,
     /// Bytes of JSON the final value may take.
     pub value_limit: usize,
+    /// Bytes a suspended execution's saved state may take.
+    pub suspend_limit: usize,
     /// Tool calls one execution may make.
     pub max_tool_calls: u64,
     /// REPL sessions open at once.
@@ -80,6 +82,24 @@ pub enum ToRunner {
         /// Stubs to type-check the code against; `None` skips type checking.
         #[serde(skip_serializing_if = "Option::is_none")]
         type_stubs: Option<String>,
+        /// Tools whose calls stop the execution for approval.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        approval: Vec<String>,
+    },
+    /// Goes on with a suspended execution, answering the call it stopped at.
+    Resume {
+        /// Execution id, echoed in the result.
+        id: String,
+        /// The code, as first executed.
+        code: String,
+        /// Names of the tools the code may call.
+        tools: Vec<String>,
+        /// Tools whose calls stop the execution for approval.
+        approval: Vec<String>,
+        /// The bridge's saved execution, with the output printed before.
+        suspended: Value,
+        /// The stopped call's outcome: `{"ok", "value" | "error"}`.
+        reply: Value,
     },
     /// Ends an execution the host no longer waits for.
     Cancel {
@@ -152,6 +172,9 @@ pub struct ExecResult {
     /// Whether it was cut at the limit.
     #[serde(default)]
     pub stdout_truncated: bool,
+    /// The saved execution, when it stopped for approval.
+    #[serde(default)]
+    pub suspended: Option<Value>,
 }
 
 /// Bridge -> host.
@@ -256,6 +279,7 @@ mod tests {
             tools: vec!["t".into()],
             session: None,
             type_stubs: None,
+            approval: Vec::new(),
         });
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["type"], "execute");

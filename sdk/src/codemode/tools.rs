@@ -95,6 +95,7 @@ pub struct Tool {
     pub(crate) params: Vec<ToolParam>,
     pub(crate) returns: String,
     pub(crate) kind: ToolKind,
+    pub(crate) approval: bool,
 }
 
 impl std::fmt::Debug for Tool {
@@ -115,6 +116,7 @@ impl Tool {
             description: description.into(),
             params: Vec::new(),
             returns: "Any".into(),
+            approval: false,
             kind: ToolKind::Handler(Arc::new(|_| {
                 Box::pin(async { Err("this tool has no handler".to_string()) })
             })),
@@ -147,31 +149,14 @@ impl Tool {
         Fut: Future<Output = Result<R, E>> + Send + 'static,
     {
         let schema = schemars::SchemaGenerator::default().into_root_schema_for::<A>();
-        let schema = schema.as_value();
-        let required: Vec<&str> = schema["required"]
-            .as_array()
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let params = schema["properties"]
-            .as_object()
-            .map(|props| {
-                props
-                    .iter()
-                    .map(|(name, s)| ToolParam {
-                        name: name.clone(),
-                        schema: s.clone(),
-                        required: required.contains(&name.as_str()),
-                        description: s["description"].as_str().unwrap_or_default().to_string(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let params = params_of(schema.as_value());
         let f = Arc::new(f);
         Tool {
             name: name.into(),
             description: description.into(),
             params,
             returns: "Any".into(),
+            approval: false,
             kind: ToolKind::Handler(Arc::new(move |args| {
                 let f = f.clone();
                 Box::pin(async move {
@@ -182,6 +167,30 @@ impl Tool {
                 })
             })),
         }
+    }
+
+    /// A tool whose parameters are the properties of a JSON Schema object
+    /// (as MCP servers and OpenAPI operations describe their inputs):
+    /// required ones first, each with its schema and description. Add a
+    /// [`handler`](Tool::handler).
+    ///
+    /// ```
+    /// use dockhand::codemode::Tool;
+    /// let schema = serde_json::json!({"type": "object", "properties": {
+    ///     "unit": {"type": "string", "description": "C or F"},
+    ///     "city": {"type": "string"}
+    /// }, "required": ["city"]});
+    /// let t = Tool::from_json_schema("weather", "The weather.", &schema);
+    /// assert!(t.python_signature().starts_with("def weather(city: str, unit: str | None = None)"));
+    /// ```
+    pub fn from_json_schema(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: &Value,
+    ) -> Self {
+        let mut tool = Tool::new(name, description);
+        tool.params = params_of(input_schema);
+        tool
     }
 
     /// A one-shot sandbox as a tool: its inputs are the parameters; its outputs
@@ -222,6 +231,7 @@ impl Tool {
             description,
             params,
             returns,
+            approval: false,
             kind: ToolKind::Sandbox(Box::new(sandbox)),
         }
     }
@@ -277,6 +287,30 @@ impl Tool {
     {
         self.kind = ToolKind::Handler(Arc::new(move |args| Box::pin(f(args))));
         self
+    }
+
+    /// Calls of this tool need the application's approval: the execution
+    /// stops at the call, with the tool's name and arguments, and comes back
+    /// with [`Execution::suspended`](super::Execution::suspended) set. The
+    /// application approves, rejects or answers it with
+    /// [`CodeHost::resume`](super::CodeHost::resume), at once or after
+    /// keeping it (it is durable).
+    ///
+    /// ```
+    /// use dockhand::codemode::{ParamType, Tool};
+    /// let refund = Tool::new("refund", "Refunds an order.")
+    ///     .param("order", ParamType::Str, "order id")
+    ///     .requires_approval();
+    /// assert!(refund.needs_approval());
+    /// ```
+    pub fn requires_approval(mut self) -> Self {
+        self.approval = true;
+        self
+    }
+
+    /// Whether calls need approval (see [`Tool::requires_approval`]).
+    pub fn needs_approval(&self) -> bool {
+        self.approval
     }
 
     /// The name.
@@ -415,6 +449,31 @@ fn python_hint_for(ty: Type) -> &'static str {
         Type::File => "FileHandle",
         Type::Dir => "DirHandle",
     }
+}
+
+/// The properties of an object schema as parameters, required ones first.
+fn params_of(schema: &Value) -> Vec<ToolParam> {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut params: Vec<ToolParam> = schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, s)| ToolParam {
+                    name: name.clone(),
+                    schema: s.clone(),
+                    required: required.contains(&name.as_str()),
+                    description: s["description"].as_str().unwrap_or_default().to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Python puts parameters without defaults first.
+    params.sort_by_key(|p| !p.required);
+    params
 }
 
 fn python_hint(schema: &Value) -> String {

@@ -33,9 +33,27 @@ pub struct ToolCallRecord {
 /// let tools = Toolset::new().tool(Tool::new("now", "Current time.").returns("str"));
 /// assert!(tools.prompt().contains("def now() -> str:"));
 /// ```
-#[derive(Debug, Clone, Default)]
+///
+/// With more tools than [`Toolset::full_listing_up_to`] (default
+/// [`Toolset::DEFAULT_FULL_LISTING`]), the prompt lists each by name and a
+/// one-line summary, and the code may call two more tools to learn the
+/// rest: `search_tools(query, limit=5)` and `describe_tool(name)`.
+#[derive(Debug, Clone)]
 pub struct Toolset {
     tools: Vec<Tool>,
+    full_listing: usize,
+    /// `search_tools` and `describe_tool`, past the threshold.
+    discovery: Vec<Tool>,
+}
+
+impl Default for Toolset {
+    fn default() -> Self {
+        Toolset {
+            tools: Vec::new(),
+            full_listing: Toolset::DEFAULT_FULL_LISTING,
+            discovery: Vec::new(),
+        }
+    }
 }
 
 /// The language rules of the sandbox, as told to a model (the default
@@ -82,11 +100,41 @@ impl Toolset {
         Toolset::default()
     }
 
+    /// Up to how many tools the prompt shows in full.
+    pub const DEFAULT_FULL_LISTING: usize = 20;
+
     /// Adds a tool (replacing one of the same name).
     pub fn tool(mut self, tool: Tool) -> Self {
         self.tools.retain(|t| t.name != tool.name);
         self.tools.push(tool);
+        self.refresh_discovery();
         self
+    }
+
+    /// Shows every tool's signature in the prompt up to `n` tools; past
+    /// that, names and summaries, with `search_tools` and `describe_tool`.
+    ///
+    /// ```
+    /// use dockhand::codemode::{Tool, Toolset};
+    /// let mut tools = Toolset::new().full_listing_up_to(2);
+    /// for name in ["a", "b", "c"] {
+    ///     tools = tools.tool(Tool::new(name, "Does a thing. In detail."));
+    /// }
+    /// assert!(tools.prompt().contains("- a: Does a thing."));
+    /// assert!(tools.names().contains(&"search_tools".to_string()));
+    /// ```
+    pub fn full_listing_up_to(mut self, n: usize) -> Self {
+        self.full_listing = n;
+        self.refresh_discovery();
+        self
+    }
+
+    fn refresh_discovery(&mut self) {
+        self.discovery = if self.tools.len() > self.full_listing {
+            super::discovery::discovery_tools(&self.tools)
+        } else {
+            Vec::new()
+        };
     }
 
     /// Adds a one-shot sandbox as a tool (see [`Tool::sandbox`]).
@@ -94,14 +142,27 @@ impl Toolset {
         self.tool(Tool::sandbox(sandbox))
     }
 
-    /// A tool by name.
+    /// A tool by name (the discovery tools too, when offered).
     pub fn get(&self, name: &str) -> Option<&Tool> {
-        self.tools.iter().find(|t| t.name == name)
+        self.all().find(|t| t.name == name)
     }
 
-    /// Tool names.
+    /// Tool names, the discovery tools' too when offered.
     pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.name.clone()).collect()
+        self.all().map(|t| t.name.clone()).collect()
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter().chain(&self.discovery)
+    }
+
+    /// Names of the tools whose calls need approval.
+    pub fn approval_names(&self) -> Vec<String> {
+        self.tools
+            .iter()
+            .filter(|t| t.approval)
+            .map(|t| t.name.clone())
+            .collect()
     }
 
     /// The tools.
@@ -119,7 +180,7 @@ impl Toolset {
     /// ```
     pub fn stubs(&self) -> String {
         let mut text = String::from(STUB_PREAMBLE);
-        for t in &self.tools {
+        for t in self.all() {
             text.push_str("async ");
             text.push_str(&t.python_signature());
             text.push_str("\n    ...\n\n");
@@ -146,8 +207,30 @@ impl Toolset {
             text.push('\n');
             text.push_str(STRICT_LANGUAGE_RULES);
         }
-        text.push_str("\n\nAvailable tools:\n\n```python\n");
-        for t in &self.tools {
+        if !self.discovery.is_empty() {
+            text.push_str(&format!(
+                "\n\nAvailable tools ({}; call them by these names; describe_tool(name) \
+                 gives one's parameters, search_tools(query) finds them by what they do):\n\n",
+                self.tools.len()
+            ));
+            for t in &self.tools {
+                text.push_str(&format!(
+                    "- {}: {}\n",
+                    t.name,
+                    super::discovery::summary(&t.description)
+                ));
+            }
+            text.push_str("\n```python\n");
+        } else {
+            text.push_str("\n\nAvailable tools:\n\n```python\n");
+        }
+        // Past the threshold, only the discovery tools are shown in full.
+        let in_full = if self.discovery.is_empty() {
+            &self.tools
+        } else {
+            &self.discovery
+        };
+        for t in in_full {
             text.push_str(&t.python_signature());
             text.push_str("\n\n");
         }

@@ -533,6 +533,26 @@ pub enum Error {
         handle: String,
     },
 
+    /// A suspended code-mode execution that will not be resumed: its sealed
+    /// form was altered, was sealed by another installation's key, was made
+    /// by another version, has expired, is over the size limit, or was
+    /// resumed already (each suspension resumes once). Nothing of it ran.
+    #[error("the suspended execution cannot be resumed: {reason}")]
+    SuspensionRefused {
+        /// Why.
+        reason: String,
+    },
+
+    /// An MCP server given to code mode could not be started, reached,
+    /// initialized or listed.
+    #[error("the MCP server `{server}` is not usable: {reason}")]
+    McpServer {
+        /// The server's name.
+        server: String,
+        /// Why.
+        reason: String,
+    },
+
     /// A kernel, context or relay failure (see [`KernelError`](crate::kernel::KernelError)).
     #[error(transparent)]
     Kernel(#[from] crate::kernel::KernelError),

@@ -13,6 +13,8 @@ pub struct Config {
     pub loop_limit: u64,
     pub print_limit: usize,
     pub value_limit: usize,
+    /// Bytes a suspended execution's saved state may take.
+    pub suspend_limit: usize,
     pub timeout: Duration,
     pub max_tool_calls: u64,
     pub max_sessions: usize,
@@ -40,6 +42,7 @@ impl Config {
             loop_limit: int("loop_limit", 10_000),
             print_limit: int("print_limit", 16 * 1024) as usize,
             value_limit: int("value_limit", 1 << 20) as usize,
+            suspend_limit: int("suspend_limit", 16 << 20) as usize,
             timeout: Duration::from_secs_f64(timeout.clamp(0.001, 1e7)),
             max_tool_calls: int("max_tool_calls", 10_000),
             max_sessions: int("max_sessions", 8) as usize,

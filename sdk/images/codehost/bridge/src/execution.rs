@@ -24,6 +24,9 @@ use crate::{lock, Bridge};
 pub enum Outcome {
     Failed(Failed),
     Cancelled,
+    /// Stopped at a call that needs the host's approval; its saved state
+    /// (see `suspend`).
+    Suspended(Value),
 }
 
 impl From<Failed> for Outcome {
@@ -33,21 +36,23 @@ impl From<Failed> for Outcome {
 }
 
 pub struct Execution {
-    bridge: Arc<Bridge>,
+    pub(crate) bridge: Arc<Bridge>,
     id: String,
-    code: String,
+    pub(crate) code: String,
     inputs: Map<String, Value>,
-    tools: HashSet<String>,
-    printed: Arc<Mutex<Printed>>,
-    prepared: Option<Prepared>,
-    tool_errors: HashSet<String>,
-    calls: u64,
+    pub(crate) tools: HashSet<String>,
+    /// Tools whose calls stop the execution until the host approves them.
+    pub(crate) approval: HashSet<String>,
+    pub(crate) printed: Arc<Mutex<Printed>>,
+    pub(crate) prepared: Option<Prepared>,
+    pub(crate) tool_errors: HashSet<String>,
+    pub(crate) calls: u64,
     inbox_tx: mpsc::UnboundedSender<(u64, Value)>,
     inbox: mpsc::UnboundedReceiver<(u64, Value)>,
     /// Host call number -> reply not consumed yet.
-    answered: HashMap<u64, Value>,
+    pub(crate) answered: HashMap<u64, Value>,
     /// Monty call id -> the host calls its future stands for.
-    waiting: HashMap<u32, Waiting>,
+    pub(crate) waiting: HashMap<u32, Waiting>,
     /// Whether gathers of tool calls may fan out (see `fanout`).
     fan_out: bool,
     /// Host call number -> the fan-out it belongs to, until it is answered.
@@ -73,14 +78,13 @@ impl Execution {
             id: request["id"].as_str().unwrap_or_default().to_string(),
             code: request["code"].as_str().unwrap_or_default().to_string(),
             inputs: request["inputs"].as_object().cloned().unwrap_or_default(),
-            tools: request["tools"]
-                .as_array()
-                .map(|t| {
-                    t.iter()
-                        .filter_map(|n| n.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            tools: names(&request["tools"]),
+            // A REPL session's namespace cannot be saved apart from it.
+            approval: if request["session"].is_null() {
+                names(&request["approval"])
+            } else {
+                HashSet::new()
+            },
             printed: Arc::new(Mutex::new(Printed {
                 text: String::new(),
                 chars: 0,
@@ -95,8 +99,11 @@ impl Execution {
             answered: HashMap::new(),
             waiting: HashMap::new(),
             // A REPL session may have bound a tool's name or `gather` in an
-            // earlier execution; type checking checks each call's arguments.
-            fan_out: request["session"].is_null() && request["type_stubs"].is_null(),
+            // earlier execution; type checking checks each call's arguments;
+            // a call that needs approval must stop the code on its own.
+            fan_out: request["session"].is_null()
+                && request["type_stubs"].is_null()
+                && request["approval"].as_array().is_none_or(Vec::is_empty),
             fan_of: HashMap::new(),
             held: Vec::new(),
             held_since: None,
@@ -109,7 +116,8 @@ impl Execution {
         (p.text.clone(), p.cut)
     }
 
-    pub async fn run(&mut self, session: &mut Checkout) -> Result<Value, Outcome> {
+    /// Checks and rewrites the code as the policy asks (see `rules`).
+    pub(crate) fn prepare(&mut self) -> Result<String, Outcome> {
         let limits = rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
@@ -119,6 +127,11 @@ impl Execution {
             rules::prepare(&self.code, &self.tools, &limits, self.fan_out).map_err(Failed::from)?;
         let code = prepared.code.clone();
         self.prepared = Some(prepared);
+        Ok(code)
+    }
+
+    pub async fn run(&mut self, session: &mut Checkout) -> Result<Value, Outcome> {
+        let code = self.prepare()?;
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for (name, value) in &self.inputs {
             let value = from_wire(value)
@@ -128,7 +141,7 @@ impl Execution {
         let printed = self.printed.clone();
         let mut on_print = on_print_sync(move |_, text| lock(&printed).push(text));
         let skip_type_check = false;
-        let mut event = session
+        let event = session
             .feed(
                 code,
                 inputs,
@@ -137,9 +150,30 @@ impl Execution {
                 &mut on_print,
             )
             .await;
+        self.drive(session, event).await
+    }
+
+    /// Answers the session's suspensions, from `event` on, until it completes.
+    pub(crate) async fn drive(
+        &mut self,
+        session: &mut Checkout,
+        mut event: Result<TurnEvent, PoolError>,
+    ) -> Result<Value, Outcome> {
+        let printed = self.printed.clone();
+        let mut on_print = on_print_sync(move |_, text| lock(&printed).push(text));
         loop {
             let answered = match event {
                 Ok(TurnEvent::Complete(value)) => return self.finish(&value),
+                Ok(TurnEvent::FunctionCall {
+                    ref function_name,
+                    ref args,
+                    ..
+                }) if self.approval.contains(function_name) => {
+                    match self.approval_args(function_name, args) {
+                        Ok(call) => return Err(self.suspend(session, call).await),
+                        Err(refused) => Answer::Resume(refused),
+                    }
+                }
                 Ok(event) => self.answer(event)?,
                 Err(e) => return Err(self.failure(e).into()),
             };
@@ -180,7 +214,7 @@ impl Execution {
     }
 
     /// Sends the held tool calls.
-    fn send_held(&mut self) {
+    pub(crate) fn send_held(&mut self) {
         self.held_since = None;
         if !self.held.is_empty() {
             self.bridge.send_lines(std::mem::take(&mut self.held));
@@ -223,7 +257,7 @@ impl Execution {
         Ok(wire)
     }
 
-    fn failure(&self, error: PoolError) -> Failed {
+    pub(crate) fn failure(&self, error: PoolError) -> Failed {
         let prepared = self.prepared.as_ref();
         match error {
             PoolError::Runtime(e) if e.exc_type() == ExcType::SyntaxError => {
@@ -386,7 +420,7 @@ impl Execution {
     }
 
     /// Counts `n` more tool calls against the limit.
-    fn count_calls(&mut self, n: u64) -> Result<(), Outcome> {
+    pub(crate) fn count_calls(&mut self, n: u64) -> Result<(), Outcome> {
         self.calls += n;
         let limit = self.bridge.config.max_tool_calls;
         if self.calls > limit {
@@ -425,7 +459,7 @@ impl Execution {
     }
 
     /// The reply to the host call `number`.
-    async fn wait_for(&mut self, number: u64) -> Result<Value, Outcome> {
+    pub(crate) async fn wait_for(&mut self, number: u64) -> Result<Value, Outcome> {
         loop {
             if let Some(reply) = self.answered.remove(&number) {
                 return Ok(reply);
@@ -436,7 +470,7 @@ impl Execution {
 
     /// Waits for at least one reply, and takes every other one queued, so
     /// gathered calls resume together.
-    async fn receive(&mut self) -> Result<(), Outcome> {
+    pub(crate) async fn receive(&mut self) -> Result<(), Outcome> {
         let Some((number, reply)) = self.inbox.recv().await else {
             return Err(Outcome::Cancelled);
         };
@@ -518,7 +552,7 @@ impl Execution {
         self.answered.insert(number, reply);
     }
 
-    fn result_of(&mut self, reply: &Value) -> ResumeValue {
+    pub(crate) fn result_of(&mut self, reply: &Value) -> ResumeValue {
         if reply["ok"].as_bool() == Some(true) {
             return match from_wire(&reply["value"]) {
                 Ok(v) => ResumeValue::Return(v),
@@ -536,7 +570,7 @@ impl Execution {
     /// Arguments that cannot reach the host (not JSON: bytes, NaN, an int
     /// past 64 bits) fail as the host fails every other bad argument (a
     /// wrong type, an unknown name): the catchable `ToolError`.
-    fn bad_arguments(&mut self, name: &str, problem: &str) -> ResumeValue {
+    pub(crate) fn bad_arguments(&mut self, name: &str, problem: &str) -> ResumeValue {
         self.tool_failed(format!("{name}(): {problem}"))
     }
 
@@ -547,7 +581,7 @@ impl Execution {
 }
 
 /// What a suspension needs before the session can go on.
-enum Answer {
+pub(crate) enum Answer {
     Resume(ResumeValue),
     /// An OS call: the feed's mounts answer it if they cover it, this
     /// otherwise.
@@ -561,23 +595,34 @@ enum Answer {
 }
 
 /// What a future handed to Monty stands for.
-enum Waiting {
+pub(crate) enum Waiting {
     One(u64),
     Fan(FanCalls),
 }
 
 /// The host calls of a fan-out.
-struct FanCalls {
+pub(crate) struct FanCalls {
     /// In the order of the code's comprehension.
     numbers: Vec<u64>,
     /// How many have no reply yet.
-    remaining: usize,
+    pub(crate) remaining: usize,
     /// The first that failed.
-    failed: Option<u64>,
+    pub(crate) failed: Option<u64>,
 }
 
 enum Step {
     Resume(ResumeValue),
     Futures(Vec<(u32, ResumeValue)>),
     Lookup,
+}
+
+/// A JSON array of names as a set.
+fn names(v: &Value) -> HashSet<String> {
+    v.as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }

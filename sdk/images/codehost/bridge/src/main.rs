@@ -10,9 +10,10 @@
 //!                 {"type": "cancel", "id"}
 //!                 {"type": "close_session", "session"}
 //!                 {"type": "open_mounts"}   (once, after the copies are uploaded)
+//!                 {"type": "resume", "id", "code", "tools", "approval", "suspended", "reply"}
 //! bridge -> host  {"type": "ready", "pid"}
 //!                 {"type": "tool_call", "call", "name", "args", "kwargs"}
-//!                 {"type": "result", "id", "ok", "value" | "error", "stdout", "stdout_truncated"}
+//!                 {"type": "result", "id", "ok", "value" | "error" | "suspended", "stdout", "stdout_truncated"}
 //!                 {"type": "session_closed", "session"}
 //!                 {"type": "mounts_opened", "error"}
 //! ```
@@ -41,6 +42,10 @@
 //! the token, and speaks the protocol there instead: a round trip then skips
 //! the daemon's attach relay. If it cannot connect it stays on stdin/stdout.
 //! Either way it exits when stdin closes, as it does when its owner dies.
+//!
+//! A call of a tool the host named in `approval` stops the execution: its
+//! state comes back in the result's `suspended` and a `resume` request may
+//! go on from it, in this bridge or another (see `suspend`).
 
 mod checks;
 mod config;
@@ -52,6 +57,7 @@ mod oscalls;
 mod prelude;
 mod printed;
 mod rules;
+mod suspend;
 mod tagged;
 mod values;
 
@@ -228,7 +234,7 @@ impl Bridge {
         lock(&self.running).insert(id.clone(), cancel.clone());
         let mut execution = Execution::new(self.clone(), &request);
         let outcome = tokio::select! {
-            outcome = self.run_on_a_session(&mut execution, session_id.as_deref(), type_stubs) => outcome,
+            outcome = self.run_on_a_session(&mut execution, &request, session_id.as_deref(), type_stubs) => outcome,
             () = cancel.notified() => Err(Outcome::Cancelled),
             () = tokio::time::sleep(self.config.timeout) => Err(Outcome::Failed(Failed::new(
                 "timeout",
@@ -239,6 +245,7 @@ impl Bridge {
             Ok(_) => None,
             Err(Outcome::Cancelled) => Some(Failed::new("cancelled", "cancelled by the host")),
             Err(Outcome::Failed(f)) => Some(f.clone()),
+            Err(Outcome::Suspended(_)) => None,
         };
         if let (Some(error), Some(session)) = (&error, &session_id) {
             // Monty keeps no promise about a heap a limit stopped mid-operation.
@@ -264,6 +271,10 @@ impl Bridge {
                 result["ok"] = json!(true);
                 result["value"] = value;
             }
+            (Err(Outcome::Suspended(saved)), _) => {
+                result["ok"] = json!(true);
+                result["suspended"] = saved;
+            }
             (Err(_), Some(error)) => {
                 result["ok"] = json!(false);
                 result["error"] = error.to_json();
@@ -276,16 +287,32 @@ impl Bridge {
     async fn run_on_a_session(
         &self,
         execution: &mut Execution,
+        request: &Value,
         session_id: Option<&str>,
         type_stubs: Option<String>,
     ) -> Result<Value, Outcome> {
         let Some(session_id) = session_id else {
-            let checkout = match type_stubs {
+            let resuming = request["type"] == "resume";
+            let mut checkout = match type_stubs {
+                // A saved state is loaded into a worker that was never fed.
+                _ if resuming => {
+                    self.pool
+                        .checkout(&self.repl_config(None))
+                        .await
+                        .map_err(|e| {
+                            Failed::new("crash", format!("no interpreter could be started: {e}"))
+                        })?
+                }
                 Some(stubs) => self.fresh(Some(stubs)).await?,
                 None => self.take_fresh().await?,
             };
-            let mut checkout = checkout;
-            let outcome = execution.run(&mut checkout).await;
+            let outcome = if resuming {
+                execution
+                    .resume(&mut checkout, &request["suspended"], &request["reply"])
+                    .await
+            } else {
+                execution.run(&mut checkout).await
+            };
             // A worker whose run failed may hold anything: end it. A clean
             // one goes back to the pool for a new session.
             if outcome.is_ok() {
@@ -374,7 +401,7 @@ async fn serve(bridge: Arc<Bridge>, input: impl AsyncRead + Unpin) {
             continue;
         };
         match message["type"].as_str() {
-            Some("execute") => {
+            Some("execute" | "resume") => {
                 tokio::spawn(bridge.clone().execute(message));
             }
             Some("tool_result") => bridge.deliver(message),
