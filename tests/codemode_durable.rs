@@ -394,3 +394,31 @@ async fn state_over_the_limit_fails_typed_and_sessions_refuse_approval_tools() {
     assert_eq!(counts.delete.load(Ordering::SeqCst), 0);
     host.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_type_error_stops_the_code_before_any_tool_runs() {
+    let host = host_with(CodeHostConfig::new().type_check(true)).await;
+    let counts = Arc::new(Counts::default());
+    // lookup(1) would run first; the checker sees delete("ten") first.
+    let err = code_error(
+        host.execute(
+            "a = await lookup(1)\nprint(a)\nr = await delete(\"ten\")\nr",
+            json!({}),
+            &tools(&counts, false),
+        )
+        .await,
+    );
+    assert!(
+        matches!(&err, CodeError::Validation { rule, line: 3, col, message }
+            if rule == "type" && *col > 1 && message.contains("Expected `int`")),
+        "{err:?}"
+    );
+    assert_eq!(counts.lookup.load(Ordering::SeqCst), 0, "no tool ran");
+    assert_eq!(counts.delete.load(Ordering::SeqCst), 0);
+    let run = host
+        .execute("a = await lookup(1)\na", json!({}), &tools(&counts, false))
+        .await
+        .unwrap();
+    assert_eq!(run.value, json!(10));
+    host.close().await.unwrap();
+}

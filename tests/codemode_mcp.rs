@@ -32,9 +32,11 @@ fn time_server() -> McpServer {
     )
 }
 
-fn hostile_server() -> McpServer {
+/// The hostile server; `tag` (an argument it ignores) tells its process
+/// apart from other tests' servers.
+fn hostile_server(tag: &str) -> McpServer {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/hostile_server.py");
-    McpServer::stdio("hostile", python().to_string_lossy(), [script])
+    McpServer::stdio("hostile", python().to_string_lossy(), [script, tag])
         .call_timeout(Duration::from_secs(2))
         .max_result_bytes(1 << 20)
 }
@@ -151,8 +153,8 @@ async fn caught(host: &dockhand::codemode::CodeHost, tools: &Toolset, call: &str
 
 #[tokio::test]
 async fn servers_that_hang_die_or_flood_give_tool_errors_and_nothing_is_left() {
-    let tools = toolset(hostile_server().connect().await.unwrap());
-    assert_eq!(processes_running("hostile_server.py"), 1);
+    let tools = toolset(hostile_server("tag-faults").connect().await.unwrap());
+    assert_eq!(processes_running("tag-faults"), 1);
     let host = host_with(CodeHostConfig::new()).await;
     let started = Instant::now();
     let text = caught(&host, &tools, "hang(seconds=30)").await;
@@ -183,21 +185,21 @@ async fn servers_that_hang_die_or_flood_give_tool_errors_and_nothing_is_left() {
     host.close().await.unwrap();
 
     // A live server goes with its tools.
-    let live = toolset(hostile_server().connect().await.unwrap());
-    assert_eq!(processes_running("hostile_server.py"), 1);
+    let live = toolset(hostile_server("tag-faults").connect().await.unwrap());
+    assert_eq!(processes_running("tag-faults"), 1);
     drop(live);
     drop(tools);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_running("hostile_server.py") > 0 && Instant::now() < deadline {
+    while processes_running("tag-faults") > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(processes_running("hostile_server.py"), 0);
+    assert_eq!(processes_running("tag-faults"), 0);
 }
 
 #[tokio::test]
 async fn mcp_tools_can_need_approval() {
     let store = tempfile::tempdir().unwrap();
-    let server = hostile_server().requires_approval(["echo"]);
+    let server = hostile_server("tag-approval").requires_approval(["echo"]);
     let tools = toolset(server.connect().await.unwrap());
     let host =
         host_with(CodeHostConfig::new().suspensions(SuspensionStore::at(store.path()))).await;
@@ -241,4 +243,25 @@ async fn a_server_that_cannot_start_is_a_typed_error() {
         .await
         .unwrap_err();
     assert!(matches!(err, dockhand::Error::McpServer { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_native_tool_result_over_the_limit_is_a_tool_error() {
+    let tools = Toolset::new().tool(
+        Tool::new("blob", "Returns n MiB of text.")
+            .param("n", ParamType::Int, "")
+            .handler(|a| async move {
+                let n = a["n"].as_u64().unwrap_or(0) as usize;
+                Ok(json!("x".repeat(n << 20)))
+            }),
+    );
+    let host = host_with(CodeHostConfig::new().tool_result_limit(1 << 20)).await;
+    let text = caught(&host, &tools, "blob(n=3)").await;
+    assert!(text.contains("the limit is 1048576"), "{text}");
+    let run = host
+        .execute("len(await blob(n=0)) + 1", json!({}), &tools)
+        .await
+        .unwrap();
+    assert_eq!(run.value, json!(1));
+    host.close().await.unwrap();
 }

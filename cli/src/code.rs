@@ -1,23 +1,60 @@
-//! `dockhand code FILE`: code mode, with a full CPython sandbox as a tool.
+//! `dockhand code FILE`: code mode, with a full CPython sandbox as a tool,
+//! MCP servers' tools from a config file, and approvals: a call of a tool
+//! that needs one stops the program, which is kept by id until
+//! `dockhand code --resume ID --approve` (or `--reject`, `--answer`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use dockhand::codemode::{CodeHostConfig, Toolset};
+use dockhand::codemode::{
+    CodeHost, CodeHostConfig, Decision, Execution, McpServer, SuspensionStore, Toolset,
+};
 use dockhand::{CacheMode, Sandbox, Type};
+
+/// The exit code of a program that stopped for approval.
+pub const SUSPENDED: u8 = 3;
 
 #[derive(Args, Debug)]
 pub struct CodeArgs {
     /// The program (the Python subset Monty runs); `-` reads stdin.
-    file: PathBuf,
+    #[arg(required_unless_present = "resume")]
+    file: Option<PathBuf>,
     /// Inputs as one JSON object; each key becomes a variable.
     #[arg(long, default_value = "{}")]
     inputs: String,
     /// Time limit of the execution in seconds.
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
+    /// MCP servers whose tools the program may call, in the `mcpServers`
+    /// JSON that MCP clients share (`command`/`args`/`env` or `url`, and
+    /// optionally `requiresApproval`: a list of tools, or true).
+    #[arg(long, value_name = "FILE")]
+    mcp_config: Option<PathBuf>,
+    /// A tool whose calls need approval (repeatable; `python` included).
+    #[arg(long = "require-approval", value_name = "TOOL")]
+    require_approval: Vec<String>,
+    /// Type-check the program against the tools' stubs before it runs.
+    #[arg(long)]
+    type_check: bool,
+    /// Go on with a program that stopped for approval (its id).
+    #[arg(long, value_name = "ID", conflicts_with = "file")]
+    resume: Option<String>,
+    /// With --resume: run the call and go on.
+    #[arg(long, requires = "resume", conflicts_with_all = ["reject", "answer"])]
+    approve: bool,
+    /// With --resume: refuse the call; the program sees ToolError(REASON).
+    #[arg(
+        long,
+        value_name = "REASON",
+        requires = "resume",
+        conflicts_with = "answer"
+    )]
+    reject: Option<String>,
+    /// With --resume: answer the call with this JSON instead of running it.
+    #[arg(long, value_name = "JSON", requires = "resume")]
+    answer: Option<String>,
 }
 
 /// The tool code-mode programs get: `python(code=...)` runs full CPython in a
@@ -34,41 +71,125 @@ pub fn python_tool() -> Result<Sandbox> {
         .build()?)
 }
 
+/// The python tool, the configured MCP servers' tools, and which need approval.
+pub async fn tools(mcp_config: Option<&PathBuf>, approval: &[String]) -> Result<Toolset> {
+    let mut tools = Toolset::new().sandbox(python_tool()?);
+    if let Some(path) = mcp_config {
+        for server in McpServer::from_config_file(path)? {
+            for tool in server.connect().await? {
+                tools = tools.tool(tool);
+            }
+        }
+    }
+    for name in approval {
+        let tool = tools
+            .get(name)
+            .cloned()
+            .with_context(|| format!("--require-approval {name}: there is no such tool"))?;
+        tools = tools.tool(tool.requires_approval());
+    }
+    Ok(tools)
+}
+
+/// What the application decided, from the flags.
+fn decision(args: &CodeArgs) -> Result<Decision> {
+    if args.approve {
+        return Ok(Decision::Approve);
+    }
+    if let Some(reason) = &args.reject {
+        return Ok(Decision::Reject(reason.clone()));
+    }
+    if let Some(answer) = &args.answer {
+        let value = serde_json::from_str(answer).context("--answer is not JSON")?;
+        return Ok(Decision::Return(value));
+    }
+    anyhow::bail!("--resume needs --approve, --reject REASON or --answer JSON")
+}
+
 pub async fn run(args: CodeArgs, host: Option<String>, json: bool) -> Result<ExitCode> {
-    let source = if args.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading code from stdin")?
-    } else {
-        std::fs::read_to_string(&args.file)
-            .with_context(|| format!("reading {}", args.file.display()))?
-    };
-    let inputs: serde_json::Value =
-        serde_json::from_str(&args.inputs).context("--inputs is not a JSON object")?;
-    anyhow::ensure!(inputs.is_object(), "--inputs must be a JSON object");
     anyhow::ensure!(
         args.timeout.is_finite() && args.timeout > 0.0,
         "--timeout must be a positive number of seconds"
     );
+    let store = SuspensionStore::default();
+    let config = CodeHostConfig::new()
+        .timeout(std::time::Duration::from_secs_f64(args.timeout))
+        .type_check(args.type_check)
+        .suspensions(store.clone());
+    if let Some(id) = &args.resume {
+        let decision = decision(&args)?;
+        let suspended = store.kept(id).await?;
+        let tools = tools(args.mcp_config.as_ref(), &args.require_approval).await?;
+        let client = crate::connect(host, json).await?;
+        let code_host = client.code_host(config);
+        let result = code_host.resume(&suspended, decision, &tools).await;
+        // Once claimed it cannot be resumed again; a bad toolset refused
+        // it before the claim, and it stays for another try.
+        if !matches!(result, Err(dockhand::Error::InvalidSpec { .. })) {
+            store.forget(id).await?;
+        }
+        return finish(&code_host, &store, result, json).await;
+    }
+    let file = args.file.clone().unwrap_or_default();
+    let source = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading code from stdin")?
+    } else {
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let inputs: serde_json::Value =
+        serde_json::from_str(&args.inputs).context("--inputs is not a JSON object")?;
+    anyhow::ensure!(inputs.is_object(), "--inputs must be a JSON object");
+    let tools = tools(args.mcp_config.as_ref(), &args.require_approval).await?;
     let client = crate::connect(host, json).await?;
-    let host = client
-        .code_host(CodeHostConfig::new().timeout(std::time::Duration::from_secs_f64(args.timeout)));
-    host.start().await?;
-    let tools = Toolset::new().sandbox(python_tool()?);
-    let result = host.execute(&source, inputs, &tools).await;
-    host.close().await?;
+    let code_host = client.code_host(config);
+    code_host.start().await?;
+    let result = code_host.execute(&source, inputs, &tools).await;
+    finish(&code_host, &store, result, json).await
+}
+
+/// Closes the host and prints the outcome; a program that stopped for
+/// approval is kept by id and exits with [`SUSPENDED`].
+async fn finish(
+    code_host: &CodeHost,
+    store: &SuspensionStore,
+    result: dockhand::Result<Execution>,
+    json: bool,
+) -> Result<ExitCode> {
+    code_host.close().await?;
     let run = result?;
+    if let Some(stopped) = &run.suspended {
+        store.keep(stopped).await?;
+    }
     if json {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "value": run.value,
             "stdout": run.stdout,
             "tool_calls": run.tool_calls.len(),
             "duration_ms": run.duration.as_millis() as u64,
         });
+        if let Some(stopped) = &run.suspended {
+            body["suspended"] = serde_json::json!({
+                "id": stopped.id(), "tool": stopped.tool(), "args": stopped.args(),
+            });
+        }
         println!("{body}");
     } else {
         print!("{}", run.stdout);
-        if !run.value.is_null() {
+        if let Some(stopped) = &run.suspended {
+            eprintln!(
+                "dockhand: stopped for approval of {}({})\n\
+                 go on with: dockhand code --resume {} --approve   (or --reject REASON, --answer JSON)",
+                stopped.tool(),
+                stopped.args(),
+                stopped.id()
+            );
+        } else if !run.value.is_null() {
             println!("{}", run.value);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if run.suspended.is_some() {
+        ExitCode::from(SUSPENDED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

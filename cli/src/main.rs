@@ -9,6 +9,7 @@ mod doctor;
 mod images;
 mod kernel;
 mod mcp;
+mod mcp_codemode;
 mod network;
 mod outcome;
 mod progress;

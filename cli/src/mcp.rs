@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use dockhand::codemode::{CodeHost, CodeHostConfig, Toolset};
 use dockhand::kernel::{Execution, Kernel, KernelConfig, RunOptions};
 use dockhand::session::{Session, SessionConfig, SessionTools};
 use dockhand::{CacheMode, Client, Egress, ImageSpec, Network, Sandbox, Secret};
@@ -35,6 +34,8 @@ pub struct McpArgs {
     /// gateway swaps its placeholder for those hosts only).
     #[arg(long = "secret", value_name = "NAME=env:VAR[@HOST]")]
     secrets: Vec<String>,
+    #[command(flatten)]
+    code_mode: crate::mcp_codemode::CodeModeArgs,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -122,6 +123,20 @@ struct Execute {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct Resume {
+    /// The id `execute` returned in `suspended`.
+    id: String,
+    /// What the user decided: "approve" runs the call, "reject" raises
+    /// ToolError(reason) in the code, "answer" returns `value` instead.
+    decision: String,
+    /// Why the call was rejected.
+    reason: Option<String>,
+    /// The call's answer, for "answer".
+    value: Option<Value>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct RunCode {
     /// Python for a Jupyter kernel with pandas (pd), numpy (np) and
     /// matplotlib (plt). Variables persist between calls; charts are
@@ -137,7 +152,7 @@ struct RunCode {
 /// What a connection owns; all of it goes when the client does.
 struct Owned {
     sessions: Mutex<HashMap<String, SessionTools<Session>>>,
-    host: OnceCell<CodeHost>,
+    code_mode: crate::mcp_codemode::CodeMode,
     kernel: OnceCell<Kernel>,
 }
 
@@ -252,14 +267,19 @@ impl Server {
 
 #[tool_router]
 impl Server {
-    fn new(client: Client, network: Network, secrets: Vec<Secret>) -> Self {
+    fn new(
+        client: Client,
+        network: Network,
+        secrets: Vec<Secret>,
+        code_mode: crate::mcp_codemode::CodeModeArgs,
+    ) -> Self {
         Server {
             client,
             network,
             secrets,
             owned: Arc::new(Owned {
                 sessions: Mutex::default(),
-                host: OnceCell::new(),
+                code_mode: crate::mcp_codemode::CodeMode::new(code_mode),
                 kernel: OnceCell::new(),
             }),
         }
@@ -445,40 +465,46 @@ impl Server {
     }
 
     #[tool(
-        description = "Runs orchestration code in code mode (Monty, a sandboxed Python subset); python(code=...) runs full CPython in a fresh sandbox. Returns the last expression's value and what was printed."
+        description = "Runs orchestration code in code mode (Monty, a sandboxed Python subset); python(code=...) runs full CPython in a fresh sandbox, and the tools of the server's configured MCP servers are functions too. Returns the last expression's value and what was printed. A call of a tool that needs approval stops the code: the result's `suspended` names it; ask the user, then call resume."
     )]
     async fn execute(
         &self,
         Parameters(args): Parameters<Execute>,
     ) -> Result<CallToolResult, ErrorData> {
-        let host = self
-            .owned
-            .host
-            .get_or_try_init(|| async {
-                let host = self.client.code_host(CodeHostConfig::new());
-                host.start().await?;
-                Ok::<_, dockhand::Error>(host)
-            })
-            .await;
-        let host = match host {
-            Ok(host) => host,
-            Err(e) => return Ok(tool_error(e)),
-        };
-        let tools = match crate::code::python_tool() {
-            Ok(python) => Toolset::new().sandbox(python),
-            Err(e) => return Ok(tool_error(e)),
-        };
+        let code_mode = &self.owned.code_mode;
         Ok(
-            match host
-                .execute(&args.code, Value::Object(args.inputs), &tools)
+            match code_mode
+                .execute(&self.client, &args.code, args.inputs)
                 .await
             {
-                Ok(run) => CallToolResult::success(vec![text(
-                    json!({"value": run.value, "stdout": run.stdout}),
-                )]),
-                Err(e) => tool_error(e),
+                Ok(body) => CallToolResult::success(vec![text(body)]),
+                Err(e) => tool_error(format!("{e:#}")),
             },
         )
+    }
+
+    #[tool(
+        description = "Goes on with code that execute stopped for approval, as the user decided: approve (the call runs), reject (the code gets ToolError with the reason) or answer (the call returns `value`). Each suspension resumes once.",
+        annotations(destructive_hint = true)
+    )]
+    async fn resume(
+        &self,
+        Parameters(args): Parameters<Resume>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let code_mode = &self.owned.code_mode;
+        let resumed = code_mode
+            .resume(
+                &self.client,
+                &args.id,
+                &args.decision,
+                args.reason,
+                args.value,
+            )
+            .await;
+        Ok(match resumed {
+            Ok(body) => CallToolResult::success(vec![text(body)]),
+            Err(e) => tool_error(format!("{e:#}")),
+        })
     }
 }
 
@@ -503,7 +529,7 @@ pub async fn serve(args: McpArgs, host: Option<String>) -> Result<ExitCode> {
         .collect::<Result<Vec<_>>>()?;
     // stdout is the protocol: nothing else may be printed there.
     let client = crate::connect(host, true).await?;
-    let server = Server::new(client, network, secrets);
+    let server = Server::new(client, network, secrets, args.code_mode);
     let owned = server.owned.clone();
     let running = server.serve(rmcp::transport::stdio()).await?;
     let ended = running.waiting().await;
@@ -511,7 +537,7 @@ pub async fn serve(args: McpArgs, host: Option<String>) -> Result<ExitCode> {
     for (_, tools) in owned.sessions.lock().await.drain() {
         let _ = tools.session().close().await;
     }
-    if let Some(host) = owned.host.get() {
+    if let Some(host) = owned.code_mode.started() {
         let _ = host.close().await;
     }
     if let Some(kernel) = owned.kernel.get() {

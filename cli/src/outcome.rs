@@ -28,7 +28,8 @@ pub fn code_of_error(e: &Error) -> u8 {
         | Error::UnknownInput { .. }
         | Error::InputType { .. }
         | Error::InvalidPackage { .. }
-        | Error::UnsupportedPython { .. } => USAGE,
+        | Error::UnsupportedPython { .. }
+        | Error::SuspensionRefused { .. } => USAGE,
         Error::RetriesExhausted { last, .. } => code_of_error(last),
         Error::Code(_) => 1,
         _ => INTERNAL,

@@ -41,6 +41,7 @@ async fn every_tool_over_stdio_and_nothing_left_after() {
             "execute",
             "list_dir",
             "read_file",
+            "resume",
             "run_code",
             "run_python",
             "shell",

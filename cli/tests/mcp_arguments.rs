@@ -19,6 +19,7 @@ fn exercised() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("edit_file", &["path", "edits", "session"]),
         ("list_dir", &["path", "session"]),
         ("execute", &["code", "inputs"]),
+        ("resume", &["decision", "id", "reason", "value"]),
         ("run_code", &["code", "context", "timeout"]),
     ]
     .into_iter()
@@ -193,6 +194,26 @@ async fn every_advertised_argument_is_checked_and_takes_effect() {
     )
     .await;
     assert_eq!(body(&executed)["value"], 42, "{executed:?}");
+
+    // resume: each argument is read (their effects: cli/tests/code_approvals.rs).
+    for (args, says) in [
+        (
+            json!({"id": "susp-00", "decision": "maybe"}),
+            "decision must be",
+        ),
+        (
+            json!({"id": "../key", "decision": "reject", "reason": "r"}),
+            "not a suspension id",
+        ),
+        (
+            json!({"id": "susp-00", "decision": "answer", "value": 1}),
+            "no suspension",
+        ),
+    ] {
+        let refused = call(&client, "resume", args).await;
+        assert!(failed(&refused), "{refused:?}");
+        assert!(body(&refused).to_string().contains(says), "{refused:?}");
+    }
 
     // The kernel: contexts keep their own state, and the timeout interrupts.
     let set = call(

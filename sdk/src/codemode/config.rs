@@ -46,6 +46,7 @@ pub struct CodeHostConfig {
     pub(crate) max_tool_calls: u64,
     pub(crate) print_limit: usize,
     pub(crate) value_limit: usize,
+    pub(crate) tool_result_limit: usize,
     pub(crate) max_sessions: u32,
     pub(crate) type_check: bool,
     pub(crate) start_timeout: Duration,
@@ -113,6 +114,7 @@ impl Default for CodeHostConfig {
             max_tool_calls: 10_000,
             print_limit: 16 * 1024,
             value_limit: 1 << 20,
+            tool_result_limit: 8 << 20,
             max_sessions: 8,
             type_check: false,
             start_timeout: Duration::from_secs(300),
@@ -185,6 +187,13 @@ impl CodeHostConfig {
     /// Bytes of JSON the final value may take (default 1 MiB).
     pub fn value_limit(mut self, bytes: usize) -> Self {
         self.value_limit = bytes;
+        self
+    }
+
+    /// Bytes of JSON one tool result may take (default 8 MiB); a larger
+    /// one raises `ToolError` in the code instead of reaching it.
+    pub fn tool_result_limit(mut self, bytes: usize) -> Self {
+        self.tool_result_limit = bytes;
         self
     }
 

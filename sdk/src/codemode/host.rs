@@ -514,6 +514,7 @@ impl CodeHost {
         let started = Instant::now();
         let tool = tools.get(&name).cloned();
         let inner = self.inner.clone();
+        let limit = self.inner.config.tool_result_limit;
         let scope = scope.to_string();
         async move {
             let (shown_args, reply) = match tool {
@@ -532,7 +533,7 @@ impl CodeHost {
                                     .await
                             }
                         };
-                        (shown, reply)
+                        (shown, reply.and_then(|v| within(&name, v, limit)))
                     }
                 },
             };
@@ -561,4 +562,15 @@ impl Drop for FailUnlessDone<'_> {
                 .fail("start was cancelled before it finished".into(), true);
         }
     }
+}
+
+/// A tool's result, or the error the code gets when it is over the limit.
+fn within(tool: &str, value: Value, limit: usize) -> std::result::Result<Value, String> {
+    let size = serde_json::to_vec(&value).map_or(usize::MAX, |v| v.len());
+    if size > limit {
+        return Err(format!(
+            "{tool}() returned {size} bytes of JSON; the limit is {limit} (CodeHostConfig::tool_result_limit)"
+        ));
+    }
+    Ok(value)
 }

@@ -153,6 +153,115 @@ impl McpServer {
         self
     }
 
+    /// The servers of an MCP configuration in the shape MCP clients share:
+    /// `{"mcpServers": {"<name>": {"command", "args", "env", "cwd"} | {"url"}}}`,
+    /// each with optional `"requiresApproval"` (a list of tool names, or
+    /// `true` for all), `"prefix"` and `"timeoutSeconds"` (per call).
+    ///
+    /// ```
+    /// use dockhand::codemode::McpServer;
+    /// let config = serde_json::json!({"mcpServers": {
+    ///     "time": {"command": "python3", "args": ["-m", "mcp_server_time"], "requiresApproval": true},
+    ///     "docs": {"url": "http://127.0.0.1:8000/mcp"}
+    /// }});
+    /// let servers = McpServer::from_config(&config).unwrap();
+    /// assert_eq!(servers.len(), 2);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSpec`] naming the server and the field that is wrong.
+    pub fn from_config(config: &Value) -> Result<Vec<McpServer>> {
+        let bad = |message: String| Error::spec("MCP configuration", message);
+        let servers = config
+            .get("mcpServers")
+            .and_then(Value::as_object)
+            .ok_or_else(|| bad("it has no \"mcpServers\" object".into()))?;
+        let strings = |v: Option<&Value>, what: &str, name: &str| -> Result<Vec<String>> {
+            match v {
+                None => Ok(Vec::new()),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|i| {
+                        i.as_str().map(String::from).ok_or_else(|| {
+                            bad(format!(
+                                "server `{name}`: \"{what}\" must be a list of strings"
+                            ))
+                        })
+                    })
+                    .collect(),
+                Some(_) => Err(bad(format!(
+                    "server `{name}`: \"{what}\" must be a list of strings"
+                ))),
+            }
+        };
+        let mut out = Vec::with_capacity(servers.len());
+        for (name, entry) in servers {
+            let mut server = match (entry.get("command"), entry.get("url")) {
+                (Some(Value::String(command)), None) => {
+                    let args = strings(entry.get("args"), "args", name)?;
+                    let mut server = McpServer::stdio(name, command, args);
+                    for (k, v) in entry
+                        .get("env")
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flatten()
+                    {
+                        let v = v.as_str().ok_or_else(|| {
+                            bad(format!("server `{name}`: env `{k}` must be a string"))
+                        })?;
+                        server = server.env(k, v);
+                    }
+                    if let Some(cwd) = entry.get("cwd").and_then(Value::as_str) {
+                        server = server.cwd(cwd);
+                    }
+                    server
+                }
+                (None, Some(Value::String(url))) => McpServer::http(name, url),
+                _ => {
+                    return Err(bad(format!(
+                        "server `{name}` needs either \"command\" (a string) or \"url\" (a string)"
+                    )))
+                }
+            };
+            match entry.get("requiresApproval") {
+                Some(Value::Bool(true)) => server = server.requires_approval(["*"]),
+                Some(Value::Bool(false)) | None => {}
+                list => server = server.requires_approval(strings(list, "requiresApproval", name)?),
+            }
+            if let Some(prefix) = entry.get("prefix").and_then(Value::as_str) {
+                server = server.prefix(prefix);
+            }
+            if let Some(seconds) = entry.get("timeoutSeconds") {
+                let seconds = seconds
+                    .as_f64()
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e6)
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "server `{name}`: \"timeoutSeconds\" must be a positive number"
+                        ))
+                    })?;
+                server = server.call_timeout(Duration::from_secs_f64(seconds));
+            }
+            out.push(server);
+        }
+        Ok(out)
+    }
+
+    /// [`McpServer::from_config`] of a JSON file.
+    pub fn from_config_file(path: impl AsRef<std::path::Path>) -> Result<Vec<McpServer>> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let config: Value = serde_json::from_str(&text).map_err(|e| {
+            Error::spec(
+                "MCP configuration",
+                format!("{} is not JSON: {e}", path.display()),
+            )
+        })?;
+        Self::from_config(&config)
+    }
+
     fn failed(&self, reason: impl Into<String>) -> Error {
         Error::McpServer {
             server: self.name.clone(),
@@ -214,7 +323,14 @@ impl McpServer {
                 timeout: self.call_timeout,
                 max_bytes: self.max_result_bytes,
             };
+            // What the stub says it returns, from the output schema if any.
+            let returns = match listed.output_schema.as_deref() {
+                Some(out) if wrapped => super::tools::python_hint(&out["properties"]["result"]),
+                Some(_) => "dict[str, Any]".to_string(),
+                None => "Any".to_string(),
+            };
             let mut tool = Tool::from_json_schema(local, description, &schema)
+                .returns(returns)
                 .handler(move |args| call.clone().run(args));
             if self.approval.iter().any(|a| a == "*" || *a == remote) {
                 tool = tool.requires_approval();
@@ -233,18 +349,20 @@ impl McpServer {
                 cwd,
             } => {
                 let mut command = tokio::process::Command::new(program);
-                command
-                    .args(args)
-                    .envs(env)
-                    .stderr(std::process::Stdio::null());
+                command.args(args).envs(env);
                 if let Some(dir) = cwd {
                     command.current_dir(dir);
                 }
                 let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
                 // Its children go with it.
                 wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-                let transport = TokioChildProcess::new(wrapped)
+                let (transport, stderr) = TokioChildProcess::builder(wrapped)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
                     .map_err(|e| self.failed(format!("`{program}` could not be started: {e}")))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(self.name.clone(), stderr));
+                }
                 ().serve(transport)
                     .await
                     .map_err(|e| self.failed(format!("it did not initialize: {e}")))
@@ -256,6 +374,20 @@ impl McpServer {
                     .map_err(|e| self.failed(format!("{url} did not initialize: {e}")))
             }
         }
+    }
+}
+
+/// A stdio server's stderr goes to `tracing` (debug), not to the
+/// application's own stderr; it is drained so the server never blocks on it.
+async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = vec![0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buffer).await {
+        if n == 0 {
+            return;
+        }
+        let text = String::from_utf8_lossy(&buffer[..n]);
+        tracing::debug!(server = %server, "MCP server stderr: {}", text.trim_end());
     }
 }
 
@@ -348,6 +480,30 @@ fn value_of(result: CallToolResult) -> std::result::Result<Value, String> {
 mod tests {
     use super::*;
     use rmcp::model::Content;
+
+    #[test]
+    fn configurations_name_what_is_wrong() {
+        let ok = json!({"mcpServers": {"a": {"command": "x", "args": ["1"], "env": {"K": "v"},
+            "requiresApproval": ["t"], "prefix": "p", "timeoutSeconds": 5}}});
+        let servers = McpServer::from_config(&ok).unwrap();
+        assert_eq!(servers[0].approval, ["t"]);
+        assert_eq!(servers[0].call_timeout, Duration::from_secs(5));
+        for (config, says) in [
+            (json!({}), "mcpServers"),
+            (json!({"mcpServers": {"b": {}}}), "server `b` needs"),
+            (
+                json!({"mcpServers": {"c": {"command": "x", "args": [1]}}}),
+                "\"args\"",
+            ),
+            (
+                json!({"mcpServers": {"d": {"url": "u", "timeoutSeconds": -1}}}),
+                "timeoutSeconds",
+            ),
+        ] {
+            let err = McpServer::from_config(&config).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+    }
 
     #[test]
     fn results_become_values_and_errors() {

@@ -22,6 +22,14 @@
 //! `for` loop entered, per `while` loop in one execution; configurable).
 //! Code that the bridge's own parser cannot read goes to Monty unchecked.
 //!
+//! On top of that: type checking against the tools' stubs before anything
+//! runs ([`CodeHostConfig::type_check`]); tools that need approval, whose
+//! calls stop the execution as a sealed, durable [`Suspended`] that any
+//! host sharing the [`SuspensionStore`] resumes once ([`CodeHost::resume`]);
+//! `search_tools` and `describe_tool` past [`Toolset::DEFAULT_FULL_LISTING`]
+//! tools; and MCP servers' tools as code-mode tools (`McpServer`, feature
+//! `mcp`). See `docs/codemode.md`.
+//!
 //! ```no_run
 //! # async fn demo() -> dockhand::Result<()> {
 //! use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};

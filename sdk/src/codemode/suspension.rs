@@ -174,6 +174,63 @@ impl SuspensionStore {
         Ok(Suspended::new(body, sealed.to_vec()))
     }
 
+    /// Keeps a suspension in the store under its id (`pending/<id>`), for
+    /// tools that hand out ids rather than blobs (the CLI, the MCP server).
+    pub async fn keep(&self, suspended: &Suspended) -> Result<()> {
+        let path = self.pending_path(suspended.id())?;
+        let sealed = suspended.sealed.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(&path, sealed.as_slice())
+        })
+        .await
+        .map_err(|e| Error::io("keeping a suspension", std::io::Error::other(e)))?
+        .map_err(|e| Error::io("keeping a suspension", e))
+    }
+
+    /// A suspension kept with [`SuspensionStore::keep`], opened and checked
+    /// as [`SuspensionStore::open`] does.
+    pub async fn kept(&self, id: &str) -> Result<Suspended> {
+        let path = self.pending_path(id)?;
+        let sealed = tokio::fs::read(&path).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::SuspensionRefused {
+                    reason: format!(
+                        "no suspension `{id}` is kept (it was resumed, or never made here)"
+                    ),
+                }
+            } else {
+                Error::io("reading a kept suspension", e)
+            }
+        })?;
+        self.open(&sealed).await
+    }
+
+    /// Removes a kept suspension (after it was resumed).
+    pub async fn forget(&self, id: &str) -> Result<()> {
+        match tokio::fs::remove_file(self.pending_path(id)?).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("removing a kept suspension", e)),
+        }
+    }
+
+    /// Where a kept suspension lives; ids are ours (`susp-` and hex), so
+    /// anything else is refused rather than joined to a path.
+    fn pending_path(&self, id: &str) -> Result<PathBuf> {
+        let ours = id.strip_prefix("susp-").is_some_and(|hex| {
+            !hex.is_empty() && hex.len() <= 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+        if !ours {
+            return Err(Error::SuspensionRefused {
+                reason: format!("`{id}` is not a suspension id"),
+            });
+        }
+        Ok(self.dir.join("pending").join(id))
+    }
+
     /// Records that `suspended` is being resumed; refuses one resumed before.
     pub(crate) async fn claim(&self, suspended: &Suspended) -> Result<()> {
         if unix_now() > suspended.body.expires {
@@ -493,5 +550,26 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         assert!(!format!("{sealed:?}").contains("AAAA"));
+    }
+
+    #[tokio::test]
+    async fn suspensions_are_kept_by_id_and_ids_are_not_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SuspensionStore::at(dir.path());
+        let mut b = body();
+        b.id = "susp-0a1b".into();
+        let sealed = store.seal(b).await.unwrap();
+        store.keep(&sealed).await.unwrap();
+        assert_eq!(store.kept("susp-0a1b").await.unwrap(), sealed);
+        store.forget("susp-0a1b").await.unwrap();
+        let err = store.kept("susp-0a1b").await.unwrap_err();
+        assert!(err.to_string().contains("no suspension"), "{err}");
+        for bad in ["../key", "susp-../../x", "susp-", "key"] {
+            let err = store.kept(bad).await.unwrap_err();
+            assert!(
+                err.to_string().contains("not a suspension id"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

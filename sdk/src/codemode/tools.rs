@@ -476,7 +476,7 @@ fn params_of(schema: &Value) -> Vec<ToolParam> {
     params
 }
 
-fn python_hint(schema: &Value) -> String {
+pub(crate) fn python_hint(schema: &Value) -> String {
     match schema["type"].as_str() {
         Some("string") => "str".into(),
         Some("integer") => "int".into(),

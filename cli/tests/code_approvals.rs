@@ -1,0 +1,221 @@
+//! Approvals, suspensions by id and MCP servers from a config file, through
+//! `dockhand code` and `dockhand mcp`'s `execute` and `resume`, driven as
+//! users drive them (the command line; rmcp's client). The MCP server in the
+//! config is the reference `mcp-server-time` from PyPI.
+
+use std::path::{Path, PathBuf};
+
+mod common;
+
+use common::{body, call, dockhand, failed};
+use serde_json::{json, Value};
+
+/// A venv with the reference time server, made once per target directory
+/// (the SDK's tests share it).
+fn time_server_python() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("venv-mcp-server-time==2026.10.19");
+    let python = dir.join("bin/python");
+    if !dir.join(".ready").exists() {
+        let ok = |cmd: &mut std::process::Command| {
+            assert!(cmd.status().expect("python3 runs").success(), "{cmd:?}");
+        };
+        ok(std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&dir));
+        ok(std::process::Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "mcp-server-time==2026.10.19",
+        ]));
+        std::fs::write(dir.join(".ready"), b"").unwrap();
+    }
+    python
+}
+
+/// An `mcpServers` file naming the time server, `convert_time` needing approval.
+fn mcp_config(dir: &Path) -> PathBuf {
+    let config = json!({"mcpServers": {"time": {
+        "command": time_server_python(),
+        "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+        "requiresApproval": ["convert_time"],
+    }}});
+    let path = dir.join("servers.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+fn json_of(output: &[u8]) -> Value {
+    serde_json::from_slice(output)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(output)))
+}
+
+#[test]
+fn dockhand_code_stops_for_approval_and_resumes_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let program = dir.path().join("plan.py");
+    std::fs::write(
+        &program,
+        "print('before')\nnow = await get_current_time(timezone='UTC')\n\
+         r = await convert_time(source_timezone='Asia/Tokyo', time='12:00', target_timezone='Asia/Kolkata')\n\
+         print('after')\n{'tz': now['timezone'], 'at': r['target']['datetime'][11:16]}",
+    )
+    .unwrap();
+    let config = mcp_config(dir.path());
+    let out = dockhand()
+        .env("DOCKHAND_SUSPENSION_DIR", &store)
+        .args(["--json", "code"])
+        .arg(&program)
+        .arg("--mcp-config")
+        .arg(&config)
+        .assert()
+        .code(3)
+        .get_output()
+        .stdout
+        .clone();
+    let stopped = json_of(&out);
+    assert_eq!(stopped["stdout"], "before\n");
+    assert_eq!(stopped["suspended"]["tool"], "convert_time");
+    assert_eq!(stopped["suspended"]["args"]["time"], "12:00");
+    let id = stopped["suspended"]["id"].as_str().unwrap().to_string();
+
+    // Another process goes on with it, as the user decided.
+    let out = dockhand()
+        .env("DOCKHAND_SUSPENSION_DIR", &store)
+        .args([
+            "--json",
+            "code",
+            "--resume",
+            &id,
+            "--approve",
+            "--mcp-config",
+        ])
+        .arg(&config)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let done = json_of(&out);
+    assert_eq!(done["value"], json!({"tz": "UTC", "at": "08:30"}));
+    assert_eq!(done["stdout"], "before\nafter\n");
+
+    // Once only.
+    dockhand()
+        .env("DOCKHAND_SUSPENSION_DIR", &store)
+        .args(["code", "--resume", &id, "--approve", "--mcp-config"])
+        .arg(&config)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("no suspension"));
+}
+
+#[test]
+fn dockhand_code_rejections_reach_the_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let program = dir.path().join("plan.py");
+    std::fs::write(
+        &program,
+        "try:\n    out = python(code='print(1)')\nexcept ToolError as e:\n    out = 'no: ' + str(e)\nout",
+    )
+    .unwrap();
+    let out = dockhand()
+        .env("DOCKHAND_SUSPENSION_DIR", &store)
+        .args(["--json", "code", "--require-approval", "python"])
+        .arg(&program)
+        .assert()
+        .code(3)
+        .get_output()
+        .stdout
+        .clone();
+    let id = json_of(&out)["suspended"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    dockhand()
+        .env("DOCKHAND_SUSPENSION_DIR", &store)
+        .args([
+            "code",
+            "--resume",
+            &id,
+            "--reject",
+            "too costly",
+            "--require-approval",
+            "python",
+        ])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains(
+            "no: python() was not approved: too costly",
+        ));
+    dockhand()
+        .args(["code", "--resume", "../key", "--approve"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a suspension id"));
+    dockhand()
+        .args(["code", "--require-approval", "nosuch"])
+        .arg(&program)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("no such tool"));
+}
+
+#[tokio::test]
+async fn the_mcp_server_executes_with_configured_servers_and_resumes_approved_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = mcp_config(dir.path());
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
+    command
+        .env("DOCKHAND_SUSPENSION_DIR", dir.path().join("store"))
+        .arg("mcp")
+        .arg("--mcp-config")
+        .arg(&config);
+    let client = common::mcp_client_of(command).await;
+    let ran = call(
+        &client,
+        "execute",
+        json!({"code": "now = await get_current_time(timezone='UTC')\nnow['timezone']"}),
+    )
+    .await;
+    assert!(!failed(&ran), "{ran:?}");
+    assert_eq!(body(&ran)["value"], "UTC");
+
+    let stopped = call(
+        &client,
+        "execute",
+        json!({"code": "r = await convert_time(source_timezone='UTC', time='00:00', target_timezone='Asia/Tokyo')\nr['target']['datetime'][11:16]"}),
+    )
+    .await;
+    let suspended = &body(&stopped)["suspended"];
+    assert_eq!(suspended["tool"], "convert_time", "{stopped:?}");
+    let id = suspended["id"].as_str().unwrap().to_string();
+    let done = call(&client, "resume", json!({"id": id, "decision": "approve"})).await;
+    assert!(!failed(&done), "{done:?}");
+    assert_eq!(body(&done)["value"], "09:00");
+    let again = call(&client, "resume", json!({"id": id, "decision": "approve"})).await;
+    assert!(failed(&again), "{again:?}");
+
+    // A rejection's reason and an answer's value reach the code.
+    let code = "try:\n    r = await convert_time(source_timezone='UTC', time='01:00', target_timezone='UTC')\nexcept ToolError as e:\n    r = str(e)\nr";
+    for (decision, expected) in [
+        (
+            json!({"decision": "reject", "reason": "ask later"}),
+            json!("convert_time() was not approved: ask later"),
+        ),
+        (
+            json!({"decision": "answer", "value": {"given": 1}}),
+            json!({"given": 1}),
+        ),
+    ] {
+        let stopped = call(&client, "execute", json!({"code": code})).await;
+        let mut args = decision;
+        args["id"] = body(&stopped)["suspended"]["id"].clone();
+        let done = call(&client, "resume", args).await;
+        assert_eq!(body(&done)["value"], expected, "{done:?}");
+    }
+    client.cancel().await.unwrap();
+}
