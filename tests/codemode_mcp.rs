@@ -265,3 +265,42 @@ async fn a_native_tool_result_over_the_limit_is_a_tool_error() {
     assert_eq!(run.value, json!(1));
     host.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_streamable_http_server_becomes_tools_too() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/hostile_server.py");
+    let mut server = tokio::process::Command::new(python())
+        .args([script, "--http", &port.to_string()])
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let tools = loop {
+        match McpServer::http("web", &url)
+            .prefix("web")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+        {
+            Ok(tools) => break toolset(tools),
+            Err(e) if Instant::now() > deadline => panic!("{e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    assert!(tools.get("web_echo").is_some(), "{:?}", tools.names());
+    let host = host_with(CodeHostConfig::new()).await;
+    let run = host
+        .execute("await web_echo(text='hi', times=3)", json!({}), &tools)
+        .await
+        .unwrap();
+    assert_eq!(run.value, json!("hihihi"));
+    host.close().await.unwrap();
+    server.kill().await.unwrap();
+}

@@ -3,6 +3,7 @@ it hangs, dies, or floods its answer."""
 
 import asyncio
 import os
+import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
@@ -36,4 +37,9 @@ def echo(text: str, times: int = 1) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run(server.run_stdio_async())
+    # `--http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp instead.
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=port))
+    else:
+        asyncio.run(server.run_stdio_async())
