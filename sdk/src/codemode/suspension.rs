@@ -181,7 +181,7 @@ impl SuspensionStore {
         let sealed = suspended.sealed.clone();
         tokio::task::spawn_blocking(move || {
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
+                make_private_dir(dir)?;
             }
             std::fs::write(&path, sealed.as_slice())
         })
@@ -242,7 +242,7 @@ impl SuspensionStore {
         let id = suspended.body.id.clone();
         let ttl = self.ttl;
         let claimed = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir)?;
+            make_private_dir(&dir)?;
             forget_expired(&dir, ttl);
             std::fs::OpenOptions::new()
                 .write(true)
@@ -286,7 +286,7 @@ fn read_or_make_key(path: &Path) -> Result<[u8; KEY_LEN]> {
         return read(path);
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("making the suspension store", e))?;
+        make_private_dir(dir).map_err(|e| Error::io("making the suspension store", e))?;
     }
     let mut key = [0u8; KEY_LEN];
     getrandom::fill(&mut key).map_err(|e| {
@@ -310,6 +310,16 @@ fn read_or_make_key(path: &Path) -> Result<[u8; KEY_LEN]> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(path),
         Err(e) => Err(Error::io("writing the suspension key", e)),
     }
+}
+
+/// Makes `dir` (and its parents) if missing; the store and its parts are
+/// the user's alone (0700): kept suspensions hold code, arguments and output.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// Removes records of resumptions older than any suspension may live: their
@@ -548,6 +558,11 @@ mod tests {
                 .permissions()
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
+            let mode = std::fs::metadata(dir.path().join("resumed"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700);
         }
         assert!(!format!("{sealed:?}").contains("AAAA"));
     }
