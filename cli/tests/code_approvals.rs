@@ -13,6 +13,9 @@ use serde_json::{json, Value};
 /// A venv with the reference time server, made once per target directory
 /// (the SDK's tests share it).
 fn time_server_python() -> PathBuf {
+    // Tests run on threads: one makes the venv, the others wait for it.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("venv-mcp-server-time==2026.10.19");
     let python = dir.join("bin/python");
     if !dir.join(".ready").exists() {
