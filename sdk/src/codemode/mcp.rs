@@ -325,7 +325,7 @@ impl McpServer {
             };
             // What the stub says it returns, from the output schema if any.
             let returns = match listed.output_schema.as_deref() {
-                Some(out) if wrapped => super::tools::python_hint(&out["properties"]["result"]),
+                Some(out) if wrapped => super::hints::python_hint(&out["properties"]["result"]),
                 Some(_) => "dict[str, Any]".to_string(),
                 None => "Any".to_string(),
             };

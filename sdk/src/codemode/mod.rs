@@ -57,6 +57,7 @@ mod discovery;
 mod durable;
 mod errors;
 mod handles;
+mod hints;
 mod host;
 mod inputs;
 mod kept;

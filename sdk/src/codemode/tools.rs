@@ -8,11 +8,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::hints::{params_of, python_hint, python_hint_for, sandbox_type_schema};
 use super::schema::check;
-use crate::sandbox::{Sandbox, Type};
+use crate::sandbox::Sandbox;
 
 #[cfg(test)]
 use super::toolset::Toolset;
+#[cfg(test)]
+use crate::sandbox::Type;
 
 /// What a tool handler returns: a JSON value, or an error message that
 /// becomes a `ToolError` in the code.
@@ -422,76 +425,6 @@ impl Tool {
             self.returns,
             body.join("\n").trim_start()
         )
-    }
-}
-
-fn sandbox_type_schema(ty: Type) -> Value {
-    match ty {
-        Type::Int => json!({"type": "integer"}),
-        Type::Float | Type::Timedelta => json!({"type": "number"}),
-        Type::Str | Type::Datetime => json!({"type": "string"}),
-        Type::Bool => json!({"type": "boolean"}),
-        Type::Json => json!({}),
-        Type::File | Type::Dir => json!({"type": "object", "required": ["$handle"]}),
-    }
-}
-
-fn python_hint_for(ty: Type) -> &'static str {
-    match ty {
-        Type::Int => "int",
-        Type::Float => "float",
-        Type::Str => "str",
-        Type::Bool => "bool",
-        // Hints stay plain names: they go into stubs the type checker parses.
-        Type::Datetime => "str",
-        Type::Timedelta => "float",
-        Type::Json => "Any",
-        Type::File => "FileHandle",
-        Type::Dir => "DirHandle",
-    }
-}
-
-/// The properties of an object schema as parameters, required ones first.
-fn params_of(schema: &Value) -> Vec<ToolParam> {
-    let required: Vec<&str> = schema["required"]
-        .as_array()
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let mut params: Vec<ToolParam> = schema["properties"]
-        .as_object()
-        .map(|props| {
-            props
-                .iter()
-                .map(|(name, s)| ToolParam {
-                    name: name.clone(),
-                    schema: s.clone(),
-                    required: required.contains(&name.as_str()),
-                    description: s["description"].as_str().unwrap_or_default().to_string(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    // Python puts parameters without defaults first.
-    params.sort_by_key(|p| !p.required);
-    params
-}
-
-pub(crate) fn python_hint(schema: &Value) -> String {
-    match schema["type"].as_str() {
-        Some("string") => "str".into(),
-        Some("integer") => "int".into(),
-        Some("number") => "float".into(),
-        Some("boolean") => "bool".into(),
-        Some("array") => "list".into(),
-        Some("object")
-            if schema["required"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|v| v == "$handle")) =>
-        {
-            "Handle".into()
-        }
-        Some("object") => "dict".into(),
-        _ => "Any".into(),
     }
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 mod describe;
+mod helpers;
 #[cfg(test)]
 mod tests;
 pub(crate) use describe::offline_hint;
@@ -571,41 +572,5 @@ pub enum Error {
 impl From<crate::session::edits::EditError> for Error {
     fn from(e: crate::session::edits::EditError) -> Self {
         Error::Edit(e)
-    }
-}
-
-impl Error {
-    /// Wraps an I/O error with what was being done.
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            error: source,
-        }
-    }
-
-    /// An invalid-spec error.
-    pub(crate) fn spec(what: &'static str, message: impl Into<String>) -> Self {
-        Error::InvalidSpec {
-            what,
-            message: message.into(),
-        }
-    }
-
-    /// Whether running the same thing again could succeed (used by retries):
-    /// input validation and image build errors are not retried.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::NonZeroExit { .. }
-                | Error::Timeout { .. }
-                | Error::OutOfMemory { .. }
-                | Error::Killed { .. }
-                | Error::ContainerGone { .. }
-                | Error::EgressGateway { .. }
-                | Error::MissingOutput { .. }
-                | Error::BadOutput { .. }
-                | Error::OutputNotAssigned { .. }
-                | Error::Docker { .. }
-        )
     }
 }
