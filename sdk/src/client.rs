@@ -23,8 +23,11 @@ pub struct Client {
 }
 
 struct Inner {
-    engine: Engine,
-    images: ImageResolver,
+    /// The Docker engine; `None` on the Kubernetes backend.
+    engine: Option<Engine>,
+    images: Option<ImageResolver>,
+    #[cfg(feature = "kubernetes")]
+    cluster: Option<crate::cluster::Cluster>,
     reporter: Reporter,
     cache_dir: PathBuf,
     cache_limit: u64,
@@ -34,7 +37,7 @@ struct Inner {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("endpoint", &self.inner.engine.endpoint())
+            .field("endpoint", &self.endpoint())
             .field("cache_dir", &self.inner.cache_dir)
             .finish()
     }
@@ -48,9 +51,32 @@ pub struct ClientBuilder {
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
     egress: crate::egress::GatewaySettings,
+    #[cfg(feature = "kubernetes")]
+    kubernetes: Option<crate::cluster::KubeConfig>,
 }
 
 impl ClientBuilder {
+    /// Runs on a Kubernetes cluster instead of a Docker daemon (feature
+    /// `kubernetes`). `DOCKHAND_BACKEND=kubernetes` does the same without
+    /// code. One-shot runs work there as on Docker; what the cluster backend
+    /// cannot do yet fails with [`Error::Unsupported`](crate::Error::Unsupported)
+    /// before anything is made (see `docs/scale-out.md`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// use dockhand::{Client, KubeConfig};
+    /// let client = Client::builder()
+    ///     .kubernetes(KubeConfig::infer().namespace("sandboxes"))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "kubernetes")]
+    pub fn kubernetes(mut self, config: crate::cluster::KubeConfig) -> Self {
+        self.kubernetes = Some(config);
+        self
+    }
+
     /// The daemon to use: `unix:///path`, `tcp://host:port` (TLS when
     /// [`tls`](Self::tls) is given or `DOCKER_TLS_VERIFY` is set),
     /// `https://host:port`, or `ssh://user@host[:port]` (through the system
@@ -158,16 +184,54 @@ impl ClientBuilder {
     /// when nothing answers, and with [`Error::DaemonTls`](crate::Error::DaemonTls)
     /// when the TLS material is missing or does not match the daemon's.
     pub async fn connect(self) -> Result<Client> {
+        #[cfg(feature = "kubernetes")]
+        {
+            let chosen = match self.kubernetes.clone() {
+                Some(config) => Some(config),
+                None => crate::cluster::KubeConfig::from_env()?,
+            };
+            if let Some(config) = chosen {
+                let cluster = crate::cluster::Cluster::connect(&config).await?;
+                return Ok(self.finish(None, Some(cluster)));
+            }
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        if matches!(
+            std::env::var("DOCKHAND_BACKEND").as_deref(),
+            Ok("kubernetes" | "k8s")
+        ) {
+            return Err(crate::Error::Unsupported {
+                backend: "kubernetes",
+                feature: "DOCKHAND_BACKEND=kubernetes".into(),
+                hint: "build dockhand with its `kubernetes` feature".into(),
+            });
+        }
         let engine = Engine::connect(&self.daemon)
             .await?
             .with_watchdog(|engine| Box::pin(crate::image::watchdog::ensure(engine)));
+        Ok(self.finish(
+            Some(engine),
+            #[cfg(feature = "kubernetes")]
+            None,
+        ))
+    }
+
+    fn finish(
+        self,
+        engine: Option<Engine>,
+        #[cfg(feature = "kubernetes")] cluster: Option<crate::cluster::Cluster>,
+    ) -> Client {
         let cache_dir = self.cache_dir.unwrap_or_else(paths::default_cache_dir);
         let reporter = Reporter::new(self.progress);
-        let images = ImageResolver::new(engine.clone(), reporter.clone());
-        Ok(Client {
+        let images = engine
+            .as_ref()
+            .map(|engine| ImageResolver::new(engine.clone(), reporter.clone()));
+        Client {
             inner: Arc::new(Inner {
                 engine,
                 images,
+                #[cfg(feature = "kubernetes")]
+                cluster,
                 reporter,
                 cache_dir,
                 cache_limit: self
@@ -175,7 +239,7 @@ impl ClientBuilder {
                     .unwrap_or(crate::sandbox::DEFAULT_CACHE_LIMIT),
                 gateways: crate::egress::Gateways::new(self.egress),
             }),
-        })
+        }
     }
 }
 
@@ -202,9 +266,22 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// The daemon endpoint in use.
+    /// The daemon endpoint in use, or the Kubernetes API server's URL.
     pub fn endpoint(&self) -> &str {
-        self.inner.engine.endpoint()
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = &self.inner.cluster {
+            return cluster.server();
+        }
+        self.inner.engine.as_ref().map_or("", |e| e.endpoint())
+    }
+
+    /// `"docker"` or `"kubernetes"`: the backend this client runs on.
+    pub fn backend(&self) -> &'static str {
+        if self.inner.engine.is_some() {
+            "docker"
+        } else {
+            "kubernetes"
+        }
     }
 
     /// The output cache: its size, and a way to clear it.
@@ -219,32 +296,51 @@ impl Client {
 
     /// Makes sure the image for `spec` exists locally: reuses it, pulls it or
     /// builds it (its base included), once per spec even under concurrency.
+    ///
+    /// On the Kubernetes backend the nodes pull: a prebuilt reference is
+    /// passed on as it is, and a spec to build is refused
+    /// ([`Error::Unsupported`](crate::Error::Unsupported)).
     pub async fn resolve_image(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
-        self.inner.images.resolve(spec).await
+        #[cfg(feature = "kubernetes")]
+        if self.inner.cluster.is_some() {
+            return crate::cluster::resolve_image(spec);
+        }
+        self.images()?.resolve(spec).await
     }
 
-    /// Removes containers that dockhand processes on this host left behind
-    /// when they died (killed, crashed): those whose owner process is gone.
-    /// Objects of live processes, this one included, are left alone.
+    /// Removes what dockhand processes left behind when they died (killed,
+    /// crashed): on Docker, containers, volumes and networks of owner
+    /// processes of this host that are gone; on Kubernetes, the pods of
+    /// owners whose lease lapsed, and the leases. Objects of live
+    /// processes, this one included, are left alone.
     pub async fn reap(&self) -> Result<ReapReport> {
         let mut report = ReapReport::default();
-        for (id, labels) in self.inner.engine.list_managed_containers().await? {
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = &self.inner.cluster {
+            report.containers = cluster.reap().await?;
+            return Ok(report);
+        }
+        let engine = self.engine()?;
+        for (id, labels) in engine.list_managed_containers().await? {
             if labels::owner_is_gone(&labels) {
-                self.inner.engine.remove_container(&id, &labels).await?;
+                engine.remove_container(&id, &labels).await?;
                 report.containers.push(id);
             }
         }
-        report.volumes = self.inner.engine.reap_volumes().await?;
-        report.networks = self.inner.engine.reap_networks().await?;
+        report.volumes = engine.reap_volumes().await?;
+        report.networks = engine.reap_networks().await?;
         Ok(report)
     }
 
     /// Ids of the containers this process created that still exist (its
-    /// watchdog aside).
+    /// watchdog aside); on Kubernetes, the names of its pods.
     pub async fn live_containers(&self) -> Result<Vec<String>> {
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = &self.inner.cluster {
+            return cluster.live_pods().await;
+        }
         Ok(self
-            .inner
-            .engine
+            .engine()?
             .list_managed_containers()
             .await?
             .into_iter()
@@ -256,19 +352,26 @@ impl Client {
             .collect())
     }
 
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.inner.engine
+    /// The Docker engine; on the Kubernetes backend, the typed refusal of
+    /// whatever needed it.
+    pub(crate) fn engine(&self) -> Result<&Engine> {
+        self.inner.engine.as_ref().ok_or_else(docker_only)
+    }
+
+    #[cfg(feature = "kubernetes")]
+    pub(crate) fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        self.inner.cluster.as_ref()
     }
 
     /// The daemon's version, API version, storage driver and registered
     /// runtimes.
     pub async fn daemon_info(&self) -> Result<crate::DaemonInfo> {
-        self.engine().daemon_info().await
+        self.engine()?.daemon_info().await
     }
 
     /// Every image the SDK made on this daemon (built images, bases, snapshots).
     pub async fn managed_images(&self) -> Result<Vec<crate::ManagedImage>> {
-        self.engine().managed_images().await
+        self.engine()?.managed_images().await
     }
 
     /// Removes images built from specs (kind `image`) that no container
@@ -282,7 +385,7 @@ impl Client {
             }
             let name = image.tags.first().cloned().unwrap_or(image.id.clone());
             // Without force: the daemon refuses an image a container still uses.
-            if self.engine().remove_image_if_unused(&image.id).await? {
+            if self.engine()?.remove_image_if_unused(&image.id).await? {
                 removed.push(name);
             }
         }
@@ -297,7 +400,16 @@ impl Client {
         &self.inner.reporter
     }
 
-    pub(crate) fn images(&self) -> &ImageResolver {
-        &self.inner.images
+    pub(crate) fn images(&self) -> Result<&ImageResolver> {
+        self.inner.images.as_ref().ok_or_else(docker_only)
+    }
+}
+
+/// What a client on the Kubernetes backend answers where a Docker daemon is needed.
+fn docker_only() -> crate::Error {
+    crate::Error::Unsupported {
+        backend: "kubernetes",
+        feature: "sessions, code hosts, kernels, pools, image builds and snapshots".into(),
+        hint: "run one-shots on the cluster and the rest on a Docker client (`Client::connect()`); docs/scale-out.md says what runs where".into(),
     }
 }

@@ -106,6 +106,8 @@
 
 pub(crate) mod archive;
 mod client;
+#[cfg(feature = "kubernetes")]
+mod cluster;
 pub mod codemode;
 mod egress;
 pub(crate) mod engine;
@@ -125,9 +127,13 @@ pub mod testing;
 mod util;
 
 pub use client::{Client, ClientBuilder, ReapReport};
+#[cfg(feature = "kubernetes")]
+pub use cluster::KubeConfig;
 pub use egress::Egress;
 pub use engine::{DaemonInfo, ManagedImage, TlsFiles};
-pub use error::{Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result};
+pub use error::{
+    ClusterError, Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result,
+};
 pub use image::{ImageSource, ImageSpec, ResolvedImage};
 pub use lifecycle::State;
 pub use paths::CACHE_DIR_ENV;

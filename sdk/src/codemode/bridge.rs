@@ -162,7 +162,7 @@ fn queue_messages(queue: &mut VecDeque<FromRunner>, lines: Vec<Vec<u8>>) {
 pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result<ImageSpec> {
     let spec = match spec.prebuilt_reference() {
         Some(_) => {
-            let prebuilt = client.images().resolve(spec).await?;
+            let prebuilt = client.images()?.resolve(spec).await?;
             // Nothing of the caller's environment (CA files) goes into it:
             // the code host is offline.
             ImageSpec::default()
@@ -175,9 +175,9 @@ pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result
     let with_bridge = native::with_bridge(&spec, &program.tag());
     // A code host image already made (or loaded onto a daemon that cannot
     // reach the package indexes) needs no bridge image.
-    if !client.images().is_present(&with_bridge).await? {
+    if !client.images()?.is_present(&with_bridge).await? {
         program
-            .ensure(client.engine(), client.images().reporter())
+            .ensure(client.engine()?, client.images()?.reporter())
             .await?;
     }
     Ok(with_bridge)
@@ -190,7 +190,7 @@ pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, 
     // The image first, outside the start limit: the first build on a
     // machine compiles the bridge (minutes), under the builder's own limits.
     let spec = code_host_image(client, how.image).await?;
-    let image = client.images().resolve(&spec).await?;
+    let image = client.images()?.resolve(&spec).await?;
     let limit = how.start_timeout;
     match tokio::time::timeout(limit, launch_unbounded(client, how, image.reference)).await {
         Ok(result) => result,
@@ -205,7 +205,7 @@ async fn launch_unbounded(
     how: Launch<'_>,
     image: String,
 ) -> Result<(Runner, String)> {
-    let engine = client.engine();
+    let engine = client.engine()?;
     // The direct channel needs the daemon's filesystem to be this one;
     // gVisor does not pass host sockets through.
     let offer = if engine.shares_filesystem() && how.isolation.runtime_name().is_none() {

@@ -214,7 +214,7 @@ impl CodeHost {
                 let client = client.clone();
                 let id = id.to_string();
                 async move {
-                    let engine = client.engine();
+                    let engine = client.engine()?;
                     let path = format!("{MOUNTS_DIR}/{index}");
                     let Some(stream) = engine.download_stream(&id, &path).await? else {
                         return Err(Error::CodeHostUnavailable {

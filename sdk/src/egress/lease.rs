@@ -72,7 +72,7 @@ impl Lease {
     /// and secrets with the gateway.
     pub async fn open(client: &Client, policy: &Egress, secrets: Vec<HostSecret>) -> Result<Lease> {
         let body = policy.to_json()?;
-        let engine = client.engine();
+        let engine = client.engine()?;
         let gateway = client.gateways().get(engine, client.reporter()).await?;
         let spare = gateway.spares().take(&gateway).await?;
         // Until the lease exists, a failure (or a dropped call) removes it.

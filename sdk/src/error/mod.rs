@@ -7,10 +7,12 @@
 use std::fmt;
 use std::time::Duration;
 
+mod cluster;
 mod describe;
 mod helpers;
 #[cfg(test)]
 mod tests;
+pub use cluster::ClusterError;
 pub(crate) use describe::offline_hint;
 use describe::{
     describe_exit, describe_index, hint_suffix, list_names, signal_name, stderr_suffix, suggest,
@@ -557,6 +559,24 @@ pub enum Error {
     /// A kernel, context or relay failure (see [`KernelError`](crate::kernel::KernelError)).
     #[error(transparent)]
     Kernel(#[from] crate::kernel::KernelError),
+
+    /// The Kubernetes backend failed: the API server refused or could not
+    /// be reached, or a pod ended for a reason of the cluster's (see
+    /// [`ClusterError`]).
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+
+    /// The backend the client was connected to cannot do what was asked.
+    /// Refused before anything was created.
+    #[error("{feature} is not available on the {backend} backend\nhint: {hint}")]
+    Unsupported {
+        /// `kubernetes` or `docker`.
+        backend: &'static str,
+        /// What was asked.
+        feature: String,
+        /// What to do instead.
+        hint: String,
+    },
 
     /// A local file operation failed.
     #[error("{context}: {error}")]

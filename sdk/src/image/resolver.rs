@@ -23,6 +23,9 @@ pub enum ImageSource {
     Built,
     /// It was pulled now.
     Pulled,
+    /// A reference the cluster's nodes pull (the Kubernetes backend):
+    /// nothing was checked or fetched on this machine.
+    Remote,
 }
 
 /// A local image ready to run.

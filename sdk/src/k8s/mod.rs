@@ -42,6 +42,8 @@ pub use objects::{
     PodMetadata, PodTemplate, SandboxTemplate, SandboxTemplateSpec, SandboxWarmPool,
     SandboxWarmPoolSpec, TemplateNetworkPolicy, TemplateRef, AGENT_SANDBOX_API,
 };
+pub(crate) use pod::dns_name as pod_name;
+pub(crate) use render::one_shot_pod;
 pub use render::{code_host, one_shot, session};
 
 use crate::error::{Error, Result};

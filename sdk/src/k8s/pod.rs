@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 
 /// A Kubernetes name (DNS label): lower-case alphanumerics and `-`, at most
 /// 63 characters, alphanumeric at both ends.
-pub(super) fn dns_name(raw: &str) -> String {
+pub(crate) fn dns_name(raw: &str) -> String {
     let mut name: String = raw
         .chars()
         .map(|c| {

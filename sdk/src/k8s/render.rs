@@ -214,6 +214,62 @@ where
     let given = crate::sandbox::named_inputs(inputs);
     let bound = crate::sandbox::validate_inputs(sandbox, given)?;
     let cmd = crate::sandbox::command_line(sandbox, &bound);
+    let (naming, pod, egress) = one_shot_parts(sandbox, cmd, 1, opts)?;
+    let rt = sandbox.runtime();
+    let job = Job {
+        metadata: naming.meta(""),
+        spec: Some(JobSpec {
+            // Retries are new Jobs, each attempt in a fresh pod, as on Docker.
+            backoff_limit: Some(0),
+            active_deadline_seconds: rt.timeout.map(|t| t.as_secs().max(1) as i64),
+            ttl_seconds_after_finished: Some(600),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(naming.labels.clone()),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(naming.finish(vec![Object::Job(job)], egress))
+}
+
+/// One attempt of a one-shot run as a bare Pod (what the backend creates:
+/// it watches and attaches to the pod itself, so a Job's controller would
+/// only add a hop), with `command` already bound to the inputs, plus its
+/// NetworkPolicy. The pod's deadline is the run's timeout, so a pod whose
+/// owner died still ends.
+pub(crate) fn one_shot_pod(
+    sandbox: &Sandbox,
+    command: Vec<String>,
+    attempt: u32,
+    opts: &KubeOptions,
+) -> Result<Manifests> {
+    let (naming, mut spec, egress) = one_shot_parts(sandbox, command, attempt, opts)?;
+    spec.active_deadline_seconds = Some(
+        sandbox
+            .runtime()
+            .timeout
+            .map_or(24 * 3600, |t| t.as_secs().max(1) as i64 + 60),
+    );
+    let pod = Pod {
+        metadata: naming.meta(""),
+        spec: Some(spec),
+        ..Default::default()
+    };
+    Ok(naming.finish(vec![Object::Pod(pod)], egress))
+}
+
+/// The pod of a one-shot: `inputs` (init), `program`, `outputs`.
+fn one_shot_parts(
+    sandbox: &Sandbox,
+    cmd: Vec<String>,
+    attempt: u32,
+    opts: &KubeOptions,
+) -> Result<(Naming, PodSpec, bool)> {
     let spec = crate::sandbox::container_spec(sandbox, &opts.image, cmd);
     let naming = Naming::new("sandbox", sandbox.name(), &spec, opts);
     let rt = sandbox.runtime();
@@ -222,7 +278,7 @@ where
     let mut program = pod::container("program", &spec, mounts, opts)?;
     program.env.get_or_insert_with(Vec::new).push(EnvVar {
         name: "DOCKHAND_ATTEMPT".into(),
-        value: Some("1".into()),
+        value: Some(attempt.to_string()),
         ..Default::default()
     });
     // The code reads its inputs, never writes them.
@@ -244,33 +300,15 @@ where
         &[
             "sh",
             "-c",
-            "read -r _ || true; exec tar -c -f - -C /var/outputs .",
+            // The same layout as Docker's archive of /var/outputs: one `outputs/` top.
+            "read -r _ || true; exec tar -c -f - -C /var outputs",
         ],
         vec![mount(OUTPUTS, true)],
         &spec,
         opts,
     )?;
     let pod = pod::pod_spec(&spec, vec![program, outputs], vec![inputs], volumes, opts);
-    let job = Job {
-        metadata: naming.meta(""),
-        spec: Some(JobSpec {
-            // Retries are new Jobs, each attempt in a fresh pod, as on Docker.
-            backoff_limit: Some(0),
-            active_deadline_seconds: rt.timeout.map(|t| t.as_secs().max(1) as i64),
-            ttl_seconds_after_finished: Some(600),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(naming.labels.clone()),
-                    ..Default::default()
-                }),
-                spec: Some(pod),
-            },
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let egress = rt.network != Network::None;
-    Ok(naming.finish(vec![Object::Job(job)], egress))
+    Ok((naming, pod, rt.network != Network::None))
 }
 
 /// A Pod with `main` as its one container, plus the ConfigMap of dockhand's

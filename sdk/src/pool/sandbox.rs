@@ -75,7 +75,7 @@ impl Client {
     /// background. The image is resolved (built if need be) first, so a bad
     /// image fails here.
     pub async fn pool(&self, sandbox: &Sandbox, config: PoolConfig) -> Result<SandboxPool> {
-        self.images().resolve(sandbox.image()).await?;
+        self.images()?.resolve(sandbox.image()).await?;
         let config = config.normalized();
         let config = if sandbox.runtime().secrets.is_empty() {
             config
@@ -124,7 +124,7 @@ impl Client {
 
 /// Creates, attaches and starts one container that waits for its job.
 async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContainer> {
-    let image = client.images().resolve(sandbox.image()).await?;
+    let image = client.images()?.resolve(sandbox.image()).await?;
     let runner = crate::sandbox::inline_runner(sandbox);
     let cmd = match runner {
         Some(_) => ["python3", "-c", PYTHON_WAITER],
@@ -149,7 +149,7 @@ async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContai
         }
         _ => None,
     };
-    let engine = client.engine();
+    let engine = client.engine()?;
     let container = engine.create_container(&spec).await?;
     let id = container.id().to_string();
     let started = async {

@@ -253,6 +253,19 @@ pub enum InputsTar {
 }
 
 impl InputsTar {
+    /// The archive as a byte stream (a cluster's attach stream takes it so).
+    #[cfg(feature = "kubernetes")]
+    pub async fn reader(&self) -> Result<std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>> {
+        Ok(match self {
+            InputsTar::Memory(tar) => Box::pin(std::io::Cursor::new(tar.clone())),
+            InputsTar::Spooled(path) => Box::pin(
+                tokio::fs::File::open(path.to_path_buf())
+                    .await
+                    .map_err(|e| Error::io("reading the spooled inputs archive", e))?,
+            ),
+        })
+    }
+
     /// Extracts the archive into `dir` of container `id`.
     pub async fn upload(&self, engine: &crate::engine::Engine, id: &str, dir: &str) -> Result<()> {
         match self {

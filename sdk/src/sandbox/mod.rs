@@ -33,6 +33,8 @@ mod capture;
 mod frame;
 mod inputs;
 mod launch;
+#[cfg(feature = "kubernetes")]
+mod on_cluster;
 mod outputs;
 pub(crate) mod preamble;
 mod quick;
@@ -57,6 +59,8 @@ pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
 pub(crate) use launch::{container_spec, WarmContainer};
+#[cfg(feature = "kubernetes")]
+pub(crate) use on_cluster::NETWORK_LABEL;
 pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;

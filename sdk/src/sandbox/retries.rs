@@ -67,8 +67,8 @@ impl Client {
                 }) if !reresolved => {
                     reresolved = true;
                     tries_left += 1;
-                    self.images().forget(&sandbox.image);
-                    prepared.image = self.images().resolve(&sandbox.image).await?;
+                    self.images()?.forget(&sandbox.image);
+                    prepared.image = self.images()?.resolve(&sandbox.image).await?;
                     attempts.push(Attempt {
                         number,
                         duration: attempt_started.elapsed(),

@@ -187,7 +187,15 @@ impl Client {
             .iter()
             .map(|s| Ok((s.name.clone(), s.resolve()?)))
             .collect::<Result<_>>()?;
-        let image = self.images().resolve(&sandbox.image).await?;
+        #[cfg(feature = "kubernetes")]
+        let on_cluster = self.cluster().is_some();
+        #[cfg(not(feature = "kubernetes"))]
+        let on_cluster = false;
+        #[cfg(feature = "kubernetes")]
+        if on_cluster {
+            super::on_cluster::check(sandbox)?;
+        }
+        let image = self.resolve_image(&sandbox.image).await?;
 
         // A run that may fetch data is not replayed unless asked: what it
         // fetched may have changed.
@@ -245,8 +253,15 @@ impl Client {
             let owner = rt.hardening.owner_ids();
             Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
         };
-        let frame_marker = inputs::frame_marker(sandbox);
-        let job = match inputs::inline_job(sandbox, &inputs, frame_marker.as_deref()) {
+        // A cluster's pod takes its job as an archive, and its log mixes
+        // stdout with stderr, so no frame is read from it.
+        let frame_marker = (!on_cluster)
+            .then(|| inputs::frame_marker(sandbox))
+            .flatten();
+        let inline = (!on_cluster)
+            .then(|| inputs::inline_job(sandbox, &inputs, frame_marker.as_deref()))
+            .flatten();
+        let job = match inline {
             Some((command, job)) => JobDelivery::Inline { command, job },
             None => {
                 let command = inputs::command_line(sandbox, &inputs);
@@ -289,8 +304,12 @@ impl Client {
         options: &RunOptions,
         pool: Option<&WarmPool<WarmContainer>>,
     ) -> Result<RunOutput> {
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = self.cluster() {
+            return super::on_cluster::attempt(cluster, sandbox, prepared, number, options).await;
+        }
         let started = Instant::now();
-        let engine = self.engine();
+        let engine = self.engine()?;
         let rt = &sandbox.runtime;
         // The time limit counts from here: a call with `.timeout(t)` answers
         // within `t` however long the daemon takes to create and start.
@@ -534,7 +553,7 @@ fn finish_ends(
 
 /// Reads the outputs archive as it arrives, on a blocking thread: File and
 /// Dir outputs are written to disk as they stream, never held in memory.
-async fn collect_streamed(
+pub(super) async fn collect_streamed(
     stream: impl futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
     declared: &[super::spec::Param],
     limit: u64,
@@ -554,7 +573,7 @@ async fn collect_streamed(
 
 /// Runs `step` within the attempt's deadline, if it has one; past it, the
 /// run's [`Error::Timeout`] (nothing was printed yet).
-async fn within<T>(
+pub(super) async fn within<T>(
     deadline: Option<(tokio::time::Instant, Duration)>,
     step: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {

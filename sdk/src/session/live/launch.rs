@@ -11,14 +11,14 @@ impl Session {
         // A host path means nothing to a daemon on another machine: say so
         // before anything is created, not as a confusing mount failure.
         for m in &c.mounts {
-            client.engine().require_shared_filesystem(
+            client.engine()?.require_shared_filesystem(
                 format!("session mount {} -> {}", m.host_path, m.container_path),
                 "copy the files in with write_file (or a snapshot image) instead of a mount",
             )?;
         }
-        let image = client.images().resolve(&c.image).await?;
+        let image = client.images()?.resolve(&c.image).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
-        let engine = client.engine();
+        let engine = client.engine()?;
         let mut spec = container_spec(c, &image.reference)?;
         let resolved = c
             .secrets

@@ -183,7 +183,7 @@ impl Client {
 
     /// Snapshots taken by any session (images labelled as such).
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>> {
-        let images = self.engine().list_managed_images("snapshot").await?;
+        let images = self.engine()?.list_managed_images("snapshot").await?;
         Ok(images
             .into_iter()
             .flat_map(|(id, tags)| {
@@ -197,7 +197,7 @@ impl Client {
 
     /// Removes a snapshot image.
     pub async fn remove_snapshot(&self, snapshot: &Snapshot) -> Result<()> {
-        self.engine().remove_image(&snapshot.image).await
+        self.engine()?.remove_image(&snapshot.image).await
     }
 }
 
@@ -453,7 +453,7 @@ impl Session {
         let id = self
             .inner
             .client
-            .engine()
+            .engine()?
             .commit_container(&conn.container_id, &image, "snapshot", labels)
             .await?;
         lock(&self.inner.status).snapshots.push(image.clone());

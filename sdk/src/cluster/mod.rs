@@ -1,0 +1,201 @@
+//! The Kubernetes backend (feature `kubernetes`): the same [`Client`](crate::Client)
+//! on a cluster, through kube-rs.
+//!
+//! A one-shot run is a Pod of three containers (see
+//! [`k8s::one_shot`](crate::k8s::one_shot)): its inputs archive goes to the
+//! `inputs` init container over an attach stream, the kubelet's record of
+//! how `program` ended is the exit truth, and `/var/outputs` comes back as a
+//! tar over the `outputs` container's attach stream. No shared filesystem,
+//! no exec into the program's own container.
+//!
+//! Every object carries dockhand's labels and an owner reference to this
+//! process's `Lease`, renewed every few seconds: when the process dies, any
+//! other dockhand client in the namespace (or [`Client::reap`](crate::Client::reap))
+//! deletes the lapsed lease, and the cluster's garbage collector removes the
+//! pods it owned.
+
+mod api;
+mod config;
+mod owner;
+mod pods;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+
+pub use config::KubeConfig;
+pub(crate) use pods::PodView;
+
+use crate::error::{ClusterError, Result};
+
+/// How long connecting may take by default, the API server's first answer included.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to a cluster, with this process's owner lease.
+pub(crate) struct Cluster {
+    client: kube::Client,
+    namespace: String,
+    server: String,
+    gvisor_runtime_class: String,
+    owner: owner::Owner,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("server", &self.server)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Connects, asks the API server its version (within the connect
+    /// timeout) and takes this process's owner lease.
+    pub(crate) async fn connect(config: &KubeConfig) -> Result<Cluster> {
+        let limit = config.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+        let (kube_config, server) = config.load().await?;
+        let namespace = config
+            .namespace
+            .clone()
+            .unwrap_or_else(|| kube_config.default_namespace.clone());
+        let unreachable = |reason: String| ClusterError::Unreachable {
+            server: server.clone(),
+            reason,
+            hint: "check the kubeconfig's current context (`kubectl cluster-info` should answer)"
+                .into(),
+        };
+        let client = kube::Client::try_from(kube_config).map_err(|e| unreachable(e.to_string()))?;
+        match tokio::time::timeout(limit, client.apiserver_version()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(unreachable(e.to_string()).into()),
+            Err(_) => return Err(unreachable(format!("no answer within {limit:?}")).into()),
+        }
+        let owner = owner::Owner::start(client.clone(), &namespace, config.lease_duration).await?;
+        ensure_offline_policy(&client, &namespace).await?;
+        Ok(Cluster {
+            client,
+            namespace,
+            server,
+            gvisor_runtime_class: config
+                .gvisor_runtime_class
+                .clone()
+                .unwrap_or_else(|| "gvisor".into()),
+            owner,
+        })
+    }
+
+    /// The API server's URL.
+    pub(crate) fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The namespace everything is made in.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub(crate) fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Render options for this cluster: its namespace, this process as the
+    /// owner, the RuntimeClass for gVisor.
+    pub(crate) fn render_options(&self, image: &str, name: &str) -> crate::k8s::KubeOptions {
+        crate::k8s::KubeOptions::new(image)
+            .namespace(self.namespace.clone())
+            .name(name)
+            .owner(self.owner.id())
+            .gvisor_runtime_class(self.gvisor_runtime_class.clone())
+    }
+
+    /// The reference every object this process makes carries, so the
+    /// garbage collector removes it with the lease.
+    pub(crate) fn owner_reference(
+        &self,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        self.owner.reference()
+    }
+
+    /// Deletes the objects of owners whose lease has lapsed (dead processes),
+    /// and the lapsed leases. Returns the removed pods' names.
+    pub(crate) async fn reap(&self) -> Result<Vec<String>> {
+        owner::reap(&self.client, &self.namespace, self.owner.id()).await
+    }
+
+    /// Names of the pods this process made that still exist.
+    pub(crate) async fn live_pods(&self) -> Result<Vec<String>> {
+        owner::pods_of(&self.client, &self.namespace, self.owner.id()).await
+    }
+}
+
+/// The namespace's NetworkPolicy for pods without a network: no ingress, no
+/// egress, for every pod labelled `dev.dockhand.network=none`. Shared by
+/// every dockhand process in the namespace, so a run costs no policy of its
+/// own; made once, kept.
+async fn ensure_offline_policy(client: &kube::Client, namespace: &str) -> Result<()> {
+    use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    let name = "dockhand-offline";
+    let policy = NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                [(
+                    crate::engine::labels::MANAGED.to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(
+                    [(
+                        crate::sandbox::NETWORK_LABEL.to_string(),
+                        "none".to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ..Default::default()
+        }),
+    };
+    let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    match api.create(&kube::api::PostParams::default(), &policy).await {
+        Ok(_) => Ok(()),
+        Err(e) if api::is_conflict(&e) => Ok(()),
+        Err(e) => Err(api::Call::new("create", "networkpolicies", namespace, name).error(e)),
+    }
+}
+
+/// The image a cluster runs for `spec`: a prebuilt reference, as given
+/// (the nodes pull it). Building needs a Docker daemon and a registry.
+pub(crate) fn resolve_image(spec: &crate::image::ImageSpec) -> Result<crate::image::ResolvedImage> {
+    let Some(reference) = spec.prebuilt_reference() else {
+        return Err(unsupported(
+            "building an image from a spec",
+            "build it with a Docker client (`client.resolve_image(&spec)`), push it to a registry the cluster pulls from, and use `ImageSpec::prebuilt(\"registry/name:tag\")`",
+        ));
+    };
+    Ok(crate::image::ResolvedImage {
+        reference: reference.to_string(),
+        id: reference.to_string(),
+        source: crate::image::ImageSource::Remote,
+        elapsed: Duration::ZERO,
+    })
+}
+
+/// What the Kubernetes backend cannot do yet, refused before anything is
+/// made, with what to do instead.
+pub(crate) fn unsupported(feature: impl Into<String>, hint: impl Into<String>) -> crate::Error {
+    crate::Error::Unsupported {
+        backend: "kubernetes",
+        feature: feature.into(),
+        hint: hint.into(),
+    }
+}

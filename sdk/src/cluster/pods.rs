@@ -1,0 +1,364 @@
+//! Pods: owned from before their create request, watched until a state is
+//! reached (or the cluster ends them), and spoken to over attach streams.
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::{AttachParams, DeleteParams, LogParams, PostParams, WatchEvent, WatchParams};
+use kube::Api;
+use tokio::io::{AsyncRead, AsyncWriteExt};
+
+use super::api::{is_not_found, Call};
+use super::Cluster;
+use crate::error::{ClusterError, Error, Result};
+
+/// Owns a pod from before its create request: dropping it deletes the pod
+/// (in the background, without a grace period) unless it was removed.
+pub(crate) struct PodGuard {
+    pods: Api<Pod>,
+    name: String,
+    namespace: String,
+    armed: bool,
+}
+
+impl PodGuard {
+    /// Deletes the pod now; one already gone is fine.
+    pub(crate) async fn remove(mut self) -> Result<()> {
+        self.armed = false;
+        delete(&self.pods, &self.namespace, &self.name).await
+    }
+
+    /// Deletes the pod on a task of its own, so the caller answers now.
+    pub(crate) fn remove_in_background(self) {
+        // The drop does exactly this.
+        drop(self)
+    }
+}
+
+impl Drop for PodGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (pods, namespace, name) =
+            (self.pods.clone(), self.namespace.clone(), self.name.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = delete(&pods, &namespace, &name).await {
+                        tracing::warn!(pod = %name, error = %e, "deleting a pod failed; its owner lease will collect it");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!(pod = %self.name, "no runtime to delete a pod; its owner lease will collect it")
+            }
+        }
+    }
+}
+
+async fn delete(pods: &Api<Pod>, namespace: &str, name: &str) -> Result<()> {
+    match pods
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Call::new("delete", "pods", namespace, name).error(e)),
+    }
+}
+
+/// A pod's state, as far as a run cares.
+pub(crate) struct PodView<'a> {
+    pod: &'a Pod,
+}
+
+impl<'a> PodView<'a> {
+    pub(crate) fn new(pod: &'a Pod) -> Self {
+        PodView { pod }
+    }
+
+    fn name(&self) -> String {
+        self.pod.metadata.name.clone().unwrap_or_default()
+    }
+
+    /// The status of container `name` (init containers included).
+    pub(crate) fn container(&self, name: &str) -> Option<&'a ContainerStatus> {
+        let status = self.pod.status.as_ref()?;
+        status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+            .find(|c| c.name == name)
+    }
+
+    pub(crate) fn running(&self, name: &str) -> bool {
+        self.container(name)
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    }
+
+    /// `(exit code, reason)` once container `name` has ended.
+    pub(crate) fn terminated(&self, name: &str) -> Option<(i32, String)> {
+        let ended = self.container(name)?.state.as_ref()?.terminated.as_ref()?;
+        Some((ended.exit_code, ended.reason.clone().unwrap_or_default()))
+    }
+
+    /// Why the cluster ended (or cannot start) this pod, when it did: an
+    /// eviction, a lost node, an image it cannot pull, a container it
+    /// cannot create, a pod that failed before `program` ended.
+    pub(crate) fn failure(&self, program: &str) -> Option<ClusterError> {
+        let pod = self.name();
+        let status = self.pod.status.as_ref()?;
+        let reason = status.reason.clone().unwrap_or_default();
+        let message = status.message.clone().unwrap_or_default();
+        if reason == "Evicted" {
+            return Some(ClusterError::Evicted { pod, message });
+        }
+        if reason == "NodeLost" || status.phase.as_deref() == Some("Unknown") {
+            return Some(ClusterError::NodeLost { pod, message });
+        }
+        for c in status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+        {
+            let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+                continue;
+            };
+            let why = waiting.reason.clone().unwrap_or_default();
+            let said = waiting.message.clone().unwrap_or_default();
+            match why.as_str() {
+                "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull" => {
+                    return Some(ClusterError::ImagePull {
+                        pod,
+                        image: c.image.clone(),
+                        reason: why,
+                        message: said,
+                    })
+                }
+                "CreateContainerConfigError" | "CreateContainerError" | "RunContainerError" => {
+                    return Some(ClusterError::PodFailed {
+                        pod,
+                        reason: why,
+                        message: said,
+                    })
+                }
+                _ => {}
+            }
+        }
+        // A node drained or a pod preempted is marked before it goes.
+        for condition in status.conditions.iter().flatten() {
+            if condition.type_ == "DisruptionTarget" && condition.status == "True" {
+                let why = condition.reason.clone().unwrap_or_default();
+                let said = condition.message.clone().unwrap_or_default();
+                return Some(if why.contains("Taint") || why.contains("PodGC") {
+                    ClusterError::NodeLost { pod, message: said }
+                } else {
+                    ClusterError::Evicted { pod, message: said }
+                });
+            }
+        }
+        if status.phase.as_deref() == Some("Failed") && self.terminated(program).is_none() {
+            return Some(ClusterError::PodFailed {
+                pod,
+                reason: if reason.is_empty() {
+                    "Failed".into()
+                } else {
+                    reason
+                },
+                message,
+            });
+        }
+        None
+    }
+}
+
+impl Cluster {
+    /// Creates `pod`, owned by a guard made before the request.
+    pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<PodGuard> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let api = self.pods();
+        let guard = PodGuard {
+            pods: api.clone(),
+            name: name.clone(),
+            namespace: self.namespace().to_string(),
+            armed: true,
+        };
+        api.create(&PostParams::default(), pod)
+            .await
+            .map_err(|e| Call::new("create", "pods", self.namespace(), &name).error(e))?;
+        Ok(guard)
+    }
+
+    /// Watches pod `name` until `decide` answers. A watch the server ends
+    /// (its timeout) or expires (410 Gone) starts again from a fresh read;
+    /// a deleted pod is [`Error::ContainerGone`].
+    pub(crate) async fn wait_pod<T>(
+        &self,
+        name: &str,
+        mut decide: impl FnMut(&Pod) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let api = self.pods();
+        let ns = self.namespace();
+        let gone = || Error::ContainerGone {
+            id: name.to_string(),
+        };
+        loop {
+            let pod = match api.get(name).await {
+                Ok(pod) => pod,
+                Err(e) if is_not_found(&e) => return Err(gone()),
+                Err(e) => return Err(Call::new("get", "pods", ns, name).error(e)),
+            };
+            if let Some(done) = decide(&pod) {
+                return done;
+            }
+            let version = pod.metadata.resource_version.clone().unwrap_or_default();
+            let params = WatchParams::default()
+                .fields(&format!("metadata.name={name}"))
+                .timeout(290);
+            let events = api
+                .watch(&params, &version)
+                .await
+                .map_err(|e| Call::new("watch", "pods", ns, name).error(e))?;
+            let mut events = std::pin::pin!(events);
+            loop {
+                let event = events
+                    .try_next()
+                    .await
+                    .map_err(|e| Call::new("watch", "pods", ns, name).error(e))?;
+                match event {
+                    Some(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                        if let Some(done) = decide(&pod) {
+                            return done;
+                        }
+                    }
+                    Some(WatchEvent::Deleted(_)) => return Err(gone()),
+                    Some(WatchEvent::Bookmark(_)) => {}
+                    // The version is too old: read the pod again and go on from there.
+                    Some(WatchEvent::Error(status)) if status.code == 410 => {
+                        tracing::debug!(pod = %name, "watch expired (410); reading the pod again");
+                        break;
+                    }
+                    Some(WatchEvent::Error(status)) => {
+                        let call = Call::new("watch", "pods", ns, name);
+                        return Err(call.status(status.code, &status.reason, &status.message));
+                    }
+                    // The server ended the watch: read again.
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Writes `data` to the stdin of container `container` of pod `name`,
+    /// then closes it.
+    pub(crate) async fn send_stdin(
+        &self,
+        name: &str,
+        container: &str,
+        mut data: impl AsyncRead + Unpin,
+    ) -> Result<()> {
+        let call = Call::new("attach", "pods/attach", self.namespace(), name);
+        let params = AttachParams::default()
+            .container(container)
+            .stdin(true)
+            .stdout(false)
+            .stderr(false);
+        let mut attached = self
+            .pods()
+            .attach(name, &params)
+            .await
+            .map_err(|e| call.error(e))?;
+        let mut stdin = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
+        tokio::io::copy(&mut data, &mut stdin)
+            .await
+            .map_err(|e| lost(&call, &e.to_string()))?;
+        stdin
+            .shutdown()
+            .await
+            .map_err(|e| lost(&call, &e.to_string()))?;
+        drop(stdin);
+        attached
+            .join()
+            .await
+            .map_err(|e| lost(&call, &e.to_string()))
+    }
+
+    /// Writes `line` to container `container`'s stdin and streams what it
+    /// prints on stdout until it ends.
+    pub(crate) async fn ask(
+        &self,
+        name: &str,
+        container: &str,
+        line: &'static [u8],
+    ) -> Result<impl Stream<Item = Result<Bytes>> + Send + Unpin + 'static> {
+        let call = Call::new("attach", "pods/attach", self.namespace(), name);
+        let params = AttachParams::default()
+            .container(container)
+            .stdin(true)
+            .stdout(true)
+            .stderr(false);
+        let mut attached = self
+            .pods()
+            .attach(name, &params)
+            .await
+            .map_err(|e| call.error(e))?;
+        let mut stdin = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
+        let stdout = attached.stdout().ok_or_else(|| lost(&call, "no stdout"))?;
+        stdin
+            .write_all(line)
+            .await
+            .map_err(|e| lost(&call, &e.to_string()))?;
+        stdin
+            .shutdown()
+            .await
+            .map_err(|e| lost(&call, &e.to_string()))?;
+        let reason = format!("{} {name}", call.resource);
+        // The attached process lives as long as its output is read.
+        let stream = tokio_util::io::ReaderStream::new(stdout).map(move |chunk| {
+            let _keep = (&attached, &stdin);
+            chunk.map_err(|e| {
+                Error::from(ClusterError::Api {
+                    operation: "attach",
+                    status: None,
+                    reason: "StreamFailed".into(),
+                    message: format!("{reason}: {e}"),
+                })
+            })
+        });
+        Ok(Box::pin(stream))
+    }
+
+    /// Streams the kubelet's log of container `container` (stdout and
+    /// stderr as one stream) until the container ends.
+    pub(crate) async fn follow_log(
+        &self,
+        name: &str,
+        container: &str,
+    ) -> Result<impl futures::AsyncBufRead + Send + Unpin + 'static> {
+        let params = LogParams {
+            container: Some(container.into()),
+            follow: true,
+            ..Default::default()
+        };
+        let log = self
+            .pods()
+            .log_stream(name, &params)
+            .await
+            .map_err(|e| Call::new("get", "pods/log", self.namespace(), name).error(e))?;
+        Ok(Box::pin(log))
+    }
+}
+
+fn lost(call: &Call<'_>, why: &str) -> Error {
+    ClusterError::Api {
+        operation: call.verb,
+        status: None,
+        reason: "StreamFailed".into(),
+        message: format!("{} {}: {why}", call.resource, call.name),
+    }
+    .into()
+}

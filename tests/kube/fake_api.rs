@@ -1,0 +1,737 @@
+//! A SIMULATED Kubernetes API server, for the backend's request flow.
+//!
+//! No control plane can run on this machine (no image can be pulled), so
+//! this server answers the calls dockhand's Kubernetes backend makes, over
+//! real HTTP and real WebSocket attach streams (the `v5.channel.k8s.io`
+//! protocol), with the bodies and `Status` objects a real API server sends.
+//! A scripted "kubelet" moves each pod through its states: the `inputs`
+//! init container running, then (once its stdin is closed) `program`
+//! running and ending as the script says. It runs no container: what the
+//! program "writes" comes from the script, computed from the inputs archive
+//! the backend really sent.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// Files of the inputs archive, by path inside `/var/inputs`.
+pub type Files = BTreeMap<String, Vec<u8>>;
+/// What the scripted program writes to `/var/outputs`, from its inputs.
+pub type Produce = Arc<dyn Fn(&Files) -> Vec<(String, Vec<u8>)> + Send + Sync>;
+
+/// How the scripted kubelet ends a pod's program once its inputs are in.
+#[derive(Clone)]
+pub enum Outcome {
+    /// `program` ends with this exit code and kubelet reason, having logged `log`.
+    Exit {
+        code: i32,
+        reason: &'static str,
+        log: String,
+        produce: Produce,
+    },
+    /// The node evicts the pod (memory pressure).
+    Evicted,
+    /// The node stops answering: the pod's phase becomes `Unknown`.
+    NodeLost,
+    /// Someone deletes the pod while it runs.
+    Deleted,
+    /// The program never ends.
+    Hang,
+}
+
+/// What the server does beyond answering well.
+#[derive(Clone)]
+pub struct Script {
+    /// `(method, last path segment, status)`: answered with that status and
+    /// the API server's `Status` body instead.
+    pub refuse: Option<(&'static str, &'static str, u16)>,
+    /// The first watch ends at once with a 410 `Expired` ERROR event.
+    pub expire_first_watch: bool,
+    /// The node cannot pull the pod's image.
+    pub image_pull_fails: bool,
+    pub outcome: Outcome,
+}
+
+impl Script {
+    pub fn exits(code: i32, log: &str, produce: Produce) -> Script {
+        Script {
+            refuse: None,
+            expire_first_watch: false,
+            image_pull_fails: false,
+            outcome: Outcome::Exit {
+                code,
+                reason: if code == 0 { "Completed" } else { "Error" },
+                log: log.to_string(),
+                produce,
+            },
+        }
+    }
+
+    pub fn ending(outcome: Outcome) -> Script {
+        Script {
+            outcome,
+            ..Script::exits(0, "", Arc::new(|_| Vec::new()))
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Record {
+    rv: u64,
+    uid: u64,
+    pub pods: BTreeMap<String, Value>,
+    pub leases: BTreeMap<String, Value>,
+    pub policies: BTreeMap<String, Value>,
+    /// Every pod that was ever created, as the backend sent it.
+    pub created: Vec<Value>,
+    events: Vec<(u64, String, &'static str, Value)>,
+    /// `METHOD path?query` of every request, in order.
+    pub requests: Vec<String>,
+    /// The inputs archive of each pod, unpacked.
+    pub inputs: BTreeMap<String, Files>,
+    logs: BTreeMap<String, String>,
+    watches: usize,
+}
+
+pub struct Fake {
+    pub namespace: String,
+    script: Script,
+    record: Mutex<Record>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+pub type Shared = Arc<Fake>;
+
+/// Starts the server on a free port; returns its URL and its state.
+pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
+    let fake = Arc::new(Fake {
+        namespace: namespace.to_string(),
+        script,
+        record: Mutex::new(Record::default()),
+        changed: tokio::sync::watch::channel(0).0,
+    });
+    let app = Router::new()
+        .route("/version", get(version))
+        .route(
+            "/api/v1/namespaces/{ns}/pods",
+            get(list_or_watch_pods).post(create_pod),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/pods/{name}",
+            get(get_pod).delete(delete_pod),
+        )
+        .route("/api/v1/namespaces/{ns}/pods/{name}/attach", get(attach))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(log))
+        .route(
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+            get(list_leases).post(create_lease),
+        )
+        .route(
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
+            get(get_lease).patch(patch_lease).delete(delete_lease),
+        )
+        .route(
+            "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+            axum::routing::post(create_policy),
+        )
+        .layer(axum::middleware::from_fn_with_state(fake.clone(), gate))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, fake)
+}
+
+impl Fake {
+    pub fn record<T>(&self, read: impl FnOnce(&mut Record) -> T) -> T {
+        read(&mut self.record.lock().unwrap())
+    }
+
+    /// Puts a pod or lease in place as another process would have made it.
+    pub fn seed(&self, lease: Option<Value>, pod: Option<Value>) {
+        self.record(|r| {
+            if let Some(lease) = lease {
+                let name = lease["metadata"]["name"].as_str().unwrap().to_string();
+                r.leases.insert(name, lease);
+            }
+            if let Some(pod) = pod {
+                let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+                r.pods.insert(name, pod);
+            }
+        })
+    }
+
+    /// Changes pod `name` (if it still exists) and tells the watchers.
+    fn update(&self, name: &str, change: impl FnOnce(&mut Value)) {
+        let rv = self.record(|r| {
+            let pod = r.pods.get_mut(name)?;
+            change(pod);
+            r.rv += 1;
+            pod["metadata"]["resourceVersion"] = json!(r.rv.to_string());
+            let pod = pod.clone();
+            r.events.push((r.rv, name.to_string(), "MODIFIED", pod));
+            Some(r.rv)
+        });
+        if let Some(rv) = rv {
+            self.changed.send_replace(rv);
+        }
+    }
+
+    fn remove_pod(&self, name: &str) -> Option<Value> {
+        let (pod, rv) = self.record(|r| {
+            let pod = r.pods.remove(name)?;
+            r.rv += 1;
+            r.events
+                .push((r.rv, name.to_string(), "DELETED", pod.clone()));
+            Some((pod, r.rv))
+        })?;
+        self.changed.send_replace(rv);
+        Some(pod)
+    }
+}
+
+fn status_body(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code,
+    });
+    (StatusCode::from_u16(code).unwrap(), Json(body)).into_response()
+}
+
+/// Records every request; answers a scripted refusal as the API server would.
+async fn gate(State(fake): State<Shared>, request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let uri = request.uri().to_string();
+    fake.record(|r| r.requests.push(format!("{method} {uri}")));
+    if let Some((m, resource, code)) = fake.script.refuse {
+        let path = request.uri().path();
+        if m == method && path.rsplit('/').next() == Some(resource) {
+            let ns = &fake.namespace;
+            let (reason, message) = match code {
+                403 => ("Forbidden", format!("{resource} is forbidden: User \"system:serviceaccount:{ns}:dockhand\" cannot {} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"", verb(&method))),
+                404 => ("NotFound", format!("namespaces \"{ns}\" not found")),
+                409 => ("AlreadyExists", format!("{resource} already exists")),
+                _ => ("InternalError", "an error on the server has prevented the request from succeeding".to_string()),
+            };
+            return status_body(code, reason, &message);
+        }
+    }
+    next.run(request).await
+}
+
+fn verb(method: &str) -> &'static str {
+    match method {
+        "POST" => "create",
+        "DELETE" => "delete",
+        "PATCH" => "patch",
+        _ => "get",
+    }
+}
+
+async fn version() -> Json<Value> {
+    Json(json!({
+        "major": "1", "minor": "34", "gitVersion": "v1.34.1", "gitCommit": "0000000",
+        "gitTreeState": "clean", "buildDate": "2025-09-09T19:44:50Z", "goVersion": "go1.24.6",
+        "compiler": "gc", "platform": "linux/amd64"
+    }))
+}
+
+fn waiting(name: &str, image: &str, reason: &str, message: Option<&str>) -> Value {
+    let mut state = json!({"reason": reason});
+    if let Some(m) = message {
+        state["message"] = json!(m);
+    }
+    json!({"name": name, "image": image, "imageID": "", "ready": false, "restartCount": 0,
+           "state": {"waiting": state}})
+}
+
+fn running(name: &str, image: &str) -> Value {
+    json!({"name": name, "image": image, "imageID": "", "ready": true, "restartCount": 0,
+           "started": true, "state": {"running": {"startedAt": "2026-11-26T12:00:00Z"}}})
+}
+
+fn terminated(name: &str, image: &str, code: i32, reason: &str) -> Value {
+    json!({"name": name, "image": image, "imageID": "", "ready": false, "restartCount": 0,
+           "state": {"terminated": {"exitCode": code, "reason": reason,
+             "startedAt": "2026-11-26T12:00:00Z", "finishedAt": "2026-11-26T12:00:01Z"}}})
+}
+
+fn image_of(pod: &Value) -> String {
+    pod["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn create_pod(
+    State(fake): State<Shared>,
+    Path(ns): Path<String>,
+    Json(mut pod): Json<Value>,
+) -> Response {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let image = image_of(&pod);
+    let exists = fake.record(|r| r.pods.contains_key(&name));
+    if exists {
+        return status_body(
+            409,
+            "AlreadyExists",
+            &format!("pods \"{name}\" already exists"),
+        );
+    }
+    let rv = fake.record(|r| {
+        r.created.push(pod.clone());
+        r.rv += 1;
+        r.uid += 1;
+        pod["metadata"]["uid"] = json!(format!("00000000-0000-0000-0000-{:012}", r.uid));
+        pod["metadata"]["namespace"] = json!(ns);
+        pod["metadata"]["resourceVersion"] = json!(r.rv.to_string());
+        pod["metadata"]["creationTimestamp"] = json!("2026-11-26T12:00:00Z");
+        pod["status"] = json!({
+            "phase": "Pending", "qosClass": "Guaranteed",
+            "initContainerStatuses": [waiting("inputs", &image, "PodInitializing", None)],
+            "containerStatuses": [waiting("program", &image, "PodInitializing", None),
+                                  waiting("outputs", &image, "PodInitializing", None)],
+        });
+        r.pods.insert(name.clone(), pod.clone());
+        r.events.push((r.rv, name.clone(), "ADDED", pod.clone()));
+        r.rv
+    });
+    fake.changed.send_replace(rv);
+    // The scheduler and kubelet: the init container starts, or its image cannot be pulled.
+    let kubelet = fake.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let fails = kubelet.script.image_pull_fails;
+        kubelet.update(&name, |pod| {
+            pod["status"]["phase"] = json!("Pending");
+            pod["status"]["initContainerStatuses"] = json!([if fails {
+                waiting(
+                    "inputs",
+                    &image,
+                    "ErrImagePull",
+                    Some(&format!(
+                        "failed to pull and unpack image \"{image}\": not found"
+                    )),
+                )
+            } else {
+                running("inputs", &image)
+            }]);
+        });
+    });
+    (StatusCode::CREATED, Json(pod)).into_response()
+}
+
+fn matches_labels(object: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector else {
+        return true;
+    };
+    selector.split(',').filter(|s| !s.is_empty()).all(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        object["metadata"]["labels"][k].as_str() == Some(v)
+    })
+}
+
+fn list(kind: &str, items: Vec<Value>, rv: u64) -> Json<Value> {
+    Json(
+        json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    )
+}
+
+async fn list_or_watch_pods(
+    State(fake): State<Shared>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    if q.get("watch").map(String::as_str) != Some("true") {
+        let (items, rv) = fake.record(|r| {
+            let items = r
+                .pods
+                .values()
+                .filter(|p| matches_labels(p, q.get("labelSelector")))
+                .cloned()
+                .collect();
+            (items, r.rv)
+        });
+        return list("PodList", items, rv).into_response();
+    }
+    let name = q
+        .get("fieldSelector")
+        .and_then(|f| f.strip_prefix("metadata.name="))
+        .unwrap_or("")
+        .to_string();
+    let since: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let first = fake.record(|r| {
+        r.watches += 1;
+        r.watches == 1
+    });
+    if first && fake.script.expire_first_watch {
+        let line = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": format!("too old resource version: {since} (999)"),
+            "reason": "Expired", "code": 410}});
+        return Body::from(format!("{line}\n")).into_response();
+    }
+    let changed = fake.changed.subscribe();
+    Body::from_stream(events_after(fake.clone(), name, since, changed)).into_response()
+}
+
+/// The watch's events for `name` after version `since`, then each new one.
+fn events_after(
+    fake: Shared,
+    name: String,
+    since: u64,
+    changed: tokio::sync::watch::Receiver<u64>,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures::stream::unfold(
+        (fake, since, changed),
+        move |(fake, mut seen, mut changed)| {
+            let name = name.clone();
+            async move {
+                loop {
+                    let next = fake.record(|r| {
+                        r.events
+                            .iter()
+                            .find(|(rv, n, _, _)| *rv > seen && *n == name)
+                            .map(|(rv, _, kind, pod)| (*rv, json!({"type": kind, "object": pod})))
+                    });
+                    if let Some((rv, event)) = next {
+                        seen = rv;
+                        let line = Bytes::from(format!("{event}\n"));
+                        return Some((Ok(line), (fake, seen, changed)));
+                    }
+                    tokio::select! {
+                        _ = changed.changed() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
+                }
+            }
+        },
+    )
+}
+
+async fn get_pod(State(fake): State<Shared>, Path((_, name)): Path<(String, String)>) -> Response {
+    match fake.record(|r| r.pods.get(&name).cloned()) {
+        Some(pod) => Json(pod).into_response(),
+        None => status_body(404, "NotFound", &format!("pods \"{name}\" not found")),
+    }
+}
+
+async fn delete_pod(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+) -> Response {
+    match fake.remove_pod(&name) {
+        Some(pod) => Json(pod).into_response(),
+        None => status_body(404, "NotFound", &format!("pods \"{name}\" not found")),
+    }
+}
+
+async fn attach(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+    Query(q): Query<BTreeMap<String, String>>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let container = q.get("container").cloned().unwrap_or_default();
+    let state = fake.record(|r| r.pods.get(&name).cloned());
+    let Some(pod) = state else {
+        return status_body(404, "NotFound", &format!("pods \"{name}\" not found"));
+    };
+    let is_running = [
+        &pod["status"]["initContainerStatuses"],
+        &pod["status"]["containerStatuses"],
+    ]
+    .iter()
+    .filter_map(|list| list.as_array())
+    .flatten()
+    .any(|c| c["name"] == json!(container) && c["state"]["running"].is_object());
+    if !is_running {
+        return status_body(
+            400,
+            "BadRequest",
+            &format!("container {container} is not running"),
+        );
+    }
+    upgrade
+        .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
+        .on_upgrade(move |socket| async move {
+            match container.as_str() {
+                "inputs" => take_inputs(fake, name, socket).await,
+                "outputs" => give_outputs(fake, name, socket).await,
+                _ => {}
+            }
+        })
+}
+
+/// Reads stdin until the client closes it.
+async fn read_stdin(socket: &mut WebSocket, until_newline: bool) -> Vec<u8> {
+    let mut data = Vec::new();
+    while let Some(Ok(message)) = socket.recv().await {
+        match message {
+            Message::Binary(b) if b.first() == Some(&0) => {
+                data.extend_from_slice(&b[1..]);
+                if until_newline && data.contains(&b'\n') {
+                    break;
+                }
+            }
+            // v5: stdin closed.
+            Message::Binary(b) if b.as_ref() == [255, 0] => break,
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    data
+}
+
+async fn take_inputs(fake: Shared, name: String, mut socket: WebSocket) {
+    let tar = read_stdin(&mut socket, false).await;
+    let _ = socket.send(Message::Close(None)).await;
+    let mut files = Files::new();
+    let mut archive = tar::Archive::new(&tar[..]);
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.header().entry_type().is_file() {
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+            files.insert(path, bytes);
+        }
+    }
+    fake.record(|r| r.inputs.insert(name.clone(), files.clone()));
+    let image = fake
+        .record(|r| r.pods.get(&name).map(image_of))
+        .unwrap_or_default();
+    fake.update(&name, |pod| {
+        pod["status"]["phase"] = json!("Running");
+        pod["status"]["initContainerStatuses"] =
+            json!([terminated("inputs", &image, 0, "Completed")]);
+        pod["status"]["containerStatuses"] =
+            json!([running("program", &image), running("outputs", &image)]);
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    match fake.script.outcome.clone() {
+        Outcome::Exit {
+            code,
+            reason,
+            log,
+            produce,
+        } => {
+            let outputs = produce(&files);
+            fake.record(|r| {
+                r.logs.insert(name.clone(), log);
+                r.inputs
+                    .insert(format!("{name}/outputs"), outputs.into_iter().collect());
+            });
+            fake.update(&name, |pod| {
+                pod["status"]["containerStatuses"] = json!([
+                    terminated("program", &image, code, reason),
+                    running("outputs", &image)
+                ]);
+            });
+        }
+        Outcome::Evicted => fake.update(&name, |pod| {
+            pod["status"]["phase"] = json!("Failed");
+            pod["status"]["reason"] = json!("Evicted");
+            pod["status"]["message"] = json!(
+                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 20Mi."
+            );
+            pod["status"]["containerStatuses"] = json!([
+                terminated("program", &image, 137, "Error"),
+                terminated("outputs", &image, 137, "Error")
+            ]);
+        }),
+        Outcome::NodeLost => fake.update(&name, |pod| {
+            pod["status"]["phase"] = json!("Unknown");
+            pod["status"]["reason"] = json!("NodeLost");
+            pod["status"]["message"] = json!(format!(
+                "Node kind-worker which was running pod {name} is unresponsive"
+            ));
+        }),
+        Outcome::Deleted => {
+            fake.remove_pod(&name);
+        }
+        Outcome::Hang => {}
+    }
+}
+
+async fn give_outputs(fake: Shared, name: String, mut socket: WebSocket) {
+    read_stdin(&mut socket, true).await;
+    let files = fake
+        .record(|r| r.inputs.get(&format!("{name}/outputs")).cloned())
+        .unwrap_or_default();
+    // As `tar -c -f - -C /var outputs` writes it.
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_gnu();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o777);
+    dir.set_size(0);
+    builder
+        .append_data(&mut dir, "outputs/", std::io::empty())
+        .unwrap();
+    for (path, bytes) in &files {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(bytes.len() as u64);
+        builder
+            .append_data(&mut header, format!("outputs/{path}"), &bytes[..])
+            .unwrap();
+    }
+    let tar = builder.into_inner().unwrap();
+    for chunk in tar.chunks(4096) {
+        let mut frame = vec![1u8];
+        frame.extend_from_slice(chunk);
+        let _ = socket.send(Message::Binary(frame.into())).await;
+    }
+    let status = format!("\u{3}{}", json!({"metadata": {}, "status": "Success"}));
+    let _ = socket
+        .send(Message::Binary(Bytes::from(status.into_bytes())))
+        .await;
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+async fn log(State(fake): State<Shared>, Path((_, name)): Path<(String, String)>) -> Response {
+    // As with `follow=true`: the body ends when the container does.
+    loop {
+        let (done, text) = fake.record(|r| {
+            let pod = r.pods.get(&name);
+            let ended = pod.is_none_or(|p| {
+                let phase = p["status"]["phase"].as_str().unwrap_or("");
+                phase == "Failed"
+                    || phase == "Unknown"
+                    || p["status"]["containerStatuses"][0]["state"]["terminated"].is_object()
+            });
+            (ended, r.logs.get(&name).cloned().unwrap_or_default())
+        });
+        if done {
+            return text.into_response();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn create_lease(State(fake): State<Shared>, Json(mut lease): Json<Value>) -> Response {
+    let name = lease["metadata"]["name"].as_str().unwrap_or("").to_string();
+    fake.record(|r| {
+        if r.leases.contains_key(&name) {
+            return status_body(
+                409,
+                "AlreadyExists",
+                &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+            );
+        }
+        r.uid += 1;
+        lease["metadata"]["uid"] = json!(format!("11111111-0000-0000-0000-{:012}", r.uid));
+        r.leases.insert(name, lease.clone());
+        (StatusCode::CREATED, Json(lease)).into_response()
+    })
+}
+
+async fn get_lease(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+) -> Response {
+    match fake.record(|r| r.leases.get(&name).cloned()) {
+        Some(lease) => Json(lease).into_response(),
+        None => status_body(
+            404,
+            "NotFound",
+            &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        ),
+    }
+}
+
+async fn patch_lease(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let patch: Value = serde_json::from_slice(&body).unwrap_or_default();
+    fake.record(|r| match r.leases.get_mut(&name) {
+        Some(lease) => {
+            if let Some(renewed) = patch["spec"].get("renewTime") {
+                lease["spec"]["renewTime"] = renewed.clone();
+            }
+            Json(lease.clone()).into_response()
+        }
+        None => status_body(
+            404,
+            "NotFound",
+            &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        ),
+    })
+}
+
+async fn list_leases(
+    State(fake): State<Shared>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let (items, rv) = fake.record(|r| {
+        let items = r
+            .leases
+            .values()
+            .filter(|l| matches_labels(l, q.get("labelSelector")))
+            .cloned()
+            .collect();
+        (items, r.rv)
+    });
+    list("LeaseList", items, rv).into_response()
+}
+
+/// Deletes the lease, and (as the garbage collector would) the pods it owns.
+async fn delete_lease(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+) -> Response {
+    let Some(lease) = fake.record(|r| r.leases.remove(&name)) else {
+        return status_body(
+            404,
+            "NotFound",
+            &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        );
+    };
+    let uid = lease["metadata"]["uid"].clone();
+    let owned: Vec<String> = fake.record(|r| {
+        r.pods
+            .iter()
+            .filter(|(_, p)| {
+                p["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    });
+    for pod in owned {
+        fake.remove_pod(&pod);
+    }
+    Json(lease).into_response()
+}
+
+async fn create_policy(State(fake): State<Shared>, Json(policy): Json<Value>) -> Response {
+    let name = policy["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    fake.record(|r| {
+        if r.policies.contains_key(&name) {
+            return status_body(
+                409,
+                "AlreadyExists",
+                &format!("networkpolicies.networking.k8s.io \"{name}\" already exists"),
+            );
+        }
+        r.policies.insert(name, policy.clone());
+        (StatusCode::CREATED, Json(policy)).into_response()
+    })
+}

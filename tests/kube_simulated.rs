@@ -1,0 +1,563 @@
+//! The Kubernetes backend against a SIMULATED API server (tests/kube/fake_api.rs).
+//!
+//! These are simulations: no control plane can run on this machine. The
+//! server speaks real HTTP and real attach WebSockets and answers as an API
+//! server does (its `Status` bodies, watch events, 410 on an expired watch),
+//! while a scripted kubelet moves pods through their states. What is checked
+//! is the backend's request flow, what it sends, how it reads the cluster's
+//! answers into typed errors, and that it leaves nothing behind. The same
+//! scenarios run on a real cluster in tests/kube_cluster.rs.
+
+#[path = "kube/fake_api.rs"]
+mod fake_api;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dockhand::{
+    CacheMode, Client, ClusterError, Error, ImageSpec, KubeConfig, Sandbox, Secret, Type, Value,
+};
+use fake_api::{Files, Outcome, Script, Shared};
+use serde_json::json;
+
+const IMAGE: &str = "registry.example/tools:1";
+
+/// Counts the non-empty lines of its File input, as `grep -c .` would.
+fn count_lines() -> Sandbox {
+    Sandbox::command("count", "sh")
+        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
+        .input("text", Type::File)
+        .output("lines", Type::Int)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap()
+}
+
+/// The scripted program: what `count_lines` would write, from the inputs it got.
+fn counting() -> fake_api::Produce {
+    Arc::new(|files: &Files| {
+        let text = files
+            .iter()
+            .find(|(path, _)| path.trim_start_matches("./") == "text")
+            .map(|(_, bytes)| bytes.clone())
+            .unwrap_or_default();
+        let n = String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .count();
+        vec![("lines".to_string(), format!("{n}\n").into_bytes())]
+    })
+}
+
+async fn connect(url: &str) -> dockhand::Result<Client> {
+    Client::builder()
+        .kubernetes(KubeConfig::url(url).namespace("sim"))
+        .cache_dir(std::env::temp_dir().join("dockhand-kube-sim-cache"))
+        .connect()
+        .await
+}
+
+async fn with_script(script: Script) -> (Client, Shared) {
+    let (url, fake) = fake_api::start("sim", script).await;
+    let client = connect(&url)
+        .await
+        .expect("connect to the simulated API server");
+    (client, fake)
+}
+
+fn text_file(dir: &tempfile::TempDir, text: &str) -> Value {
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, text).unwrap();
+    Value::file(path)
+}
+
+/// Waits (bounded) until the simulated namespace holds no pod.
+async fn assert_no_pods_left(fake: &Shared) {
+    for _ in 0..100 {
+        if fake.record(|r| r.pods.is_empty()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
+    panic!("pods left behind: {left:?}");
+}
+
+fn position(requests: &[String], from: usize, wanted: impl Fn(&str) -> bool) -> usize {
+    requests[from..]
+        .iter()
+        .position(|r| wanted(r))
+        .map(|i| i + from)
+        .unwrap_or_else(|| panic!("no request after #{from} as expected in {requests:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_one_shot_with_file_io_goes_through_attach_streams_and_leaves_nothing() {
+    let (client, fake) = with_script(Script::exits(0, "counted\n", counting())).await;
+    assert_eq!(client.backend(), "kubernetes");
+    let dir = tempfile::tempdir().unwrap();
+    let job = count_lines();
+
+    let out = client
+        .run(&job, [("text", text_file(&dir, "one\n\ntwo\nthree\n"))])
+        .await
+        .expect("the run");
+    assert_eq!(out.get::<i64>("lines").unwrap(), 3);
+    assert!(out.stdout.text.contains("counted"), "{:?}", out.stdout.text);
+    assert_eq!(out.exit_code, 0);
+    assert_no_pods_left(&fake).await;
+    assert!(client.live_containers().await.unwrap().is_empty());
+
+    // The next run on the same client is unaffected, and sees its own input.
+    let again = client
+        .run(&job, [("text", text_file(&dir, "a\nb\n"))])
+        .await
+        .unwrap();
+    assert_eq!(again.get::<i64>("lines").unwrap(), 2);
+    assert_no_pods_left(&fake).await;
+
+    // The calls, in order: the owner lease and offline policy at connect,
+    // then per run: create, attach to `inputs`, the log, attach to
+    // `outputs`, delete.
+    let requests = fake.record(|r| r.requests.clone());
+    let lease = position(&requests, 0, |r| {
+        r.starts_with("POST /apis/coordination.k8s.io/v1/namespaces/sim/leases")
+    });
+    let policy = position(&requests, lease, |r| {
+        r.starts_with("POST /apis/networking.k8s.io/v1/namespaces/sim/networkpolicies")
+    });
+    let create = position(&requests, policy, |r| {
+        r.starts_with("POST /api/v1/namespaces/sim/pods")
+    });
+    let inputs = position(&requests, create, |r| {
+        r.contains("/attach?") && r.contains("container=inputs")
+    });
+    let log = position(&requests, inputs, |r| {
+        r.contains("/log?") && r.contains("container=program")
+    });
+    let outputs = position(&requests, log, |r| {
+        r.contains("/attach?") && r.contains("container=outputs")
+    });
+    position(&requests, outputs, |r| {
+        r.starts_with("DELETE /api/v1/namespaces/sim/pods/")
+    });
+    assert!(
+        !requests.iter().any(|r| r.contains("/exec")),
+        "nothing is exec'd: {requests:#?}"
+    );
+
+    // What the backend sent: the inputs archive, and a hardened pod owned by the lease.
+    let (created, inputs, lease) = fake.record(|r| {
+        (
+            r.created[0].clone(),
+            r.inputs.clone(),
+            r.leases.values().next().cloned().unwrap(),
+        )
+    });
+    let first = created["metadata"]["name"].as_str().unwrap();
+    let sent = &inputs[first];
+    let text = sent
+        .iter()
+        .find(|(p, _)| p.trim_start_matches("./") == "text")
+        .unwrap()
+        .1;
+    assert_eq!(text, b"one\n\ntwo\nthree\n");
+    let spec = &created["spec"];
+    let program = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "program")
+        .unwrap();
+    assert_eq!(
+        program["command"],
+        json!([
+            "sh",
+            "-c",
+            "grep -c . /var/inputs/text > /var/outputs/lines"
+        ])
+    );
+    assert_eq!(program["image"], json!(IMAGE));
+    assert_eq!(program["securityContext"]["runAsNonRoot"], json!(true));
+    assert_eq!(
+        program["securityContext"]["readOnlyRootFilesystem"],
+        json!(true)
+    );
+    assert_eq!(
+        program["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+    assert_eq!(spec["automountServiceAccountToken"], json!(false));
+    assert_eq!(spec["restartPolicy"], json!("Never"));
+    assert!(spec["activeDeadlineSeconds"].as_i64().unwrap() > 0);
+    let owner = &created["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], json!("Lease"));
+    assert_eq!(owner["uid"], lease["metadata"]["uid"]);
+    assert_eq!(
+        created["metadata"]["labels"]["dev.dockhand.network"],
+        json!("none")
+    );
+    let policy = fake.record(|r| r.policies["dockhand-offline"].clone());
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        json!({"dev.dockhand.network": "none"})
+    );
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_403_on_pod_create_is_a_typed_forbidden_naming_the_rbac_rule() {
+    let mut script = Script::exits(0, "", counting());
+    script.refuse = Some(("POST", "pods", 403));
+    let (client, fake) = with_script(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = client
+        .run(&count_lines(), [("text", text_file(&dir, "x\n"))])
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Cluster(ClusterError::Forbidden {
+            verb,
+            resource,
+            namespace,
+            message,
+        }) => {
+            assert_eq!(
+                (*verb, *resource, namespace.as_str()),
+                ("create", "pods", "sim")
+            );
+            assert!(
+                message.contains("cannot create resource \"pods\""),
+                "{message}"
+            );
+        }
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+    assert!(err.to_string().contains("RBAC"), "{err}");
+    assert_no_pods_left(&fake).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_missing_namespace_fails_connect_with_not_found() {
+    let mut script = Script::exits(0, "", counting());
+    script.refuse = Some(("POST", "leases", 404));
+    let (url, _fake) = fake_api::start("sim", script).await;
+    let err = connect(&url).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Cluster(ClusterError::NotFound { resource: "leases", namespace, .. }) if namespace == "sim"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("KubeConfig::namespace"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_409_on_pod_create_is_a_typed_conflict() {
+    let mut script = Script::exits(0, "", counting());
+    script.refuse = Some(("POST", "pods", 409));
+    let (client, fake) = with_script(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = client
+        .run(&count_lines(), [("text", text_file(&dir, "x\n"))])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Cluster(ClusterError::Conflict {
+                resource: "pods",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_no_pods_left(&fake).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_410_on_watch_reads_the_pod_again_and_the_run_goes_on() {
+    let mut script = Script::exits(0, "", counting());
+    script.expire_first_watch = true;
+    let (client, fake) = with_script(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = client
+        .run(&count_lines(), [("text", text_file(&dir, "1\n2\n3\n4\n"))])
+        .await
+        .expect("a run past an expired watch");
+    assert_eq!(out.get::<i64>("lines").unwrap(), 4);
+    let watches = fake.record(|r| {
+        r.requests
+            .iter()
+            .filter(|q| q.contains("watch=true"))
+            .count()
+    });
+    assert!(watches >= 2, "the watch was started again ({watches})");
+    assert_no_pods_left(&fake).await;
+}
+
+async fn failing_run(script: Script, job: &Sandbox) -> (Error, Shared) {
+    let (client, fake) = with_script(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = client
+        .run(job, [("text", text_file(&dir, "x\n"))])
+        .await
+        .unwrap_err();
+    assert_no_pods_left(&fake).await;
+    // The client is still usable: a good run on a fresh script would pass,
+    // and this one lists no pod of its own.
+    assert!(client.live_containers().await.unwrap().is_empty());
+    (err, fake)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_eviction_is_a_typed_eviction_not_an_exit_code() {
+    let (err, _) = failing_run(Script::ending(Outcome::Evicted), &count_lines()).await;
+    match err {
+        Error::Cluster(ClusterError::Evicted { message, .. }) => {
+            assert!(message.contains("low on resource: memory"), "{message}")
+        }
+        other => panic!("expected Evicted, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_image_pull_failure_names_the_image_and_nothing_runs() {
+    let mut script = Script::exits(0, "", counting());
+    script.image_pull_fails = true;
+    let (err, fake) = failing_run(script, &count_lines()).await;
+    match &err {
+        Error::Cluster(ClusterError::ImagePull { image, reason, .. }) => {
+            assert_eq!(image, IMAGE);
+            assert_eq!(reason, "ErrImagePull");
+        }
+        other => panic!("expected ImagePull, got {other:?}"),
+    }
+    assert!(err.to_string().contains("push the image"), "{err}");
+    assert!(fake.record(|r| r.inputs.is_empty()), "no inputs were sent");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_node_lost_mid_run_is_typed() {
+    let (err, _) = failing_run(Script::ending(Outcome::NodeLost), &count_lines()).await;
+    assert!(
+        matches!(&err, Error::Cluster(ClusterError::NodeLost { message, .. }) if message.contains("unresponsive")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_pod_deleted_from_outside_is_container_gone() {
+    let (err, _) = failing_run(Script::ending(Outcome::Deleted), &count_lines()).await;
+    assert!(matches!(err, Error::ContainerGone { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_exit_codes_and_oom_come_from_the_kubelet_status() {
+    let (err, _) = failing_run(Script::exits(3, "boom\n", counting()), &count_lines()).await;
+    match err {
+        Error::NonZeroExit { exit_code, .. } => assert_eq!(exit_code, 3),
+        other => panic!("expected NonZeroExit, got {other:?}"),
+    }
+    let mut oom = Script::exits(137, "", counting());
+    if let Outcome::Exit { reason, .. } = &mut oom.outcome {
+        *reason = "OOMKilled";
+    }
+    let (err, _) = failing_run(oom, &count_lines()).await;
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_timeout_and_a_dropped_run_delete_their_pods() {
+    let (client, fake) = with_script(Script::ending(Outcome::Hang)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let slow = Sandbox::command("hang", "sleep")
+        .args(["infinity"])
+        .input("text", Type::File)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let err = client
+        .run(&slow, [("text", text_file(&dir, "x\n"))])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_no_pods_left(&fake).await;
+
+    // Dropped while its pod runs: the guard deletes it.
+    let job = count_lines();
+    let input = text_file(&dir, "x\n");
+    let run = client.run(&job, [("text", input)]);
+    let watcher = fake.clone();
+    tokio::select! {
+        _ = run => panic!("a hanging run ended"),
+        _ = async {
+            while watcher.record(|r| r.inputs.is_empty() || r.pods.is_empty()) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => {}
+    }
+    assert_no_pods_left(&fake).await;
+    // And the client goes on.
+    assert!(client.live_containers().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_what_the_cluster_cannot_do_is_refused_before_anything_is_made() {
+    let (client, fake) = with_script(Script::exits(0, "", counting())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let with_secret = Sandbox::command("s", "true")
+        .input("text", Type::File)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .secret(Secret::value("TOKEN", "s3cr3t-value"))
+        .build()
+        .unwrap();
+    let err = client
+        .run(&with_secret, [("text", text_file(&dir, "x\n"))])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unsupported {
+                backend: "kubernetes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains("s3cr3t"));
+
+    let to_build = Sandbox::code("b", "result = 1")
+        .output("result", Type::Int)
+        .build()
+        .unwrap();
+    let err = client
+        .run(&to_build, dockhand::NO_INPUTS)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("ImageSpec::prebuilt"), "{err}");
+
+    let session = client.session(dockhand::session::SessionConfig::new());
+    let err = session.start().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unsupported {
+                backend: "kubernetes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let host = client.code_host(dockhand::codemode::CodeHostConfig::new());
+    let err = host.start().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unsupported {
+                backend: "kubernetes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(fake.record(|r| r.created.is_empty()), "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_reap_removes_pods_of_a_lapsed_owner_and_keeps_its_own() {
+    let (client, fake) = with_script(Script::exits(0, "", counting())).await;
+    let dead = "0123456789abcdef0123456789abcdef";
+    fake.seed(
+        Some(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": format!("dockhand-owner-{dead}"), "uid": "dead-lease",
+                "labels": {"dev.dockhand.managed": "true", "dev.dockhand.kind": "owner-lease", "dev.dockhand.owner": dead}},
+            "spec": {"holderIdentity": "gone/1", "leaseDurationSeconds": 30,
+                "renewTime": "2026-01-01T00:00:00.000000Z"}
+        })),
+        Some(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "dockhand-count-left", "uid": "p1", "resourceVersion": "1",
+                "labels": {"dev.dockhand.managed": "true", "dev.dockhand.owner": dead}},
+            "spec": {"containers": [{"name": "program", "image": IMAGE}]}
+        })),
+    );
+    fake.seed(
+        None,
+        Some(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "not-dockhands", "uid": "p2", "resourceVersion": "1",
+                "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+        })),
+    );
+    let report = client.reap().await.unwrap();
+    assert_eq!(report.containers, vec!["dockhand-count-left".to_string()]);
+    let (leases, pods) = fake.record(|r| (r.leases.clone(), r.pods.clone()));
+    assert!(!leases.contains_key(&format!("dockhand-owner-{dead}")));
+    assert_eq!(
+        leases.len(),
+        1,
+        "this process's own lease stays: {leases:?}"
+    );
+    assert!(
+        pods.contains_key("not-dockhands"),
+        "a pod dockhand did not make stays"
+    );
+
+    // Dropping the client deletes its lease (and so, by garbage collection, its pods).
+    drop(client);
+    for _ in 0..100 {
+        if fake.record(|r| r.leases.is_empty()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the owner lease outlived its client");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_dockhand_backend_env_picks_the_cluster_from_the_kubeconfig() {
+    let (url, fake) = fake_api::start("from-env", Script::exits(0, "ok\n", counting())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
+             users:\n- name: sim\n  user: {{}}\ncontexts:\n- name: other\n  context:\n    cluster: sim\n    user: sim\n\
+             - name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: from-env\ncurrent-context: other\n"
+        ),
+    )
+    .unwrap();
+    // This test alone reads these variables; the others name their cluster in code.
+    std::env::set_var("KUBECONFIG", &kubeconfig);
+    std::env::set_var("DOCKHAND_BACKEND", "kubernetes");
+    std::env::set_var("DOCKHAND_KUBE_CONTEXT", "sim");
+    let client = Client::builder()
+        .cache_dir(dir.path().join("cache"))
+        .connect()
+        .await
+        .expect("DOCKHAND_BACKEND=kubernetes");
+    std::env::set_var("DOCKHAND_BACKEND", "swarm");
+    let bad = Client::connect().await.unwrap_err();
+    std::env::remove_var("DOCKHAND_BACKEND");
+    assert!(matches!(bad, Error::InvalidSpec { .. }), "{bad:?}");
+    assert_eq!(client.backend(), "kubernetes");
+    assert_eq!(client.endpoint().trim_end_matches('/'), url);
+    let out = client
+        .run(&count_lines(), [("text", text_file(&dir, "a\n"))])
+        .await
+        .unwrap();
+    assert_eq!(out.get::<i64>("lines").unwrap(), 1);
+    // The context's namespace was used.
+    let requests = fake.record(|r| r.requests.clone());
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("POST /api/v1/namespaces/from-env/pods")),
+        "{requests:#?}"
+    );
+}
