@@ -8,7 +8,7 @@
 //! answers into typed errors, and that it leaves nothing behind. The same
 //! scenarios run on a real cluster in tests/kube_cluster.rs.
 
-#[path = "kube/fake_api.rs"]
+#[path = "kube/fake_api/mod.rs"]
 mod fake_api;
 
 use std::sync::Arc;

@@ -103,6 +103,29 @@
 //! session.close().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! ## On a Kubernetes cluster
+//!
+//! With the `kubernetes` feature, one-shot runs go to a cluster as hardened
+//! pods, fed and read through attach streams; everything else a cluster
+//! cannot do yet is refused up front with [`Error::Unsupported`].
+//!
+//! ```no_run
+//! # #[cfg(feature = "kubernetes")]
+//! # async fn demo() -> dockhand::Result<()> {
+//! use dockhand::{Client, ImageSpec, KubeConfig, Sandbox, Type};
+//! let client = Client::builder()
+//!     .kubernetes(KubeConfig::infer().namespace("sandboxes")) // or DOCKHAND_BACKEND=kubernetes
+//!     .connect()
+//!     .await?;
+//! let job = Sandbox::command("hello", "echo")
+//!     .args(["hi"])
+//!     .image(ImageSpec::prebuilt("registry.example/tools:1"))
+//!     .build()?;
+//! let out = client.run(&job, dockhand::NO_INPUTS).await?;
+//! assert_eq!(out.stdout.text, "hi\n");
+//! # Ok(()) }
+//! ```
 
 pub(crate) mod archive;
 mod client;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
@@ -23,6 +23,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+
+mod kubelet;
+mod leases;
+use kubelet::{give_outputs, running, take_inputs, waiting};
+use leases::{create_lease, create_policy, delete_lease, get_lease, list_leases, patch_lease};
 
 /// Files of the inputs archive, by path inside `/var/inputs`.
 pub type Files = BTreeMap<String, Vec<u8>>;
@@ -200,7 +205,7 @@ impl Fake {
     }
 }
 
-fn status_body(code: u16, reason: &str, message: &str) -> Response {
+pub(super) fn status_body(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
         "status": "Failure", "message": message, "reason": reason, "code": code,
@@ -246,27 +251,7 @@ async fn version() -> Json<Value> {
     }))
 }
 
-fn waiting(name: &str, image: &str, reason: &str, message: Option<&str>) -> Value {
-    let mut state = json!({"reason": reason});
-    if let Some(m) = message {
-        state["message"] = json!(m);
-    }
-    json!({"name": name, "image": image, "imageID": "", "ready": false, "restartCount": 0,
-           "state": {"waiting": state}})
-}
-
-fn running(name: &str, image: &str) -> Value {
-    json!({"name": name, "image": image, "imageID": "", "ready": true, "restartCount": 0,
-           "started": true, "state": {"running": {"startedAt": "2026-11-26T12:00:00Z"}}})
-}
-
-fn terminated(name: &str, image: &str, code: i32, reason: &str) -> Value {
-    json!({"name": name, "image": image, "imageID": "", "ready": false, "restartCount": 0,
-           "state": {"terminated": {"exitCode": code, "reason": reason,
-             "startedAt": "2026-11-26T12:00:00Z", "finishedAt": "2026-11-26T12:00:01Z"}}})
-}
-
-fn image_of(pod: &Value) -> String {
+pub(super) fn image_of(pod: &Value) -> String {
     pod["spec"]["containers"][0]["image"]
         .as_str()
         .unwrap_or("")
@@ -331,7 +316,7 @@ async fn create_pod(
     (StatusCode::CREATED, Json(pod)).into_response()
 }
 
-fn matches_labels(object: &Value, selector: Option<&String>) -> bool {
+pub(super) fn matches_labels(object: &Value, selector: Option<&String>) -> bool {
     let Some(selector) = selector else {
         return true;
     };
@@ -341,7 +326,7 @@ fn matches_labels(object: &Value, selector: Option<&String>) -> bool {
     })
 }
 
-fn list(kind: &str, items: Vec<Value>, rv: u64) -> Json<Value> {
+pub(super) fn list(kind: &str, items: Vec<Value>, rv: u64) -> Json<Value> {
     Json(
         json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
     )
@@ -474,132 +459,6 @@ async fn attach(
         })
 }
 
-/// Reads stdin until the client closes it.
-async fn read_stdin(socket: &mut WebSocket, until_newline: bool) -> Vec<u8> {
-    let mut data = Vec::new();
-    while let Some(Ok(message)) = socket.recv().await {
-        match message {
-            Message::Binary(b) if b.first() == Some(&0) => {
-                data.extend_from_slice(&b[1..]);
-                if until_newline && data.contains(&b'\n') {
-                    break;
-                }
-            }
-            // v5: stdin closed.
-            Message::Binary(b) if b.as_ref() == [255, 0] => break,
-            Message::Close(_) => break,
-            _ => {}
-        }
-    }
-    data
-}
-
-async fn take_inputs(fake: Shared, name: String, mut socket: WebSocket) {
-    let tar = read_stdin(&mut socket, false).await;
-    let _ = socket.send(Message::Close(None)).await;
-    let mut files = Files::new();
-    let mut archive = tar::Archive::new(&tar[..]);
-    for entry in archive.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        if entry.header().entry_type().is_file() {
-            let path = entry.path().unwrap().to_string_lossy().into_owned();
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
-            files.insert(path, bytes);
-        }
-    }
-    fake.record(|r| r.inputs.insert(name.clone(), files.clone()));
-    let image = fake
-        .record(|r| r.pods.get(&name).map(image_of))
-        .unwrap_or_default();
-    fake.update(&name, |pod| {
-        pod["status"]["phase"] = json!("Running");
-        pod["status"]["initContainerStatuses"] =
-            json!([terminated("inputs", &image, 0, "Completed")]);
-        pod["status"]["containerStatuses"] =
-            json!([running("program", &image), running("outputs", &image)]);
-    });
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    match fake.script.outcome.clone() {
-        Outcome::Exit {
-            code,
-            reason,
-            log,
-            produce,
-        } => {
-            let outputs = produce(&files);
-            fake.record(|r| {
-                r.logs.insert(name.clone(), log);
-                r.inputs
-                    .insert(format!("{name}/outputs"), outputs.into_iter().collect());
-            });
-            fake.update(&name, |pod| {
-                pod["status"]["containerStatuses"] = json!([
-                    terminated("program", &image, code, reason),
-                    running("outputs", &image)
-                ]);
-            });
-        }
-        Outcome::Evicted => fake.update(&name, |pod| {
-            pod["status"]["phase"] = json!("Failed");
-            pod["status"]["reason"] = json!("Evicted");
-            pod["status"]["message"] = json!(
-                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 20Mi."
-            );
-            pod["status"]["containerStatuses"] = json!([
-                terminated("program", &image, 137, "Error"),
-                terminated("outputs", &image, 137, "Error")
-            ]);
-        }),
-        Outcome::NodeLost => fake.update(&name, |pod| {
-            pod["status"]["phase"] = json!("Unknown");
-            pod["status"]["reason"] = json!("NodeLost");
-            pod["status"]["message"] = json!(format!(
-                "Node kind-worker which was running pod {name} is unresponsive"
-            ));
-        }),
-        Outcome::Deleted => {
-            fake.remove_pod(&name);
-        }
-        Outcome::Hang => {}
-    }
-}
-
-async fn give_outputs(fake: Shared, name: String, mut socket: WebSocket) {
-    read_stdin(&mut socket, true).await;
-    let files = fake
-        .record(|r| r.inputs.get(&format!("{name}/outputs")).cloned())
-        .unwrap_or_default();
-    // As `tar -c -f - -C /var outputs` writes it.
-    let mut builder = tar::Builder::new(Vec::new());
-    let mut dir = tar::Header::new_gnu();
-    dir.set_entry_type(tar::EntryType::Directory);
-    dir.set_mode(0o777);
-    dir.set_size(0);
-    builder
-        .append_data(&mut dir, "outputs/", std::io::empty())
-        .unwrap();
-    for (path, bytes) in &files {
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(0o644);
-        header.set_size(bytes.len() as u64);
-        builder
-            .append_data(&mut header, format!("outputs/{path}"), &bytes[..])
-            .unwrap();
-    }
-    let tar = builder.into_inner().unwrap();
-    for chunk in tar.chunks(4096) {
-        let mut frame = vec![1u8];
-        frame.extend_from_slice(chunk);
-        let _ = socket.send(Message::Binary(frame.into())).await;
-    }
-    let status = format!("\u{3}{}", json!({"metadata": {}, "status": "Success"}));
-    let _ = socket
-        .send(Message::Binary(Bytes::from(status.into_bytes())))
-        .await;
-    let _ = socket.send(Message::Close(None)).await;
-}
-
 async fn log(State(fake): State<Shared>, Path((_, name)): Path<(String, String)>) -> Response {
     // As with `follow=true`: the body ends when the container does.
     loop {
@@ -618,120 +477,4 @@ async fn log(State(fake): State<Shared>, Path((_, name)): Path<(String, String)>
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn create_lease(State(fake): State<Shared>, Json(mut lease): Json<Value>) -> Response {
-    let name = lease["metadata"]["name"].as_str().unwrap_or("").to_string();
-    fake.record(|r| {
-        if r.leases.contains_key(&name) {
-            return status_body(
-                409,
-                "AlreadyExists",
-                &format!("leases.coordination.k8s.io \"{name}\" already exists"),
-            );
-        }
-        r.uid += 1;
-        lease["metadata"]["uid"] = json!(format!("11111111-0000-0000-0000-{:012}", r.uid));
-        r.leases.insert(name, lease.clone());
-        (StatusCode::CREATED, Json(lease)).into_response()
-    })
-}
-
-async fn get_lease(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
-) -> Response {
-    match fake.record(|r| r.leases.get(&name).cloned()) {
-        Some(lease) => Json(lease).into_response(),
-        None => status_body(
-            404,
-            "NotFound",
-            &format!("leases.coordination.k8s.io \"{name}\" not found"),
-        ),
-    }
-}
-
-async fn patch_lease(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
-    body: Bytes,
-) -> Response {
-    let patch: Value = serde_json::from_slice(&body).unwrap_or_default();
-    fake.record(|r| match r.leases.get_mut(&name) {
-        Some(lease) => {
-            if let Some(renewed) = patch["spec"].get("renewTime") {
-                lease["spec"]["renewTime"] = renewed.clone();
-            }
-            Json(lease.clone()).into_response()
-        }
-        None => status_body(
-            404,
-            "NotFound",
-            &format!("leases.coordination.k8s.io \"{name}\" not found"),
-        ),
-    })
-}
-
-async fn list_leases(
-    State(fake): State<Shared>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
-    let (items, rv) = fake.record(|r| {
-        let items = r
-            .leases
-            .values()
-            .filter(|l| matches_labels(l, q.get("labelSelector")))
-            .cloned()
-            .collect();
-        (items, r.rv)
-    });
-    list("LeaseList", items, rv).into_response()
-}
-
-/// Deletes the lease, and (as the garbage collector would) the pods it owns.
-async fn delete_lease(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
-) -> Response {
-    let Some(lease) = fake.record(|r| r.leases.remove(&name)) else {
-        return status_body(
-            404,
-            "NotFound",
-            &format!("leases.coordination.k8s.io \"{name}\" not found"),
-        );
-    };
-    let uid = lease["metadata"]["uid"].clone();
-    let owned: Vec<String> = fake.record(|r| {
-        r.pods
-            .iter()
-            .filter(|(_, p)| {
-                p["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
-            })
-            .map(|(n, _)| n.clone())
-            .collect()
-    });
-    for pod in owned {
-        fake.remove_pod(&pod);
-    }
-    Json(lease).into_response()
-}
-
-async fn create_policy(State(fake): State<Shared>, Json(policy): Json<Value>) -> Response {
-    let name = policy["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    fake.record(|r| {
-        if r.policies.contains_key(&name) {
-            return status_body(
-                409,
-                "AlreadyExists",
-                &format!("networkpolicies.networking.k8s.io \"{name}\" already exists"),
-            );
-        }
-        r.policies.insert(name, policy.clone());
-        (StatusCode::CREATED, Json(policy)).into_response()
-    })
 }
