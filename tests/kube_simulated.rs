@@ -409,7 +409,12 @@ async fn simulated_what_the_cluster_cannot_do_is_refused_before_anything_is_made
     let with_secret = Sandbox::command("s", "true")
         .input("text", Type::File)
         .image(ImageSpec::prebuilt(IMAGE))
-        .secret(Secret::value("TOKEN", "s3cr3t-value"))
+        .network(dockhand::Egress::allow(["api.example.com"]))
+        .secret(Secret::for_hosts(
+            "TOKEN",
+            "s3cr3t-value",
+            ["api.example.com"],
+        ))
         .build()
         .unwrap();
     let err = client
@@ -463,6 +468,76 @@ async fn simulated_what_the_cluster_cannot_do_is_refused_before_anything_is_made
         "{err:?}"
     );
     assert!(fake.record(|r| r.created.is_empty()), "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_secrets_travel_in_a_secret_object_owned_by_the_pod_and_are_redacted() {
+    // The program prints its secret: what comes back must not hold it.
+    let (client, fake) = with_script(Script::exits(
+        0,
+        "token=s3cr3t-value-1234\n",
+        Arc::new(|_| vec![("lines".to_string(), b"1\n".to_vec())]),
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let job = Sandbox::command("count", "sh")
+        .args([
+            "-c",
+            "echo token=$TOKEN; grep -c . {{text}} > /var/outputs/lines",
+        ])
+        .input("text", Type::File)
+        .output("lines", Type::Int)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .secret(Secret::value("TOKEN", "s3cr3t-value-1234"))
+        .secret(Secret::value("KEY", "another-s3cr3t").as_file())
+        .build()
+        .unwrap();
+    let out = client
+        .run(&job, [("text", text_file(&dir, "x\n"))])
+        .await
+        .expect("a run with secrets");
+    assert_eq!(out.get::<i64>("lines").unwrap(), 1);
+    assert!(!out.stdout.text.contains("s3cr3t"), "{:?}", out.stdout.text);
+    assert!(!format!("{out:?}").contains("s3cr3t"));
+
+    let (pod, secret) = fake.record(|r| (r.created[0].clone(), r.secrets_created[0].clone()));
+    let pod_text = pod.to_string();
+    assert!(!pod_text.contains("s3cr3t"), "values never in the pod spec");
+    let object = secret["metadata"]["name"].as_str().unwrap().to_string();
+    assert_eq!(secret["stringData"]["TOKEN"], json!("s3cr3t-value-1234"));
+    assert_eq!(secret["stringData"]["KEY"], json!("another-s3cr3t"));
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["kind"],
+        json!("Lease")
+    );
+    let program = &pod["spec"]["containers"][0];
+    let token = program["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "TOKEN")
+        .unwrap();
+    assert_eq!(
+        token["valueFrom"]["secretKeyRef"],
+        json!({"name": object, "key": "TOKEN", "optional": false})
+    );
+    assert!(pod_text.contains("/run/secrets"));
+    // Handed to the pod, and gone with it.
+    let requests = fake.record(|r| r.requests.clone());
+    let create = position(&requests, 0, |r| {
+        r.starts_with("POST /api/v1/namespaces/sim/secrets")
+    });
+    let pod_made = position(&requests, create, |r| {
+        r.starts_with("POST /api/v1/namespaces/sim/pods")
+    });
+    position(&requests, pod_made, |r| {
+        r.starts_with(&format!("PATCH /api/v1/namespaces/sim/secrets/{object}"))
+    });
+    assert_no_pods_left(&fake).await;
+    assert!(
+        fake.record(|r| r.secrets.is_empty()),
+        "the Secret went with its pod"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

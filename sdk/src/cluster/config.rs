@@ -118,24 +118,7 @@ impl KubeConfig {
     /// The backend `DOCKHAND_BACKEND` asks for: `None` for Docker (unset,
     /// empty or `docker`), a config for `kubernetes`.
     pub(crate) fn from_env() -> Result<Option<KubeConfig>> {
-        let backend = std::env::var("DOCKHAND_BACKEND").unwrap_or_default();
-        match backend.trim() {
-            "" | "docker" => Ok(None),
-            "kubernetes" | "k8s" => {
-                let mut config = KubeConfig::infer();
-                if let Some(context) = non_empty_env("DOCKHAND_KUBE_CONTEXT") {
-                    config = config.context(context);
-                }
-                if let Some(namespace) = non_empty_env("DOCKHAND_KUBE_NAMESPACE") {
-                    config = config.namespace(namespace);
-                }
-                Ok(Some(config))
-            }
-            other => Err(Error::spec(
-                "DOCKHAND_BACKEND",
-                format!("`{other}` is not a backend; use `docker` or `kubernetes`"),
-            )),
-        }
+        backend_choice(&std::env::var("DOCKHAND_BACKEND").unwrap_or_default())
     }
 
     /// The kube-rs configuration, and the server's URL for messages.
@@ -181,6 +164,27 @@ impl KubeConfig {
         };
         let server = config.cluster_url.to_string();
         Ok((config, server))
+    }
+}
+
+/// The config a `DOCKHAND_BACKEND` value asks for.
+pub(super) fn backend_choice(backend: &str) -> Result<Option<KubeConfig>> {
+    match backend.trim() {
+        "" | "docker" => Ok(None),
+        "kubernetes" | "k8s" => {
+            let mut config = KubeConfig::infer();
+            if let Some(context) = non_empty_env("DOCKHAND_KUBE_CONTEXT") {
+                config = config.context(context);
+            }
+            if let Some(namespace) = non_empty_env("DOCKHAND_KUBE_NAMESPACE") {
+                config = config.namespace(namespace);
+            }
+            Ok(Some(config))
+        }
+        other => Err(Error::spec(
+            "DOCKHAND_BACKEND",
+            format!("`{other}` is not a backend; use `docker` or `kubernetes`"),
+        )),
     }
 }
 

@@ -18,6 +18,9 @@ mod api;
 mod config;
 mod owner;
 mod pods;
+mod secrets;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 

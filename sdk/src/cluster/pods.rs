@@ -178,7 +178,7 @@ impl<'a> PodView<'a> {
 
 impl Cluster {
     /// Creates `pod`, owned by a guard made before the request.
-    pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<PodGuard> {
+    pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<(PodGuard, String)> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api = self.pods();
         let guard = PodGuard {
@@ -187,10 +187,11 @@ impl Cluster {
             namespace: self.namespace().to_string(),
             armed: true,
         };
-        api.create(&PostParams::default(), pod)
+        let made = api
+            .create(&PostParams::default(), pod)
             .await
             .map_err(|e| Call::new("create", "pods", self.namespace(), &name).error(e))?;
-        Ok(guard)
+        Ok((guard, made.metadata.uid.unwrap_or_default()))
     }
 
     /// Watches pod `name` until `decide` answers. A watch the server ends

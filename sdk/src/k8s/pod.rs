@@ -246,6 +246,12 @@ pub(super) fn pod_spec(
         share_process_namespace: Some(false),
         runtime_class_name: runtime_class,
         security_context: Some(PodSecurityContext {
+            // Secret files are root:fsGroup; the program reads them through its group.
+            fs_group: spec
+                .user
+                .as_deref()
+                .and_then(|u| user_ids(u).ok())
+                .and_then(|(_, gid)| gid),
             seccomp_profile: Some(SeccompProfile {
                 type_: "RuntimeDefault".into(),
                 ..Default::default()

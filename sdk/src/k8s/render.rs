@@ -150,12 +150,12 @@ fn secret_refs(
                     .map(|f| k8s_openapi::api::core::v1::KeyToPath {
                         key: f.clone(),
                         path: f.clone(),
-                        mode: Some(0o400),
+                        mode: Some(0o440),
                         ..Default::default()
                     })
                     .collect(),
             ),
-            default_mode: Some(0o400),
+            default_mode: Some(0o440),
             optional: Some(false),
             ..Default::default()
         }),

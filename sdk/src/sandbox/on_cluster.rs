@@ -26,10 +26,10 @@ pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";
 pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
     let rt = &sandbox.runtime;
     let refuse = |feature: &str, hint: &str| Err(crate::cluster::unsupported(feature, hint));
-    if !rt.secrets.is_empty() {
+    if rt.secrets.iter().any(|s| s.hosts().is_some()) {
         return refuse(
-            "secrets in one-shot runs",
-            "put the values in a Kubernetes Secret and read it from the image, or run on Docker",
+            "secrets bound to hosts",
+            "bound secrets need dockhand's egress gateway, which runs on Docker only; pass the secret unbound, or run on Docker",
         );
     }
     match &rt.network {
@@ -66,7 +66,11 @@ pub(super) async fn attempt(
         sandbox.name,
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     ));
-    let opts = cluster.render_options(&prepared.image.reference, &name);
+    let secret_object = format!("{name}-secrets");
+    let mut opts = cluster.render_options(&prepared.image.reference, &name);
+    if !prepared.secrets.is_empty() {
+        opts = opts.secrets_object(secret_object.clone());
+    }
     let manifests = crate::k8s::one_shot_pod(sandbox, command.clone(), number, &opts)?;
     let mut pod = manifests
         .objects()
@@ -92,7 +96,29 @@ pub(super) async fn attempt(
     let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit, secrets.clone());
     let stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit, secrets);
 
-    let guard = within(deadline, cluster.create_pod(&pod)).await?;
+    // The values travel in a Secret object only, never in the pod spec: owned
+    // by this process's lease until the pod exists, then by the pod, so the
+    // garbage collector removes it with whichever goes first.
+    if !prepared.secrets.is_empty() {
+        let made = cluster.create_secret(&secret_object, &prepared.secrets, &pod.metadata);
+        within(deadline, made).await?;
+    }
+    let (guard, uid) = match within(deadline, cluster.create_pod(&pod)).await {
+        Ok(made) => made,
+        Err(e) => {
+            if !prepared.secrets.is_empty() {
+                cluster.delete_secret_in_background(&secret_object);
+            }
+            return Err(e);
+        }
+    };
+    if !prepared.secrets.is_empty() {
+        within(
+            deadline,
+            cluster.give_secret_to_pod(&secret_object, &name, &uid),
+        )
+        .await?;
+    }
     let ran = async {
         // Inputs first: until they are in, nothing of the program runs.
         cluster

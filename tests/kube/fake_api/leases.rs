@@ -1,4 +1,4 @@
-//! Leases and NetworkPolicies of the simulated API server, with the
+//! Leases, Secrets and NetworkPolicies of the simulated API server, with the
 //! garbage collector's part: a deleted lease takes the pods it owns.
 
 use std::collections::BTreeMap;
@@ -132,4 +132,55 @@ pub(super) async fn create_policy(
         r.policies.insert(name, policy.clone());
         (StatusCode::CREATED, Json(policy)).into_response()
     })
+}
+
+pub(super) async fn create_secret(
+    State(fake): State<Shared>,
+    Json(mut secret): Json<Value>,
+) -> Response {
+    let name = secret["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    fake.record(|r| {
+        if r.secrets.contains_key(&name) {
+            return status_body(
+                409,
+                "AlreadyExists",
+                &format!("secrets \"{name}\" already exists"),
+            );
+        }
+        r.secrets_created.push(secret.clone());
+        r.uid += 1;
+        secret["metadata"]["uid"] = json!(format!("22222222-0000-0000-0000-{:012}", r.uid));
+        r.secrets.insert(name, secret.clone());
+        (StatusCode::CREATED, Json(secret)).into_response()
+    })
+}
+
+pub(super) async fn patch_secret(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let patch: Value = serde_json::from_slice(&body).unwrap_or_default();
+    fake.record(|r| match r.secrets.get_mut(&name) {
+        Some(secret) => {
+            if let Some(owners) = patch["metadata"].get("ownerReferences") {
+                secret["metadata"]["ownerReferences"] = owners.clone();
+            }
+            Json(secret.clone()).into_response()
+        }
+        None => status_body(404, "NotFound", &format!("secrets \"{name}\" not found")),
+    })
+}
+
+pub(super) async fn delete_secret(
+    State(fake): State<Shared>,
+    Path((_, name)): Path<(String, String)>,
+) -> Response {
+    match fake.record(|r| r.secrets.remove(&name)) {
+        Some(secret) => Json(secret).into_response(),
+        None => status_body(404, "NotFound", &format!("secrets \"{name}\" not found")),
+    }
 }

@@ -27,7 +27,10 @@ use serde_json::{json, Value};
 mod kubelet;
 mod leases;
 use kubelet::{give_outputs, running, take_inputs, waiting};
-use leases::{create_lease, create_policy, delete_lease, get_lease, list_leases, patch_lease};
+use leases::{
+    create_lease, create_policy, create_secret, delete_lease, delete_secret, get_lease,
+    list_leases, patch_lease, patch_secret,
+};
 
 /// Files of the inputs archive, by path inside `/var/inputs`.
 pub type Files = BTreeMap<String, Vec<u8>>;
@@ -97,6 +100,9 @@ pub struct Record {
     pub pods: BTreeMap<String, Value>,
     pub leases: BTreeMap<String, Value>,
     pub policies: BTreeMap<String, Value>,
+    pub secrets: BTreeMap<String, Value>,
+    /// Every Secret ever created, as sent.
+    pub secrets_created: Vec<Value>,
     /// Every pod that was ever created, as the backend sent it.
     pub created: Vec<Value>,
     events: Vec<(u64, String, &'static str, Value)>,
@@ -144,6 +150,14 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
         .route(
             "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
             get(get_lease).patch(patch_lease).delete(delete_lease),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/secrets",
+            axum::routing::post(create_secret),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/secrets/{name}",
+            axum::routing::patch(patch_secret).delete(delete_secret),
         )
         .route(
             "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
@@ -195,6 +209,13 @@ impl Fake {
     fn remove_pod(&self, name: &str) -> Option<Value> {
         let (pod, rv) = self.record(|r| {
             let pod = r.pods.remove(name)?;
+            // The garbage collector: what the pod owned goes with it.
+            let uid = pod["metadata"]["uid"].clone();
+            r.secrets.retain(|_, s| {
+                !s["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
+            });
             r.rv += 1;
             r.events
                 .push((r.rv, name.to_string(), "DELETED", pod.clone()));
