@@ -594,6 +594,29 @@ async fn simulated_reap_removes_pods_of_a_lapsed_owner_and_keeps_its_own() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn simulated_dropping_one_client_leaves_another_clients_runs_alone() {
+    let (url, fake) = fake_api::start("sim", Script::exits(0, "", counting())).await;
+    let first = connect(&url).await.unwrap();
+    let second = connect(&url).await.unwrap();
+    assert_eq!(fake.record(|r| r.leases.len()), 2, "a lease per connection");
+    drop(first);
+    for _ in 0..100 {
+        if fake.record(|r| r.leases.len()) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(fake.record(|r| r.leases.len()), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let out = second
+        .run(&count_lines(), [("text", text_file(&dir, "a\nb\n"))])
+        .await
+        .expect("the other client runs on");
+    assert_eq!(out.get::<i64>("lines").unwrap(), 2);
+    assert_no_pods_left(&fake).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn simulated_dockhand_backend_env_picks_the_cluster_from_the_kubeconfig() {
     let (url, fake) = fake_api::start("from-env", Script::exits(0, "ok\n", counting())).await;
     let dir = tempfile::tempdir().unwrap();

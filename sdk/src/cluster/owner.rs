@@ -45,7 +45,11 @@ impl Owner {
         duration: Option<Duration>,
     ) -> Result<Owner> {
         let id = labels::session_id().to_string();
-        let name = format!("dockhand-owner-{id}");
+        // One lease per connection, not per process: dropping one client
+        // must not take the pods of another client of the same process
+        // with its lease. The owner label (the process) is shared.
+        let connection = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let name = format!("dockhand-owner-{id}-{connection}");
         let duration = duration
             .unwrap_or(LEASE_DURATION)
             .max(Duration::from_secs(3));
@@ -75,16 +79,10 @@ impl Owner {
                 ..Default::default()
             }),
         };
-        let call = Call::new("create", "leases", namespace, &name);
-        let made = match leases.create(&PostParams::default(), &lease).await {
-            Ok(made) => made,
-            // A second client of this process: one lease serves both.
-            Err(e) if super::api::is_conflict(&e) => leases
-                .get(&name)
-                .await
-                .map_err(|e| Call::new("get", "leases", namespace, &name).error(e))?,
-            Err(e) => return Err(call.error(e)),
-        };
+        let made = leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .map_err(|e| Call::new("create", "leases", namespace, &name).error(e))?;
         let uid = made.metadata.uid.unwrap_or_default();
         let heartbeat = tokio::spawn(renew(
             client.clone(),
