@@ -9,11 +9,11 @@ use std::time::Instant;
 use futures::AsyncBufReadExt;
 
 use super::capture::{StreamBuffer, StreamKind};
-use super::outputs;
-use super::run::{collect_streamed, within, JobDelivery, Prepared, RunOptions, RunOutput};
+use super::run::{
+    collect_streamed, conclude, within, JobDelivery, Prepared, RunOptions, RunOutput,
+};
 use super::runtime::Network;
 use super::spec::Sandbox;
-use super::verdict::{verdict, Ended};
 use crate::cluster::{Cluster, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
@@ -214,24 +214,12 @@ pub(super) async fn attempt(
     };
     let stdout = stdout.finish(handler.as_ref());
     let stderr = stderr.finish(handler.as_ref());
-    verdict(&Ended {
-        status: &status,
-        report: collected.status.as_ref(),
-        stdout: &stdout.text,
-        stderr: &stderr.text,
-        runtime: rt,
-        program: &sandbox.program,
-        secrets: &prepared.redactions,
-    })?;
-    let outputs = outputs::parse(collected, &sandbox.outputs)?;
-    Ok(RunOutput {
-        outputs,
-        exit_code: status.code,
-        stdout,
-        stderr,
-        duration: started.elapsed(),
-        image: prepared.image.reference.clone(),
-        cached: false,
-        attempts: Vec::new(),
-    })
+    conclude(
+        sandbox,
+        prepared,
+        &status,
+        collected,
+        (stdout, stderr),
+        started,
+    )
 }

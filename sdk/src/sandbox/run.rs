@@ -514,27 +514,47 @@ impl Client {
             }
         };
 
-        verdict(&Ended {
-            status: &status,
-            report: collected.status.as_ref(),
-            stdout: &stdout.text,
-            stderr: &stderr.text,
-            runtime: rt,
-            program: &sandbox.program,
-            secrets: &prepared.redactions,
-        })?;
-        let outputs = outputs::parse(collected, &sandbox.outputs)?;
-        Ok(RunOutput {
-            outputs,
-            exit_code: status.code,
-            stdout,
-            stderr,
-            duration: started.elapsed(),
-            image: prepared.image.reference.clone(),
-            cached: false,
-            attempts: Vec::new(),
-        })
+        conclude(
+            sandbox,
+            prepared,
+            &status,
+            collected,
+            (stdout, stderr),
+            started,
+        )
     }
+}
+
+/// An attempt's result from how its program ended, what it printed and
+/// what it left in /var/outputs: on any backend, the same verdict.
+pub(super) fn conclude(
+    sandbox: &Sandbox,
+    prepared: &Prepared,
+    status: &ExitStatus,
+    collected: outputs::Collected,
+    (stdout, stderr): (CapturedText, CapturedText),
+    started: Instant,
+) -> Result<RunOutput> {
+    verdict(&Ended {
+        status,
+        report: collected.status.as_ref(),
+        stdout: &stdout.text,
+        stderr: &stderr.text,
+        runtime: &sandbox.runtime,
+        program: &sandbox.program,
+        secrets: &prepared.redactions,
+    })?;
+    let outputs = outputs::parse(collected, &sandbox.outputs)?;
+    Ok(RunOutput {
+        outputs,
+        exit_code: status.code,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+        image: prepared.image.reference.clone(),
+        cached: false,
+        attempts: Vec::new(),
+    })
 }
 
 /// Passes on what the runner's ends still held back; returns the frame, if a
