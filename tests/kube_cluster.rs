@@ -9,9 +9,16 @@
 //! another) and namespace (`DOCKHAND_KUBE_NAMESPACE` for another; the
 //! account needs the Role of docs/scale-out.md there), and an image the
 //! nodes can pull with `sh`, `grep` and `tar` (`DOCKHAND_KUBE_IMAGE`,
-//! default `busybox:1.36`). Without `DOCKHAND_KUBE_TEST` every test here
+//! default `busybox:1.36`), one with `python3` for sessions
+//! (`DOCKHAND_KUBE_PYTHON_IMAGE`, default `python:3.12-slim`) and, for the
+//! code host, a code host image dockhand made and you pushed
+//! (`DOCKHAND_KUBE_CODE_HOST_IMAGE`: `Client::code_host_image` makes it on
+//! a Docker daemon; that test says so and passes without it), and for the
+//! kernel a kernel image you pushed (`DOCKHAND_KUBE_KERNEL_IMAGE`). Without
+//! `DOCKHAND_KUBE_TEST` every test here
 //! prints how to run it and passes: no cluster can run on the machines CI
-//! uses (tests/kube_simulated.rs covers the request flow there).
+//! uses (tests/kube_simulated.rs and kube_simulated_hosts.rs cover the
+//! request flow there).
 
 use std::time::Duration;
 
@@ -119,5 +126,210 @@ async fn cluster_exit_code_and_timeout() {
         .unwrap();
     let err = client.run(&hang, dockhand::NO_INPUTS).await.unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_nothing_left(&client).await;
+}
+
+/// An image the nodes can pull with python3 for the session agent
+/// (`DOCKHAND_KUBE_PYTHON_IMAGE`, default `python:3.12-slim`).
+fn python_image() -> String {
+    std::env::var("DOCKHAND_KUBE_PYTHON_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_session_exec_and_edit() {
+    use dockhand::session::{Edit, SessionApi, SessionConfig};
+    if !enabled("cluster_session_exec_and_edit") {
+        return;
+    }
+    let client = client().await;
+    let session = client.session(
+        SessionConfig::new()
+            .image(ImageSpec::prebuilt(python_image()))
+            .name("cluster-test"),
+    );
+    session.start().await.expect("the session pod starts");
+    session
+        .write_file(
+            "calc.py",
+            b"def add(a, b):\n    return a - b\nprint(add(2, 3))\n",
+        )
+        .await
+        .unwrap();
+    session
+        .edit_file("calc.py", &[Edit::replace("return a - b", "return a + b")])
+        .await
+        .unwrap();
+    let ran = session.exec("python3 calc.py").await.unwrap();
+    assert_eq!(ran.stdout.trim(), "5", "{ran:?}");
+    let failed = session.exec("exit 4").await.unwrap();
+    assert_eq!(failed.exit_code, 4);
+    // Offline by default: the namespace's policy (where the cluster's
+    // network plugin enforces NetworkPolicy).
+    session.close().await.unwrap();
+    assert_nothing_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_code_host_with_a_tool() {
+    use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+    if !enabled("cluster_code_host_with_a_tool") {
+        return;
+    }
+    let Ok(image) = std::env::var("DOCKHAND_KUBE_CODE_HOST_IMAGE") else {
+        eprintln!(
+            "skipped cluster_code_host_with_a_tool: set DOCKHAND_KUBE_CODE_HOST_IMAGE to a code host \
+             image the nodes pull (make it with `Client::code_host_image` on Docker, then push it)"
+        );
+        return;
+    };
+    let client = client().await;
+    let host = client.code_host(
+        CodeHostConfig::new()
+            .image(ImageSpec::prebuilt(image))
+            .start_timeout(Duration::from_secs(300)),
+    );
+    let tools = Toolset::new().tool(
+        Tool::new("add", "Adds.")
+            .param("a", ParamType::Int, "")
+            .param("b", ParamType::Int, "")
+            .handler(|args| async move {
+                Ok(serde_json::json!(
+                    args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+                ))
+            }),
+    );
+    let done = host
+        .execute(
+            "total = add(a=2, b=3)\nprint('total', total)\ntotal * 2",
+            serde_json::json!({}),
+            &tools,
+        )
+        .await
+        .expect("code mode on the cluster");
+    assert_eq!(done.value, serde_json::json!(10));
+    assert_eq!(done.stdout, "total 5\n");
+    host.close().await.unwrap();
+    assert_nothing_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_session_pool_handover() {
+    use dockhand::pool::PoolConfig;
+    use dockhand::session::{SessionApi, SessionConfig};
+    if !enabled("cluster_session_pool_handover") {
+        return;
+    }
+    let client = client().await;
+    let pool = client
+        .session_pool(
+            SessionConfig::new().image(ImageSpec::prebuilt(python_image())),
+            PoolConfig::new(2),
+        )
+        .await
+        .unwrap();
+    assert!(
+        pool.wait_ready(Duration::from_secs(300)).await,
+        "{:?}",
+        pool.stats()
+    );
+    let started = std::time::Instant::now();
+    let session = pool.session().await.unwrap();
+    let handover = started.elapsed();
+    assert_eq!(session.exec("echo warm").await.unwrap().stdout, "warm\n");
+    eprintln!("handover took {handover:?}");
+    pool.shutdown().await;
+    session.close().await.unwrap();
+    assert_nothing_left(&client).await;
+}
+
+const CHILD_ENV: &str = "DOCKHAND_KUBE_OWNER_CHILD";
+
+/// Run as a child process by the owner-death test: starts a session pod
+/// with a short owner lease, prints its name, waits to be killed.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "run as a child process by cluster_owner_death"]
+async fn cluster_owner_child() {
+    use dockhand::session::SessionConfig;
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let mut config = KubeConfig::infer().lease_duration(Duration::from_secs(10));
+    if let Ok(context) = std::env::var("DOCKHAND_KUBE_CONTEXT") {
+        config = config.context(context);
+    }
+    if let Ok(namespace) = std::env::var("DOCKHAND_KUBE_NAMESPACE") {
+        config = config.namespace(namespace);
+    }
+    let client = Client::builder()
+        .kubernetes(config)
+        .connect()
+        .await
+        .unwrap();
+    let session = client.session(SessionConfig::new().image(ImageSpec::prebuilt(python_image())));
+    session.start().await.expect("the session starts");
+    println!("pod {}", session.describe().container_id.unwrap());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_owner_death() {
+    use std::io::BufRead;
+    if !enabled("cluster_owner_death") {
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cluster_owner_child", "--ignored", "--nocapture"])
+        .env(CHILD_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let pod = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("pod ").map(String::from))
+        .expect("the child started a session");
+    child.kill().unwrap();
+    let _ = child.wait();
+    // Another process's client sweeps the lapsed lease; the garbage
+    // collector takes the pod with it.
+    let client = client().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = client.reap().await.unwrap();
+        if report.containers.contains(&pod) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead owner's pod {pod} was not reaped"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert_nothing_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_kernel_with_a_chart() {
+    if !enabled("cluster_kernel_with_a_chart") {
+        return;
+    }
+    let Ok(image) = std::env::var("DOCKHAND_KUBE_KERNEL_IMAGE") else {
+        eprintln!(
+            "skipped cluster_kernel_with_a_chart: set DOCKHAND_KUBE_KERNEL_IMAGE to a kernel image \
+             the nodes pull (make it on Docker with `client.resolve_image(&KernelConfig::data_science().container_image())`, then push it)"
+        );
+        return;
+    };
+    let client = client().await;
+    let kernel = client
+        .kernel(dockhand::kernel::KernelConfig::data_science().image(ImageSpec::prebuilt(image)));
+    kernel.start().await.expect("the kernel's pod starts");
+    let sum = kernel.run("x = 20\nx + 22").await.unwrap();
+    assert_eq!(sum.text(), Some("42"));
+    let chart = kernel.run("plt.plot([1, 2, 3], [2, 4, 8])").await.unwrap();
+    let png = chart.results.iter().find_map(|r| r.png()).expect("a chart");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    kernel.session().close().await.unwrap();
     assert_nothing_left(&client).await;
 }

@@ -1,4 +1,5 @@
-//! The Kubernetes backend against a SIMULATED API server (tests/kube/fake_api.rs).
+//! The Kubernetes backend's one-shots against a SIMULATED API server
+//! (tests/kube/fake_api); sessions are in kube_simulated_session.rs.
 //!
 //! These are simulations: no control plane can run on this machine. The
 //! server speaks real HTTP and real attach WebSockets and answers as an API
@@ -8,19 +9,16 @@
 //! answers into typed errors, and that it leaves nothing behind. The same
 //! scenarios run on a real cluster in tests/kube_cluster.rs.
 
-#[path = "kube/fake_api/mod.rs"]
-mod fake_api;
+#[path = "kube/mod.rs"]
+mod sim;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dockhand::{
-    CacheMode, Client, ClusterError, Error, ImageSpec, KubeConfig, Sandbox, Secret, Type, Value,
-};
-use fake_api::{Files, Outcome, Script, Shared};
+use dockhand::{CacheMode, Client, ClusterError, Error, ImageSpec, Sandbox, Secret, Type, Value};
 use serde_json::json;
-
-const IMAGE: &str = "registry.example/tools:1";
+use sim::fake_api::{self, Files, Outcome, Script, Shared};
+use sim::{assert_no_pods_left, connect, position, with_script, IMAGE};
 
 /// Counts the non-empty lines of its File input, as `grep -c .` would.
 fn count_lines() -> Sandbox {
@@ -50,46 +48,10 @@ fn counting() -> fake_api::Produce {
     })
 }
 
-async fn connect(url: &str) -> dockhand::Result<Client> {
-    Client::builder()
-        .kubernetes(KubeConfig::url(url).namespace("sim"))
-        .cache_dir(std::env::temp_dir().join("dockhand-kube-sim-cache"))
-        .connect()
-        .await
-}
-
-async fn with_script(script: Script) -> (Client, Shared) {
-    let (url, fake) = fake_api::start("sim", script).await;
-    let client = connect(&url)
-        .await
-        .expect("connect to the simulated API server");
-    (client, fake)
-}
-
 fn text_file(dir: &tempfile::TempDir, text: &str) -> Value {
     let path = dir.path().join("notes.txt");
     std::fs::write(&path, text).unwrap();
     Value::file(path)
-}
-
-/// Waits (bounded) until the simulated namespace holds no pod.
-async fn assert_no_pods_left(fake: &Shared) {
-    for _ in 0..100 {
-        if fake.record(|r| r.pods.is_empty()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let left: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
-    panic!("pods left behind: {left:?}");
-}
-
-fn position(requests: &[String], from: usize, wanted: impl Fn(&str) -> bool) -> usize {
-    requests[from..]
-        .iter()
-        .position(|r| wanted(r))
-        .map(|i| i + from)
-        .unwrap_or_else(|| panic!("no request after #{from} as expected in {requests:#?}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -500,7 +462,7 @@ async fn simulated_secrets_travel_in_a_secret_object_owned_by_the_pod_and_are_re
     assert!(!out.stdout.text.contains("s3cr3t"), "{:?}", out.stdout.text);
     assert!(!format!("{out:?}").contains("s3cr3t"));
 
-    let (pod, secret) = fake.record(|r| (r.created[0].clone(), r.secrets_created[0].clone()));
+    let (pod, secret) = fake.record(|r| (r.created[0].clone(), r.companions_created[0].1.clone()));
     let pod_text = pod.to_string();
     assert!(!pod_text.contains("s3cr3t"), "values never in the pod spec");
     let object = secret["metadata"]["name"].as_str().unwrap().to_string();

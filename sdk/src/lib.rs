@@ -107,8 +107,10 @@
 //! ## On a Kubernetes cluster
 //!
 //! With the `kubernetes` feature, one-shot runs go to a cluster as hardened
-//! pods, fed and read through attach streams; everything else a cluster
-//! cannot do yet is refused up front with [`Error::Unsupported`].
+//! pods, fed and read through attach streams, and sessions, code hosts and
+//! kernels (and their pools) run as pods whose agent or bridge speaks over its
+//! attach stream; everything
+//! else a cluster cannot do yet is refused up front with [`Error::Unsupported`].
 //!
 //! ```no_run
 //! # #[cfg(feature = "kubernetes")]
@@ -135,6 +137,7 @@ pub mod codemode;
 mod egress;
 pub(crate) mod engine;
 pub mod error;
+mod held;
 pub mod image;
 #[cfg(feature = "kubernetes")]
 pub mod k8s;

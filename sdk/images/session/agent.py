@@ -15,6 +15,7 @@ threads, so a long command does not hold up a file read.
                  {"type": "stat", "id", "path"}
                  {"type": "mkdir", "id", "path"}
                  {"type": "move", "id", "path", "destination"}
+                 {"type": "hello"}                          (answered with another "ready")
   agent -> host  {"type": "ready"}
                  {"type": "started", "id", "pid"}   (an exec with "report_pid", before its output)
                  {"type": "chunk", "id", "stream": "stdout" | "stderr", "data"}
@@ -546,6 +547,11 @@ def serve(line):
         return
     if req.get("type") == "resize":
         resize(req)
+        return
+    # A host that attached after the agent started (a pod on a cluster)
+    # missed the first `ready`: say it again.
+    if req.get("type") == "hello":
+        send({"type": "ready", "pid": os.getpid()})
         return
     # Every pid in use (a command's fork bomb): end what used them up and
     # try again for a moment, since a bomb's remains take a while to go;

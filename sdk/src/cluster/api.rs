@@ -95,3 +95,39 @@ pub(crate) fn is_not_found(error: &kube::Error) -> bool {
 pub(crate) fn is_conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 409)
 }
+
+/// Deletes `name` on a task of its own, for a guard that dropped. A 404 is
+/// tried again twice (1 s, then 4 s later): the create request of a future
+/// dropped mid-flight can reach the server after the first delete, and the
+/// object would otherwise live until its owner's lease ends.
+pub(crate) fn delete_in_background<K>(
+    api: kube::Api<K>,
+    name: String,
+    params: kube::api::DeleteParams,
+) where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(object = %name, "no runtime to delete an object; its owner lease will collect it");
+        return;
+    };
+    runtime.spawn(async move {
+        for wait in [0, 1, 4] {
+            tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            match api.delete(&name, &params).await {
+                Ok(_) => return,
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => {
+                    tracing::warn!(object = %name, error = %e, "deleting an object failed; its owner lease will collect it");
+                    return;
+                }
+            }
+        }
+    });
+}

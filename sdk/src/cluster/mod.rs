@@ -8,6 +8,11 @@
 //! tar over the `outputs` container's attach stream. No shared filesystem,
 //! no exec into the program's own container.
 //!
+//! A session is a Pod whose agent (from a ConfigMap) speaks its protocol
+//! over the `agent` container's attach stream, as it does over a Docker
+//! attach; a code host is a Pod whose bridge does the same. Their pools
+//! keep such pods started.
+//!
 //! Every object carries dockhand's labels and an owner reference to this
 //! process's `Lease`, renewed every few seconds: when the process dies, any
 //! other dockhand client in the namespace (or [`Client::reap`](crate::Client::reap))
@@ -16,9 +21,10 @@
 
 mod api;
 mod config;
+mod owned;
 mod owner;
+mod plan;
 mod pods;
-mod secrets;
 #[cfg(test)]
 mod tests;
 
@@ -28,7 +34,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
 pub use config::KubeConfig;
-pub(crate) use pods::PodView;
+pub(crate) use pods::{PodGuard, PodView};
 
 use crate::error::{ClusterError, Result};
 
@@ -200,5 +206,31 @@ pub(crate) fn unsupported(feature: impl Into<String>, hint: impl Into<String>) -
         backend: "kubernetes",
         feature: feature.into(),
         hint: hint.into(),
+    }
+}
+
+/// Refuses, before anything is made, the networks a pod cannot have, and
+/// secrets bound to hosts (they need the egress gateway).
+pub(crate) fn refuse_network(
+    network: &crate::sandbox::Network,
+    secrets: &[crate::Secret],
+) -> Result<()> {
+    use crate::sandbox::Network;
+    if secrets.iter().any(|s| s.hosts().is_some()) {
+        return Err(unsupported(
+            "secrets bound to hosts",
+            "bound secrets need dockhand's egress gateway, which runs on Docker only; pass the secret unbound, or run on Docker",
+        ));
+    }
+    match network {
+        Network::None | Network::Bridge => Ok(()),
+        Network::Named(_) => Err(unsupported(
+            "a named Docker network",
+            "use `.network(true)` (the cluster's pod network) or none",
+        )),
+        Network::Egress(_) => Err(unsupported(
+            "an egress allow-list",
+            "use `.network(true)` with a NetworkPolicy of your own, or run on Docker",
+        )),
     }
 }

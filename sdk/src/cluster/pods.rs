@@ -10,7 +10,16 @@ use tokio::io::{AsyncRead, AsyncWriteExt};
 
 use super::api::{is_not_found, Call};
 use super::Cluster;
+use crate::engine::LogChunk;
 use crate::error::{ClusterError, Error, Result};
+
+/// A conversation with a container over its attach stream.
+pub(crate) struct Interactive {
+    /// The container's stdin.
+    pub(crate) input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    /// Its stdout and stderr, chunk by chunk.
+    pub(crate) output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
+}
 
 /// Owns a pod from before its create request: dropping it deletes the pod
 /// (in the background, without a grace period) unless it was removed.
@@ -22,6 +31,11 @@ pub(crate) struct PodGuard {
 }
 
 impl PodGuard {
+    /// The pod's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Deletes the pod now; one already gone is fine.
     pub(crate) async fn remove(mut self) -> Result<()> {
         self.armed = false;
@@ -37,22 +51,12 @@ impl PodGuard {
 
 impl Drop for PodGuard {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (pods, namespace, name) =
-            (self.pods.clone(), self.namespace.clone(), self.name.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(e) = delete(&pods, &namespace, &name).await {
-                        tracing::warn!(pod = %name, error = %e, "deleting a pod failed; its owner lease will collect it");
-                    }
-                });
-            }
-            Err(_) => {
-                tracing::warn!(pod = %self.name, "no runtime to delete a pod; its owner lease will collect it")
-            }
+        if self.armed {
+            super::api::delete_in_background(
+                self.pods.clone(),
+                self.name.clone(),
+                DeleteParams::default().grace_period(0),
+            );
         }
     }
 }
@@ -331,6 +335,54 @@ impl Cluster {
             })
         });
         Ok(Box::pin(stream))
+    }
+
+    /// Attaches to container `container` of pod `name` for a conversation:
+    /// its stdin to write to, and its stdout and stderr as one stream of
+    /// chunks. The stream ends when the container or the connection does.
+    pub(crate) async fn attach_interactive(
+        &self,
+        name: &str,
+        container: &str,
+    ) -> Result<Interactive> {
+        let call = Call::new("attach", "pods/attach", self.namespace(), name);
+        let params = AttachParams::default()
+            .container(container)
+            .stdin(true)
+            .stdout(true)
+            .stderr(true);
+        let mut attached = self
+            .pods()
+            .attach(name, &params)
+            .await
+            .map_err(|e| call.error(e))?;
+        let input = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
+        let stdout = attached.stdout().ok_or_else(|| lost(&call, "no stdout"))?;
+        let stderr = attached.stderr().ok_or_else(|| lost(&call, "no stderr"))?;
+        let reason = format!("{} {name}", call.resource);
+        let failed = move |e: std::io::Error| {
+            Error::from(ClusterError::Api {
+                operation: "attach",
+                status: None,
+                reason: "StreamFailed".into(),
+                message: format!("{reason}: {e}"),
+            })
+        };
+        let out = tokio_util::io::ReaderStream::new(stdout)
+            .map(|c| c.map(LogChunk::Stdout))
+            .map_err(failed.clone());
+        let err = tokio_util::io::ReaderStream::new(stderr)
+            .map(|c| c.map(LogChunk::Stderr))
+            .map_err(failed);
+        // The attached process lives as long as its output is read.
+        let output = futures::stream::select(out, err).map(move |chunk| {
+            let _keep = &attached;
+            chunk
+        });
+        Ok(Interactive {
+            input: Box::pin(input),
+            output: Box::pin(output),
+        })
     }
 
     /// Streams the kubelet's log of container `container` (stdout and

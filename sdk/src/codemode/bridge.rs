@@ -18,8 +18,9 @@ use super::channel::{Channel, Offer};
 use super::native;
 use super::protocol::{self, BridgeConfig, FromRunner, LineBuffer, ToRunner};
 use crate::client::Client;
-use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
+use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
+use crate::held::Held;
 use crate::image::ImageSpec;
 use crate::sandbox::{confine, Hardening, Network, Resources};
 use crate::util::push_tail;
@@ -76,7 +77,7 @@ pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> 
 
 /// The attached bridge.
 pub(crate) struct Runner {
-    pub container: ContainerGuard,
+    pub container: Held,
     /// The direct channel, once the bridge connected to it; the attach
     /// stream carries everything otherwise (and stderr always).
     fast: Option<Channel>,
@@ -92,6 +93,26 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
+    /// A runner speaking over `input` and `output` (an attach stream) with
+    /// the bridge in `container`.
+    pub(crate) fn attached(
+        container: Held,
+        input: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
+        output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
+    ) -> Runner {
+        Runner {
+            container,
+            fast: None,
+            fast_lines: LineBuffer::default(),
+            input,
+            output,
+            lines: LineBuffer::default(),
+            queue: VecDeque::new(),
+            stderr: String::new(),
+            in_flight: None,
+        }
+    }
+
     pub async fn send(&mut self, message: &ToRunner) -> Result<()> {
         self.send_lines(&protocol::encode(message)).await
     }
@@ -183,10 +204,37 @@ pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result
     Ok(with_bridge)
 }
 
+impl Client {
+    /// The code host image for `config` on this Docker daemon, made if
+    /// missing (the bridge is compiled once per machine). A cluster cannot
+    /// build images: push this one where its nodes pull from and name it
+    /// there with [`ImageSpec::prebuilt`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// use dockhand::codemode::CodeHostConfig;
+    /// let docker = dockhand::Client::connect().await?;
+    /// let image = docker.code_host_image(&CodeHostConfig::new()).await?;
+    /// println!("docker tag {} registry.example/dockhand/code-host:1", image.reference);
+    /// # Ok(()) }
+    /// ```
+    pub async fn code_host_image(
+        &self,
+        config: &super::CodeHostConfig,
+    ) -> Result<crate::image::ResolvedImage> {
+        let spec = code_host_image(self, &config.image).await?;
+        self.images()?.resolve(&spec).await
+    }
+}
+
 /// Makes the image if needed, then creates the container, uploads the
 /// bridge, attaches, starts it and waits for the bridge's `ready`, all of
 /// that within `start_timeout`.
 pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
+    #[cfg(feature = "kubernetes")]
+    if let Some(cluster) = client.cluster() {
+        return super::on_cluster::launch(cluster, how).await;
+    }
     // The image first, outside the start limit: the first build on a
     // machine compiles the bridge (minutes), under the builder's own limits.
     let spec = code_host_image(client, how.image).await?;
@@ -241,17 +289,7 @@ async fn launch_unbounded(
     let container = engine.create_container(&spec).await?;
     let attached = engine.attach(container.id()).await?;
     engine.start_container(container.id()).await?;
-    let mut runner = Runner {
-        container,
-        fast: None,
-        fast_lines: LineBuffer::default(),
-        input: attached.input,
-        output: attached.output,
-        lines: LineBuffer::default(),
-        queue: VecDeque::new(),
-        stderr: String::new(),
-        in_flight: None,
-    };
+    let mut runner = Runner::attached(Held::Container(container), attached.input, attached.output);
     let mut accepting = offer.map(|offer| Box::pin(offer.accept()));
     loop {
         let next = match &mut accepting {
@@ -302,7 +340,7 @@ async fn launch_unbounded(
 }
 
 /// Why the bridge did not come up, with the fix where it is known.
-fn bridge_exited(stderr: &str) -> Error {
+pub(super) fn bridge_exited(stderr: &str) -> Error {
     let stderr = stderr.trim();
     // The bridge is static; Monty's worker is a manylinux program.
     let hint = if stderr.contains("worker") && stderr.contains("No such file") {

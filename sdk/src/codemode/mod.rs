@@ -65,6 +65,8 @@ mod kept;
 mod mcp;
 mod mounts;
 mod native;
+#[cfg(feature = "kubernetes")]
+mod on_cluster;
 pub(crate) mod protocol;
 mod schema;
 mod session;
@@ -74,9 +76,9 @@ mod toolset;
 
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
-#[cfg(feature = "kubernetes")]
-pub(crate) use bridge::host_spec;
 pub use bridge::MONTY_PACKAGE;
+#[cfg(feature = "kubernetes")]
+pub(crate) use bridge::{host_spec, Launch};
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use errors::{CodeError, CodeFailure};

@@ -124,6 +124,10 @@ pub enum ToRunner {
         /// The session.
         session: String,
     },
+    /// Asks for `ready` again: a host that attached after the bridge
+    /// started (a pod on a cluster) missed the first one.
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+    Hello,
     /// The mounted directories' copies are in place: open them. Sent once,
     /// after the start, since their in-memory volume keeps only what is
     /// uploaded while the container runs.

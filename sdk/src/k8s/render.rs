@@ -362,8 +362,16 @@ pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifest
             "mounted directories are copied in by the Docker backend only; on Kubernetes, give the data as inputs or through a tool",
         ));
     }
-    let launch = config.launch()?;
-    let spec = crate::codemode::host_spec(&launch, &opts.image)?;
+    code_host_pod(&config.launch()?, opts)
+}
+
+/// A code host's pod from its launch settings (the backend's path: the
+/// bridge's settings are those of this start).
+pub(crate) fn code_host_pod(
+    launch: &crate::codemode::Launch<'_>,
+    opts: &KubeOptions,
+) -> Result<Manifests> {
+    let spec = crate::codemode::host_spec(launch, &opts.image)?;
     let naming = Naming::new("code-host", "monty", &spec, opts);
     let (volumes, mounts) = pod::scratch(&spec, opts);
     let main = pod::container("bridge", &spec, mounts, opts)?;

@@ -43,9 +43,7 @@ impl Client {
     /// A pool of started kernels with `config`; it fills in the background.
     /// The image is resolved (built if need be) first.
     pub async fn kernel_pool(&self, config: KernelConfig, pool: PoolConfig) -> Result<KernelPool> {
-        self.images()?
-            .resolve(&config.session_config().image)
-            .await?;
+        self.resolve_image(&config.session_config().image).await?;
         let fill: Fill<Kernel> = {
             let (client, config) = (self.clone(), config.clone());
             Arc::new(move || {

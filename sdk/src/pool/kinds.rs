@@ -69,7 +69,7 @@ impl Client {
         config: SessionConfig,
         pool: PoolConfig,
     ) -> Result<SessionPool> {
-        self.images()?.resolve(&config.image).await?;
+        self.resolve_image(&config.image).await?;
         let fill: Fill<Session> = {
             let (client, config) = (self.clone(), config.clone());
             Arc::new(move || {

@@ -17,32 +17,13 @@ use super::spec::Sandbox;
 use crate::cluster::{Cluster, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
-use crate::k8s::Object;
 
 /// The label of pods the namespace's offline NetworkPolicy selects.
 pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";
 
 /// Refuses, before anything is made, what runs on Docker only.
 pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
-    let rt = &sandbox.runtime;
-    let refuse = |feature: &str, hint: &str| Err(crate::cluster::unsupported(feature, hint));
-    if rt.secrets.iter().any(|s| s.hosts().is_some()) {
-        return refuse(
-            "secrets bound to hosts",
-            "bound secrets need dockhand's egress gateway, which runs on Docker only; pass the secret unbound, or run on Docker",
-        );
-    }
-    match &rt.network {
-        Network::None | Network::Bridge => Ok(()),
-        Network::Named(_) => refuse(
-            "a named Docker network",
-            "use `.network(true)` (the cluster's pod network) or none",
-        ),
-        Network::Egress(_) => refuse(
-            "an egress allow-list",
-            "use `.network(true)` with a NetworkPolicy of your own, or run on Docker",
-        ),
-    }
+    crate::cluster::refuse_network(&sandbox.runtime.network, &sandbox.runtime.secrets)
 }
 
 /// One attempt on `cluster`; the pod is deleted whatever happens.
@@ -61,32 +42,14 @@ pub(super) async fn attempt(
             "a cluster run takes its job as an archive",
         ));
     };
-    let name = crate::k8s::pod_name(&format!(
-        "dockhand-{}-{}",
-        sandbox.name,
-        &uuid::Uuid::new_v4().simple().to_string()[..10]
-    ));
-    let secret_object = format!("{name}-secrets");
-    let mut opts = cluster.render_options(&prepared.image.reference, &name);
-    if !prepared.secrets.is_empty() {
-        opts = opts.secrets_object(secret_object.clone());
-    }
-    let manifests = crate::k8s::one_shot_pod(sandbox, command.clone(), number, &opts)?;
-    let mut pod = manifests
-        .objects()
-        .iter()
-        .find_map(|o| match o {
-            Object::Pod(p) => Some(p.clone()),
-            _ => None,
-        })
-        .ok_or_else(|| Error::spec("kubernetes", "no pod was rendered"))?;
-    pod.metadata.owner_references = Some(vec![cluster.owner_reference()]);
-    if rt.network == Network::None {
-        pod.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(NETWORK_LABEL.into(), "none".into());
-    }
+    let plan = cluster.plan_pod(
+        &format!("dockhand-{}", sandbox.name),
+        &prepared.image.reference,
+        &prepared.secrets,
+        rt.network == Network::None,
+        |opts| crate::k8s::one_shot_pod(sandbox, command.clone(), number, opts),
+    )?;
+    let name = plan.name.clone();
     let deadline = rt
         .timeout
         .map(|limit| (tokio::time::Instant::now() + limit, limit));
@@ -96,29 +59,8 @@ pub(super) async fn attempt(
     let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit, secrets.clone());
     let stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit, secrets);
 
-    // The values travel in a Secret object only, never in the pod spec: owned
-    // by this process's lease until the pod exists, then by the pod, so the
-    // garbage collector removes it with whichever goes first.
-    if !prepared.secrets.is_empty() {
-        let made = cluster.create_secret(&secret_object, &prepared.secrets, &pod.metadata);
-        within(deadline, made).await?;
-    }
-    let (guard, uid) = match within(deadline, cluster.create_pod(&pod)).await {
-        Ok(made) => made,
-        Err(e) => {
-            if !prepared.secrets.is_empty() {
-                cluster.delete_secret_in_background(&secret_object);
-            }
-            return Err(e);
-        }
-    };
-    if !prepared.secrets.is_empty() {
-        within(
-            deadline,
-            cluster.give_secret_to_pod(&secret_object, &name, &uid),
-        )
-        .await?;
-    }
+    // The values travel in a Secret object only, never in the pod spec.
+    let (guard, _uid) = within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;
     let ran = async {
         // Inputs first: until they are in, nothing of the program runs.
         cluster

@@ -154,3 +154,53 @@ pub(super) async fn give_outputs(fake: Shared, name: String, mut socket: WebSock
         .await;
     let _ = socket.send(Message::Close(None)).await;
 }
+
+/// Serves a JSON-lines program (a scripted agent or bridge) on an attach
+/// stream: each request goes to `answer`, each answer back on stdout. When
+/// stdin closes the program ends, and with `stdinOnce` so does `container`.
+pub(super) async fn converse_lines(
+    fake: &Shared,
+    pod: &str,
+    container: &str,
+    mut socket: WebSocket,
+    mut answer: impl FnMut(&Value) -> Option<Value>,
+) {
+    let mut pending = Vec::new();
+    'talk: while let Some(Ok(message)) = socket.recv().await {
+        match message {
+            Message::Binary(b) if b.first() == Some(&0) => {
+                pending.extend_from_slice(&b[1..]);
+                while let Some(end) = pending.iter().position(|&c| c == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    let Ok(request) = serde_json::from_slice::<Value>(&line) else {
+                        continue;
+                    };
+                    fake.record(|r| r.agent_requests.push((pod.to_string(), request.clone())));
+                    if let Some(reply) = answer(&request) {
+                        let mut frame = vec![1u8];
+                        frame.extend_from_slice(format!("{reply}\n").as_bytes());
+                        if socket
+                            .send(Message::Binary(Bytes::from(frame)))
+                            .await
+                            .is_err()
+                        {
+                            break 'talk;
+                        }
+                    }
+                }
+            }
+            // v5: stdin closed.
+            Message::Binary(b) if b.as_ref() == [255, 0] => break,
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    let _ = socket.send(Message::Close(None)).await;
+    let image = fake
+        .record(|r| r.pods.get(pod).map(image_of))
+        .unwrap_or_default();
+    fake.update(pod, |p| {
+        p["status"]["phase"] = json!("Succeeded");
+        p["status"]["containerStatuses"] = json!([terminated(container, &image, 0, "Completed")]);
+    });
+}

@@ -1,4 +1,4 @@
-//! Leases, Secrets and NetworkPolicies of the simulated API server, with the
+//! Leases, Secrets, ConfigMaps and NetworkPolicies of the simulated API server, with the
 //! garbage collector's part: a deleted lease takes the pods it owns.
 
 use std::collections::BTreeMap;
@@ -110,6 +110,16 @@ pub(super) async fn delete_lease(
     for pod in owned {
         fake.remove_pod(&pod);
     }
+    // Companions not yet handed to a pod were the lease's.
+    fake.record(|r| {
+        let owned_by_lease = |o: &Value| {
+            o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
+        };
+        r.secrets.retain(|_, s| !owned_by_lease(s));
+        r.config_maps.retain(|_, m| !owned_by_lease(m));
+    });
     Json(lease).into_response()
 }
 
@@ -134,53 +144,54 @@ pub(super) async fn create_policy(
     })
 }
 
-pub(super) async fn create_secret(
-    State(fake): State<Shared>,
-    Json(mut secret): Json<Value>,
+/// Creates a Secret or ConfigMap (`kind` is the plural).
+pub(super) async fn create_companion(
+    kind: &'static str,
+    fake: Shared,
+    mut object: Value,
 ) -> Response {
-    let name = secret["metadata"]["name"]
+    let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or("")
         .to_string();
     fake.record(|r| {
-        if r.secrets.contains_key(&name) {
+        if r.companions(kind).contains_key(&name) {
             return status_body(
                 409,
                 "AlreadyExists",
-                &format!("secrets \"{name}\" already exists"),
+                &format!("{kind} \"{name}\" already exists"),
             );
         }
-        r.secrets_created.push(secret.clone());
+        r.companions_created.push((kind, object.clone()));
         r.uid += 1;
-        secret["metadata"]["uid"] = json!(format!("22222222-0000-0000-0000-{:012}", r.uid));
-        r.secrets.insert(name, secret.clone());
-        (StatusCode::CREATED, Json(secret)).into_response()
+        object["metadata"]["uid"] = json!(format!("22222222-0000-0000-0000-{:012}", r.uid));
+        r.companions(kind).insert(name, object.clone());
+        (StatusCode::CREATED, Json(object)).into_response()
     })
 }
 
-pub(super) async fn patch_secret(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
+/// Takes a merge patch of a companion's owner references.
+pub(super) async fn patch_companion(
+    kind: &'static str,
+    fake: Shared,
+    name: String,
     body: Bytes,
 ) -> Response {
     let patch: Value = serde_json::from_slice(&body).unwrap_or_default();
-    fake.record(|r| match r.secrets.get_mut(&name) {
-        Some(secret) => {
+    fake.record(|r| match r.companions(kind).get_mut(&name) {
+        Some(object) => {
             if let Some(owners) = patch["metadata"].get("ownerReferences") {
-                secret["metadata"]["ownerReferences"] = owners.clone();
+                object["metadata"]["ownerReferences"] = owners.clone();
             }
-            Json(secret.clone()).into_response()
+            Json(object.clone()).into_response()
         }
-        None => status_body(404, "NotFound", &format!("secrets \"{name}\" not found")),
+        None => status_body(404, "NotFound", &format!("{kind} \"{name}\" not found")),
     })
 }
 
-pub(super) async fn delete_secret(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
-) -> Response {
-    match fake.record(|r| r.secrets.remove(&name)) {
-        Some(secret) => Json(secret).into_response(),
-        None => status_body(404, "NotFound", &format!("secrets \"{name}\" not found")),
+pub(super) async fn delete_companion(kind: &'static str, fake: Shared, name: String) -> Response {
+    match fake.record(|r| r.companions(kind).remove(&name)) {
+        Some(object) => Json(object).into_response(),
+        None => status_body(404, "NotFound", &format!("{kind} \"{name}\" not found")),
     }
 }

@@ -24,12 +24,15 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+mod agent;
+mod bridge;
+mod docker_kubelet;
 mod kubelet;
 mod leases;
 use kubelet::{give_outputs, running, take_inputs, waiting};
 use leases::{
-    create_lease, create_policy, create_secret, delete_lease, delete_secret, get_lease,
-    list_leases, patch_lease, patch_secret,
+    create_companion, create_lease, create_policy, delete_companion, delete_lease, get_lease,
+    list_leases, patch_companion, patch_lease,
 };
 
 /// Files of the inputs archive, by path inside `/var/inputs`.
@@ -67,6 +70,9 @@ pub struct Script {
     pub expire_first_watch: bool,
     /// The node cannot pull the pod's image.
     pub image_pull_fails: bool,
+    /// Long-lived pods (sessions, code hosts) run as real Docker
+    /// containers (see `docker_kubelet`) instead of scripted programs.
+    pub on_docker: bool,
     pub outcome: Outcome,
 }
 
@@ -76,12 +82,21 @@ impl Script {
             refuse: None,
             expire_first_watch: false,
             image_pull_fails: false,
+            on_docker: false,
             outcome: Outcome::Exit {
                 code,
                 reason: if code == 0 { "Completed" } else { "Error" },
                 log: log.to_string(),
                 produce,
             },
+        }
+    }
+
+    /// Long-lived pods run as Docker containers of their spec.
+    pub fn on_docker() -> Script {
+        Script {
+            on_docker: true,
+            ..Script::exits(0, "", Arc::new(|_| Vec::new()))
         }
     }
 
@@ -101,13 +116,18 @@ pub struct Record {
     pub leases: BTreeMap<String, Value>,
     pub policies: BTreeMap<String, Value>,
     pub secrets: BTreeMap<String, Value>,
-    /// Every Secret ever created, as sent.
-    pub secrets_created: Vec<Value>,
+    pub config_maps: BTreeMap<String, Value>,
+    /// Every Secret and ConfigMap ever created (plural, object as sent).
+    pub companions_created: Vec<(&'static str, Value)>,
     /// Every pod that was ever created, as the backend sent it.
     pub created: Vec<Value>,
     events: Vec<(u64, String, &'static str, Value)>,
     /// `METHOD path?query` of every request, in order.
     pub requests: Vec<String>,
+    /// Every request a scripted session agent or bridge got: (pod, request).
+    pub agent_requests: Vec<(String, Value)>,
+    /// Files written through a scripted session agent: (pod, path) -> bytes.
+    pub session_files: BTreeMap<(String, String), Vec<u8>>,
     /// The inputs archive of each pod, unpacked.
     pub inputs: BTreeMap<String, Files>,
     logs: BTreeMap<String, String>,
@@ -119,6 +139,17 @@ pub struct Fake {
     script: Script,
     record: Mutex<Record>,
     changed: tokio::sync::watch::Sender<u64>,
+    /// Pods running as Docker containers, by pod name.
+    docker: Mutex<BTreeMap<String, docker_kubelet::DockerPod>>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let pods = std::mem::take(&mut *self.docker.lock().unwrap_or_else(|e| e.into_inner()));
+        for name in pods.keys() {
+            docker_kubelet::remove_container(name);
+        }
+    }
 }
 
 pub type Shared = Arc<Fake>;
@@ -130,6 +161,7 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
         script,
         record: Mutex::new(Record::default()),
         changed: tokio::sync::watch::channel(0).0,
+        docker: Mutex::new(BTreeMap::new()),
     });
     let app = Router::new()
         .route("/version", get(version))
@@ -152,12 +184,51 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
             get(get_lease).patch(patch_lease).delete(delete_lease),
         )
         .route(
-            "/api/v1/namespaces/{ns}/secrets",
-            axum::routing::post(create_secret),
+            "/api/v1/namespaces/{ns}/{kind}",
+            axum::routing::post(
+                |State(fake): State<Shared>,
+                 Path((_, kind)): Path<(String, String)>,
+                 Json(object): Json<Value>| async move {
+                    match companion_kind(&kind) {
+                        Some(kind) => create_companion(kind, fake, object).await,
+                        None => status_body(
+                            404,
+                            "NotFound",
+                            "the server could not find the requested resource",
+                        ),
+                    }
+                },
+            ),
         )
         .route(
-            "/api/v1/namespaces/{ns}/secrets/{name}",
-            axum::routing::patch(patch_secret).delete(delete_secret),
+            "/api/v1/namespaces/{ns}/{kind}/{name}",
+            axum::routing::patch(
+                |State(fake): State<Shared>,
+                 Path((_, kind, name)): Path<(String, String, String)>,
+                 body: Bytes| async move {
+                    match companion_kind(&kind) {
+                        Some(kind) => patch_companion(kind, fake, name, body).await,
+                        None => status_body(
+                            404,
+                            "NotFound",
+                            "the server could not find the requested resource",
+                        ),
+                    }
+                },
+            )
+            .delete(
+                |State(fake): State<Shared>,
+                 Path((_, kind, name)): Path<(String, String, String)>| async move {
+                    match companion_kind(&kind) {
+                        Some(kind) => delete_companion(kind, fake, name).await,
+                        None => status_body(
+                            404,
+                            "NotFound",
+                            "the server could not find the requested resource",
+                        ),
+                    }
+                },
+            ),
         )
         .route(
             "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
@@ -169,6 +240,25 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, fake)
+}
+
+/// The kinds a pod's companion objects can be, by their plural.
+fn companion_kind(plural: &str) -> Option<&'static str> {
+    match plural {
+        "secrets" => Some("secrets"),
+        "configmaps" => Some("configmaps"),
+        _ => None,
+    }
+}
+
+impl Record {
+    /// The store of companions of `kind` (a plural).
+    pub fn companions(&mut self, kind: &str) -> &mut BTreeMap<String, Value> {
+        match kind {
+            "secrets" => &mut self.secrets,
+            _ => &mut self.config_maps,
+        }
+    }
 }
 
 impl Fake {
@@ -206,16 +296,23 @@ impl Fake {
         }
     }
 
-    fn remove_pod(&self, name: &str) -> Option<Value> {
+    /// Deletes pod `name` as `kubectl delete` would (what it owns goes too).
+    pub fn remove_pod(&self, name: &str) -> Option<Value> {
+        if self.docker.lock().unwrap().remove(name).is_some() {
+            let name = name.to_string();
+            tokio::task::spawn_blocking(move || docker_kubelet::remove_container(&name));
+        }
         let (pod, rv) = self.record(|r| {
             let pod = r.pods.remove(name)?;
             // The garbage collector: what the pod owned goes with it.
             let uid = pod["metadata"]["uid"].clone();
-            r.secrets.retain(|_, s| {
-                !s["metadata"]["ownerReferences"]
+            let owned_by_pod = |o: &Value| {
+                o["metadata"]["ownerReferences"]
                     .as_array()
                     .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
-            });
+            };
+            r.secrets.retain(|_, s| !owned_by_pod(s));
+            r.config_maps.retain(|_, m| !owned_by_pod(m));
             r.rv += 1;
             r.events
                 .push((r.rv, name.to_string(), "DELETED", pod.clone()));
@@ -286,6 +383,17 @@ async fn create_pod(
 ) -> Response {
     let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
     let image = image_of(&pod);
+    // A session's or code host's pod: no init container, its containers
+    // start at once and live until stopped.
+    let long_lived = pod["spec"]["initContainers"]
+        .as_array()
+        .is_none_or(|c| c.is_empty());
+    let containers: Vec<String> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(String::from))
+        .collect();
     let exists = fake.record(|r| r.pods.contains_key(&name));
     if exists {
         return status_body(
@@ -302,33 +410,63 @@ async fn create_pod(
         pod["metadata"]["namespace"] = json!(ns);
         pod["metadata"]["resourceVersion"] = json!(r.rv.to_string());
         pod["metadata"]["creationTimestamp"] = json!("2026-11-26T12:00:00Z");
-        pod["status"] = json!({
-            "phase": "Pending", "qosClass": "Guaranteed",
-            "initContainerStatuses": [waiting("inputs", &image, "PodInitializing", None)],
-            "containerStatuses": [waiting("program", &image, "PodInitializing", None),
-                                  waiting("outputs", &image, "PodInitializing", None)],
-        });
+        pod["status"] = if long_lived {
+            json!({"phase": "Pending", "qosClass": "Guaranteed",
+                   "containerStatuses": containers.iter()
+                       .map(|c| waiting(c, &image, "ContainerCreating", None))
+                       .collect::<Vec<_>>()})
+        } else {
+            json!({
+                "phase": "Pending", "qosClass": "Guaranteed",
+                "initContainerStatuses": [waiting("inputs", &image, "PodInitializing", None)],
+                "containerStatuses": [waiting("program", &image, "PodInitializing", None),
+                                      waiting("outputs", &image, "PodInitializing", None)],
+            })
+        };
         r.pods.insert(name.clone(), pod.clone());
         r.events.push((r.rv, name.clone(), "ADDED", pod.clone()));
         r.rv
     });
     fake.changed.send_replace(rv);
-    // The scheduler and kubelet: the init container starts, or its image cannot be pulled.
+    // The scheduler and kubelet: the first container starts, or its image
+    // cannot be pulled.
+    if long_lived && fake.script.on_docker && !fake.script.image_pull_fails {
+        docker_kubelet::start(fake.clone(), name.clone(), pod.clone());
+        return (StatusCode::CREATED, Json(pod)).into_response();
+    }
     let kubelet = fake.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let fails = kubelet.script.image_pull_fails;
+        let pull_failure = |container: &str| {
+            waiting(
+                container,
+                &image,
+                "ErrImagePull",
+                Some(&format!(
+                    "failed to pull and unpack image \"{image}\": not found"
+                )),
+            )
+        };
         kubelet.update(&name, |pod| {
+            if long_lived {
+                let statuses: Vec<Value> = containers
+                    .iter()
+                    .map(|c| {
+                        if fails {
+                            pull_failure(c)
+                        } else {
+                            running(c, &image)
+                        }
+                    })
+                    .collect();
+                pod["status"]["phase"] = json!(if fails { "Pending" } else { "Running" });
+                pod["status"]["containerStatuses"] = json!(statuses);
+                return;
+            }
             pod["status"]["phase"] = json!("Pending");
             pod["status"]["initContainerStatuses"] = json!([if fails {
-                waiting(
-                    "inputs",
-                    &image,
-                    "ErrImagePull",
-                    Some(&format!(
-                        "failed to pull and unpack image \"{image}\": not found"
-                    )),
-                )
+                pull_failure("inputs")
             } else {
                 running("inputs", &image)
             }]);
@@ -472,9 +610,14 @@ async fn attach(
     upgrade
         .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
         .on_upgrade(move |socket| async move {
+            if fake.script.on_docker && fake.docker.lock().unwrap().contains_key(&name) {
+                return docker_kubelet::attach(fake, name, socket).await;
+            }
             match container.as_str() {
                 "inputs" => take_inputs(fake, name, socket).await,
                 "outputs" => give_outputs(fake, name, socket).await,
+                "agent" => agent::converse(fake, name, socket).await,
+                "bridge" => bridge::converse(fake, name, socket).await,
                 _ => {}
             }
         })

@@ -8,6 +8,10 @@ impl Session {
         let c = &self.inner.config;
         validate(c)?;
         let client = &self.inner.client;
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = client.cluster() {
+            return self.launch_on_cluster(cluster).await;
+        }
         // A host path means nothing to a daemon on another machine: say so
         // before anything is created, not as a confusing mount failure.
         for m in &c.mounts {
@@ -81,8 +85,6 @@ impl Session {
             let attached = engine.attach(&id).await?;
             engine.start_container(&id).await?;
 
-            let routes: Routes = Arc::new(Mutex::new(Some(HashMap::new())));
-            let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
             // The attach stream can stay open after the container is gone
             // (removed from outside, say): its end is watched too.
             let exited = {
@@ -91,30 +93,14 @@ impl Session {
                     let _ = engine.wait_container(&id).await;
                 }
             };
-            let reader = tokio::spawn(read_replies(
+            connect(
+                Held::Container(container),
+                attached.input,
                 attached.output,
                 exited,
-                routes.clone(),
-                ready_tx,
-            ));
-            let conn = Arc::new(Conn {
-                container: Mutex::new(Some(container)),
-                container_id: id,
-                writer: tokio::sync::Mutex::new(attached.input),
-                routes,
-                reader,
-                next_id: AtomicU64::new(1),
-                egress: tokio::sync::Mutex::new(egress),
-            });
-            match ready_rx.recv().await {
-                Some(Ok(())) => Ok(conn),
-                Some(Err(stderr)) => Err(Error::SessionUnavailable {
-                    reason: format!("the session agent exited: {}", stderr.trim()),
-                }),
-                None => Err(Error::SessionUnavailable {
-                    reason: "the session agent exited before it was ready".into(),
-                }),
-            }
+                egress,
+            )
+            .await
         };
         match tokio::time::timeout(START_LIMIT, started).await {
             Ok(result) => result,
@@ -126,6 +112,38 @@ impl Session {
                 ),
             }),
         }
+    }
+}
+
+/// Speaks with the agent in `held` over `input` and `output` (its stdin
+/// and attach stream) until `exited` resolves, once it said `ready`.
+pub(super) async fn connect(
+    held: Held,
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    output: Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
+    exited: impl std::future::Future<Output = ()> + Send + 'static,
+    egress: Option<crate::egress::Lease>,
+) -> Result<Arc<Conn>> {
+    let routes: Routes = Arc::new(Mutex::new(Some(HashMap::new())));
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(read_replies(output, exited, routes.clone(), ready_tx));
+    let conn = Arc::new(Conn {
+        container_id: held.id().to_string(),
+        holder: Mutex::new(Some(held)),
+        writer: tokio::sync::Mutex::new(input),
+        routes,
+        reader,
+        next_id: AtomicU64::new(1),
+        egress: tokio::sync::Mutex::new(egress),
+    });
+    match ready_rx.recv().await {
+        Some(Ok(())) => Ok(conn),
+        Some(Err(stderr)) => Err(Error::SessionUnavailable {
+            reason: format!("the session agent exited: {}", stderr.trim()),
+        }),
+        None => Err(Error::SessionUnavailable {
+            reason: "the session agent exited before it was ready".into(),
+        }),
     }
 }
 
@@ -201,7 +219,7 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
 }
 
 /// How long a session's container may take from create to its agent's first line.
-const START_LIMIT: Duration = Duration::from_secs(60);
+pub(super) const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// The workspace directory as a tar to extract at `/`: parents root-owned,
 /// the workspace itself owned by the session's user.
@@ -287,6 +305,43 @@ async fn read_replies(
 #[cfg(test)]
 mod tests {
     use super::workspace_tar;
+    use std::io::{BufRead, Write};
+
+    /// The real agent, run by the host's python3 with its pids watch off
+    /// and no request but `hello`: it says `ready` at start and again when
+    /// asked (a pod's host attaches after the first one went by), and ends
+    /// when its stdin closes.
+    #[test]
+    fn the_agent_says_ready_again_when_greeted_and_ends_with_its_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("agent.py");
+        std::fs::write(&program, super::super::AGENT).unwrap();
+        let mut agent = std::process::Command::new("python3")
+            .arg("-u")
+            .arg(&program)
+            .env("DOCKHAND_PIDS_LIMIT", "0")
+            .env("DOCKHAND_WORKSPACE", dir.path())
+            .env("DOCKHAND_ROOTS", dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut stdin = agent.stdin.take().unwrap();
+        let mut lines = std::io::BufReader::new(agent.stdout.take().unwrap()).lines();
+        let first: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(first["type"], "ready");
+        stdin.write_all(b"{\"type\":\"hello\"}\n").unwrap();
+        stdin.flush().unwrap();
+        let again: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(again["type"], "ready");
+        assert_eq!(again["pid"], first["pid"]);
+        drop(stdin);
+        assert!(lines.next().is_none(), "nothing more once stdin closed");
+        let status = agent.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    }
 
     #[test]
     fn workspace_archive_owns_only_the_leaf() {

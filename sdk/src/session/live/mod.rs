@@ -19,6 +19,8 @@ use exec::exec_grace;
 mod egress;
 mod files;
 mod launch;
+#[cfg(feature = "kubernetes")]
+mod on_cluster;
 mod process;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
@@ -30,8 +32,9 @@ use super::paths;
 use super::protocol::{self, b64, unb64, DirEntry, Reply, Request};
 use crate::client::Client;
 use crate::codemode::protocol::LineBuffer;
-use crate::engine::{ContainerGuard, ContainerSpec, LogChunk};
+use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, FileErrorKind, Result};
+use crate::held::Held;
 use crate::lifecycle::{State, Tracked};
 use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
@@ -105,7 +108,7 @@ type Routes = Arc<Mutex<Option<HashMap<u64, mpsc::UnboundedSender<Reply>>>>>;
 
 /// A live connection to the agent.
 struct Conn {
-    container: Mutex<Option<ContainerGuard>>,
+    holder: Mutex<Option<Held>>,
     container_id: String,
     writer: tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>,
     routes: Routes,
@@ -463,7 +466,7 @@ impl Session {
     async fn teardown(&self) {
         let conn = lock(&self.inner.conn).take();
         if let Some(conn) = conn {
-            let guard = lock(&conn.container).take();
+            let guard = lock(&conn.holder).take();
             if let Some(guard) = guard {
                 if let Err(e) = guard.remove().await {
                     tracing::warn!(error = %e, "removing the session container failed");

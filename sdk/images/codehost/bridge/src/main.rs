@@ -11,6 +11,7 @@
 //!                 {"type": "close_session", "session"}
 //!                 {"type": "open_mounts"}   (once, after the copies are uploaded)
 //!                 {"type": "resume", "id", "code", "tools", "approval", "suspended", "reply"}
+//!                 {"type": "hello"}         (answered with another "ready")
 //! bridge -> host  {"type": "ready", "pid"}
 //!                 {"type": "tool_call", "call", "name", "args", "kwargs"}
 //!                 {"type": "result", "id", "ok", "value" | "error" | "suspended", "stdout", "stdout_truncated"}
@@ -417,6 +418,9 @@ async fn serve(bridge: Arc<Bridge>, input: impl AsyncRead + Unpin) {
                 let error = opened.err();
                 bridge.send(&json!({"type": "mounts_opened", "error": error}));
             }
+            // A host that attached after the bridge started (a pod on a
+            // cluster) missed the first `ready`: say it again.
+            Some("hello") => bridge.send(&json!({"type": "ready", "pid": std::process::id()})),
             Some("close_session") => {
                 let session = message["session"].as_str().unwrap_or_default();
                 bridge.close_session(session);

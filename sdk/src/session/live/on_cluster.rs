@@ -1,0 +1,108 @@
+//! A session as a pod on a Kubernetes cluster: the agent from a ConfigMap,
+//! its secrets in a Secret, both handed to the pod; spoken to over the
+//! agent container's attach stream as on Docker.
+//!
+//! A container on a cluster starts before anyone can attach to it, so the
+//! agent's first `ready` line goes to the kubelet's log. The backend asks
+//! again with a `hello` once attached; the agent answers it with `ready`.
+
+use super::launch::{connect, START_LIMIT};
+use super::*;
+use crate::cluster::{Cluster, PodView};
+
+impl Session {
+    pub(super) async fn launch_on_cluster(&self, cluster: &Cluster) -> Result<Arc<Conn>> {
+        let c = &self.inner.config;
+        refuse_on_cluster(c)?;
+        let image = crate::cluster::resolve_image(&c.image)?;
+        lock(&self.inner.status).life.image = Some(image.reference.clone());
+        let resolved = c
+            .secrets
+            .iter()
+            .map(|s| Ok((s.name().to_string(), s.resolve()?)))
+            .collect::<Result<Vec<_>>>()?;
+        *lock(&self.inner.secrets) = resolved.clone();
+        let plan = cluster.plan_pod(
+            &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
+            &image.reference,
+            &resolved,
+            c.network == Network::None,
+            |opts| crate::k8s::session(c, opts),
+        )?;
+        let name = plan.name.clone();
+        let started = async {
+            let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
+            cluster
+                .wait_pod(&name, |p| {
+                    let view = PodView::new(p);
+                    if let Some(failure) = view.failure("agent") {
+                        return Some(Err(failure.into()));
+                    }
+                    if view.running("agent") {
+                        return Some(Ok(()));
+                    }
+                    view.terminated("agent").map(|(code, reason)| {
+                        Err(Error::SessionUnavailable {
+                            reason: format!(
+                                "the session agent ended before it was ready ({reason}, exit {code}); is python3 in the image?"
+                            ),
+                        })
+                    })
+                })
+                .await?;
+            let attached = cluster.attach_interactive(&name, "agent").await?;
+            let mut input = attached.input;
+            let hello = async {
+                input.write_all(b"{\"type\":\"hello\"}\n").await?;
+                input.flush().await
+            };
+            hello.await.map_err(|e| Error::SessionUnavailable {
+                reason: format!("the session agent's stdin closed: {e}"),
+            })?;
+            // The attach stream may outlive the pod (deleted from outside,
+            // its node lost): the agent's end is watched too.
+            let exited = {
+                let (client, name) = (self.inner.client.clone(), name.clone());
+                async move {
+                    if let Some(cluster) = client.cluster() {
+                        let _ = cluster
+                            .wait_pod(&name, |p| {
+                                let view = PodView::new(p);
+                                (view.terminated("agent").is_some()
+                                    || view.failure("agent").is_some())
+                                .then_some(Ok(()))
+                            })
+                            .await;
+                    }
+                }
+            };
+            connect(Held::Pod(guard), input, attached.output, exited, None).await
+        };
+        match tokio::time::timeout(START_LIMIT, started).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::SessionUnavailable {
+                reason: format!(
+                    "the session's pod did not start within {} s (is the image pullable? are the namespace's quotas full?)",
+                    START_LIMIT.as_secs()
+                ),
+            }),
+        }
+    }
+}
+
+/// What a session on a cluster cannot have, refused before anything is made.
+pub(super) fn refuse_on_cluster(c: &SessionConfig) -> Result<()> {
+    if !c.mounts.is_empty() {
+        return Err(crate::cluster::unsupported(
+            "host directories mounted into a session",
+            "a node has no path of this machine's: copy files in with write_file",
+        ));
+    }
+    if c.persist {
+        return Err(crate::cluster::unsupported(
+            "persisting a session as a snapshot image",
+            "a cluster has no image commit: keep what matters by reading it out (read_file) before close",
+        ));
+    }
+    crate::cluster::refuse_network(&c.network, &c.secrets)
+}

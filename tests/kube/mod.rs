@@ -1,0 +1,52 @@
+//! What the simulated Kubernetes tests share: the SIMULATED API server and
+//! a client connected to it.
+#![allow(dead_code)]
+
+pub mod fake_api;
+
+use std::time::Duration;
+
+use dockhand::{Client, KubeConfig};
+use fake_api::{Script, Shared};
+
+/// The image the simulated pods "run" (nothing is pulled).
+pub const IMAGE: &str = "registry.example/tools:1";
+
+/// A client of the simulated server's namespace `sim`.
+pub async fn connect(url: &str) -> dockhand::Result<Client> {
+    Client::builder()
+        .kubernetes(KubeConfig::url(url).namespace("sim"))
+        .cache_dir(std::env::temp_dir().join("dockhand-kube-sim-cache"))
+        .connect()
+        .await
+}
+
+/// A simulated server acting out `script`, and a client of it.
+pub async fn with_script(script: Script) -> (Client, Shared) {
+    let (url, fake) = fake_api::start("sim", script).await;
+    let client = connect(&url)
+        .await
+        .expect("connect to the simulated API server");
+    (client, fake)
+}
+
+/// Waits (bounded) until the simulated namespace holds no pod.
+pub async fn assert_no_pods_left(fake: &Shared) {
+    for _ in 0..100 {
+        if fake.record(|r| r.pods.is_empty()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
+    panic!("pods left behind: {left:?}");
+}
+
+/// The index of the first request at or after `from` that `wanted` accepts.
+pub fn position(requests: &[String], from: usize, wanted: impl Fn(&str) -> bool) -> usize {
+    requests[from..]
+        .iter()
+        .position(|r| wanted(r))
+        .map(|i| i + from)
+        .unwrap_or_else(|| panic!("no request after #{from} as expected in {requests:#?}"))
+}

@@ -1,0 +1,165 @@
+//! The Kubernetes backend against the SIMULATED API server, with a kubelet
+//! that runs sessions' and code hosts' pods as real Docker containers
+//! (tests/kube/fake_api/docker_kubelet.rs).
+//!
+//! The API server is still a simulation, but what runs in the pods is
+//! dockhand's own: the real session agent, the real compiled bridge under
+//! Monty, a real ipykernel behind the kernel's relay, all spoken to through
+//! the attach WebSocket (`v5.channel.k8s.io`) as on a cluster, from images
+//! the Docker backend made (the images a user would push). A kubelet starts
+//! a container before anyone attaches; so does this one, and what the
+//! container prints before the attach is not on the stream.
+
+mod common;
+#[path = "kube/mod.rs"]
+mod sim;
+
+use std::time::Duration;
+
+use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::session::{Edit, SessionApi, SessionConfig};
+use dockhand::{Client, ImageSpec, Secret};
+use serde_json::json;
+use sim::fake_api::{Script, Shared};
+use sim::{assert_no_pods_left, with_script};
+
+/// A local image, as a reference the simulated nodes "pull".
+fn prebuilt(reference: &str) -> ImageSpec {
+    ImageSpec::prebuilt(reference)
+}
+
+/// Waits (bounded) until no container of the simulated kubelet is left.
+fn assert_no_kubelet_containers() {
+    for _ in 0..100 {
+        if common::containers_with_label("dev.dockhand.kube-sim=true") == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the simulated kubelet's containers were left behind");
+}
+
+async fn cluster() -> (Client, Shared) {
+    with_script(Script::on_docker()).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_pod_runs_the_real_agent_through_the_attach_stream() {
+    let docker = common::client().await;
+    let base = docker
+        .resolve_image(&ImageSpec::default())
+        .await
+        .expect("the base image");
+    let (client, fake) = cluster().await;
+    let session = client.session(
+        SessionConfig::new()
+            .image(prebuilt(&base.reference))
+            .secret(Secret::value("TOKEN", "on-docker-s3cr3t")),
+    );
+    session
+        .start()
+        .await
+        .expect("the session pod starts (hello answered)");
+    let who = session.exec("id -u; echo \"$TOKEN\"").await.unwrap();
+    assert_eq!(who.exit_code, 0, "{who:?}");
+    assert_eq!(who.stdout, "65534\n[redacted:TOKEN]\n", "{who:?}");
+    session
+        .write_file(
+            "calc.py",
+            b"def add(a, b):\n    return a - b\nprint(add(2, 3))\n",
+        )
+        .await
+        .unwrap();
+    session
+        .edit_file("calc.py", &[Edit::replace("return a - b", "return a + b")])
+        .await
+        .unwrap();
+    let ran = session.exec("python3 calc.py").await.unwrap();
+    assert_eq!(ran.stdout, "5\n", "{ran:?}");
+    // The agent is the pod's main process, offline.
+    let net = session
+        .exec("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 2)\"")
+        .await
+        .unwrap();
+    assert_ne!(net.exit_code, 0, "no network: {net:?}");
+
+    session.close().await.unwrap();
+    assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_host_pod_runs_the_real_bridge_and_calls_a_host_tool() {
+    let docker = common::client().await;
+    let made = docker
+        .code_host_image(&CodeHostConfig::new())
+        .await
+        .expect("the code host image");
+    let (client, fake) = cluster().await;
+    let host = client.code_host(CodeHostConfig::new().image(prebuilt(&made.reference)));
+    host.start().await.expect("the code host pod starts");
+    let tools = Toolset::new().tool(
+        Tool::new("add", "Adds.")
+            .param("a", ParamType::Int, "")
+            .param("b", ParamType::Int, "")
+            .handler(|args| async move {
+                Ok(json!(
+                    args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+                ))
+            }),
+    );
+    let done = host
+        .execute(
+            "total = add(a=x, b=3)\nprint('total', total)\ntotal * 2",
+            json!({"x": 2}),
+            &tools,
+        )
+        .await
+        .expect("code mode through the pod's attach stream");
+    assert_eq!(done.value, json!(10));
+    assert_eq!(done.stdout, "total 5\n");
+    assert_eq!(done.tool_calls.len(), 1);
+    // A REPL session keeps its namespace across executions.
+    let repl = host.session();
+    repl.execute("n = 41", json!({}), &Toolset::new())
+        .await
+        .unwrap();
+    let next = repl
+        .execute("n + 1", json!({}), &Toolset::new())
+        .await
+        .unwrap();
+    assert_eq!(next.value, json!(42));
+
+    host.close().await.unwrap();
+    assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kernel_pod_runs_a_real_kernel_and_draws_a_chart() {
+    let docker = common::client().await;
+    let config = common::kernel_config();
+    let made = docker
+        .resolve_image(&config.container_image())
+        .await
+        .expect("the kernel image");
+    let (client, fake) = cluster().await;
+    let kernel = client.kernel(config.image(prebuilt(&made.reference)));
+    kernel.start().await.expect("the kernel starts in its pod");
+    kernel.run("x = 20").await.unwrap();
+    let sum = kernel.run("x + 22").await.unwrap();
+    assert_eq!(sum.text(), Some("42"), "{sum:?}");
+    let chart = kernel
+        .run("plt.plot([1, 2, 3], [2, 4, 8])\nplt.title('Growth')")
+        .await
+        .unwrap();
+    let png = chart
+        .results
+        .iter()
+        .find_map(|r| r.png())
+        .expect("a chart as PNG");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    kernel.session().close().await.unwrap();
+    assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+}
