@@ -20,6 +20,9 @@
 //! uses (tests/kube_simulated.rs and kube_simulated_hosts.rs cover the
 //! request flow there).
 
+#[path = "kube/mod.rs"]
+mod sim;
+
 use std::time::Duration;
 
 use dockhand::{CacheMode, Client, Error, ImageSpec, KubeConfig, Sandbox, Type, Value};
@@ -171,7 +174,7 @@ async fn cluster_session_exec_and_edit() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_code_host_with_a_tool() {
-    use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+    use dockhand::codemode::CodeHostConfig;
     if !enabled("cluster_code_host_with_a_tool") {
         return;
     }
@@ -188,16 +191,7 @@ async fn cluster_code_host_with_a_tool() {
             .image(ImageSpec::prebuilt(image))
             .start_timeout(Duration::from_secs(300)),
     );
-    let tools = Toolset::new().tool(
-        Tool::new("add", "Adds.")
-            .param("a", ParamType::Int, "")
-            .param("b", ParamType::Int, "")
-            .handler(|args| async move {
-                Ok(serde_json::json!(
-                    args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
-                ))
-            }),
-    );
+    let tools = sim::add_tool();
     let done = host
         .execute(
             "total = add(a=2, b=3)\nprint('total', total)\ntotal * 2",

@@ -16,12 +16,12 @@ mod sim;
 
 use std::time::Duration;
 
-use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::codemode::{CodeHostConfig, Toolset};
 use dockhand::session::{Edit, SessionApi, SessionConfig};
 use dockhand::{Client, ImageSpec, Secret};
 use serde_json::json;
 use sim::fake_api::{Script, Shared};
-use sim::{assert_no_pods_left, with_script};
+use sim::{add_tool, assert_no_pods_left, with_script};
 
 /// A local image, as a reference the simulated nodes "pull".
 fn prebuilt(reference: &str) -> ImageSpec {
@@ -89,6 +89,39 @@ async fn session_pod_runs_the_real_agent_through_the_attach_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn session_pod_deleted_mid_command_fails_at_once_and_starts_again() {
+    let docker = common::client().await;
+    let base = docker.resolve_image(&ImageSpec::default()).await.unwrap();
+    let (client, fake) = cluster().await;
+    let session = client.session(SessionConfig::new().image(prebuilt(&base.reference)));
+    session.start().await.unwrap();
+    let pod = session.describe().container_id.unwrap();
+    let long = {
+        let session = session.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            (session.exec("sleep 60").await, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fake.remove_pod(&pod);
+    let (outcome, took) = long.await.unwrap();
+    let err = outcome.unwrap_err();
+    assert!(
+        matches!(err, dockhand::Error::SessionUnavailable { .. }),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(15), "noticed after {took:?}");
+    assert_no_kubelet_containers();
+
+    session.start().await.expect("a new pod");
+    assert_eq!(session.exec("echo again").await.unwrap().stdout, "again\n");
+    session.close().await.unwrap();
+    assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn code_host_pod_runs_the_real_bridge_and_calls_a_host_tool() {
     let docker = common::client().await;
     let made = docker
@@ -98,16 +131,7 @@ async fn code_host_pod_runs_the_real_bridge_and_calls_a_host_tool() {
     let (client, fake) = cluster().await;
     let host = client.code_host(CodeHostConfig::new().image(prebuilt(&made.reference)));
     host.start().await.expect("the code host pod starts");
-    let tools = Toolset::new().tool(
-        Tool::new("add", "Adds.")
-            .param("a", ParamType::Int, "")
-            .param("b", ParamType::Int, "")
-            .handler(|args| async move {
-                Ok(json!(
-                    args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
-                ))
-            }),
-    );
+    let tools = add_tool();
     let done = host
         .execute(
             "total = add(a=x, b=3)\nprint('total', total)\ntotal * 2",

@@ -15,7 +15,6 @@ mod common;
 mod sim;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use dockhand::codemode::CodeHostConfig;
 use dockhand::k8s::{self, KubeOptions};
@@ -109,7 +108,7 @@ fn rendered() -> Vec<Value> {
 /// What the backend sends for a one-shot with secrets (an env and a file
 /// one) and a session with a secret, as the simulated server received it.
 async fn sent() -> Vec<Value> {
-    let (client, fake) = with_script(Script::exits(0, "", Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let job = Sandbox::command("probe", "true")
         .input("data", Type::File)
         .image(ImageSpec::prebuilt(IMAGE))

@@ -16,12 +16,12 @@ mod sim;
 
 use std::time::Duration;
 
-use dockhand::codemode::{CodeHostConfig, MountMode, ParamType, Tool, Toolset};
+use dockhand::codemode::{CodeHostConfig, MountMode};
 use dockhand::session::{SessionApi, SessionConfig};
 use dockhand::{ClusterError, Egress, Error, ImageSpec, Secret};
 use serde_json::{json, Value};
 use sim::fake_api::Script;
-use sim::{assert_no_pods_left, position, with_script, IMAGE};
+use sim::{add_tool, assert_no_pods_left, position, with_script, IMAGE};
 
 fn config() -> SessionConfig {
     SessionConfig::new()
@@ -56,8 +56,7 @@ fn only_pod(fake: &sim::fake_api::Shared) -> (String, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_session_is_a_pod_spoken_to_over_its_attach_stream_and_leaves_nothing() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let session = client.session(config());
     session
         .start()
@@ -150,8 +149,7 @@ async fn simulated_session_is_a_pod_spoken_to_over_its_attach_stream_and_leaves_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_session_secrets_travel_in_a_secret_object_never_in_the_pod() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let session = client.session(config().secret(Secret::value("TOKEN", "s3cr3t-session-9876")));
     session.start().await.unwrap();
     let env = session.exec("printenv TOKEN").await.unwrap();
@@ -176,8 +174,7 @@ async fn simulated_session_secrets_travel_in_a_secret_object_never_in_the_pod() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_session_pod_deleted_from_outside_is_unavailable_and_start_brings_it_back() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let session = client.session(config());
     session.start().await.unwrap();
     let (name, _) = only_pod(&fake);
@@ -206,7 +203,7 @@ async fn simulated_session_pod_deleted_from_outside_is_unavailable_and_start_bri
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_session_image_pull_failure_is_typed_and_leaves_nothing() {
-    let mut script = Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()));
+    let mut script = Script::idle();
     script.image_pull_fails = true;
     let (client, fake) = with_script(script).await;
     let session = client.session(config());
@@ -221,8 +218,7 @@ async fn simulated_session_image_pull_failure_is_typed_and_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_dropped_session_deletes_its_pod() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let session = client.session(config());
     session.start().await.unwrap();
     only_pod(&fake);
@@ -242,8 +238,7 @@ async fn simulated_dropped_session_deletes_its_pod() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_what_a_session_on_a_cluster_cannot_do_is_refused_before_anything_is_made() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let before = fake.record(|r| r.requests.len());
     let refused = [
         config().mount("/tmp", "/data", true),
@@ -296,8 +291,7 @@ async fn simulated_what_a_session_on_a_cluster_cannot_do_is_refused_before_anyth
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_session_pool_keeps_started_pods_and_hands_one_over() {
     use dockhand::pool::PoolConfig;
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let pool = client
         .session_pool(config(), PoolConfig::new(2))
         .await
@@ -342,23 +336,9 @@ fn code_host_config() -> CodeHostConfig {
     CodeHostConfig::new().image(ImageSpec::prebuilt(IMAGE))
 }
 
-fn add_tool() -> Toolset {
-    Toolset::new().tool(
-        Tool::new("add", "Adds.")
-            .param("a", ParamType::Int, "")
-            .param("b", ParamType::Int, "")
-            .handler(|args| async move {
-                Ok(json!(
-                    args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
-                ))
-            }),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_code_host_is_a_pod_whose_bridge_calls_host_tools_over_the_attach_stream() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let host = client.code_host(code_host_config());
     host.start()
         .await
@@ -414,8 +394,7 @@ async fn simulated_code_host_is_a_pod_whose_bridge_calls_host_tools_over_the_att
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_code_host_refuses_an_image_to_build_and_mounts_before_anything_is_made() {
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let before = fake.record(|r| r.requests.len());
     let to_build = client
         .code_host(CodeHostConfig::new())
@@ -459,7 +438,7 @@ async fn simulated_code_host_refuses_an_image_to_build_and_mounts_before_anythin
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_code_host_image_pull_failure_is_typed_and_leaves_nothing() {
-    let mut script = Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()));
+    let mut script = Script::idle();
     script.image_pull_fails = true;
     let (client, fake) = with_script(script).await;
     let err = client
@@ -477,8 +456,7 @@ async fn simulated_code_host_image_pull_failure_is_typed_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_code_host_pool_hands_over_a_started_pod() {
     use dockhand::pool::PoolConfig;
-    let (client, fake) =
-        with_script(Script::exits(0, "", std::sync::Arc::new(|_| Vec::new()))).await;
+    let (client, fake) = with_script(Script::idle()).await;
     let pool = client
         .code_host_pool(code_host_config(), PoolConfig::new(1))
         .await

@@ -50,3 +50,18 @@ pub fn position(requests: &[String], from: usize, wanted: impl Fn(&str) -> bool)
         .map(|i| i + from)
         .unwrap_or_else(|| panic!("no request after #{from} as expected in {requests:#?}"))
 }
+
+/// A host tool that adds its two int arguments.
+pub fn add_tool() -> dockhand::codemode::Toolset {
+    use dockhand::codemode::{ParamType, Tool, Toolset};
+    Toolset::new().tool(
+        Tool::new("add", "Adds.")
+            .param("a", ParamType::Int, "")
+            .param("b", ParamType::Int, "")
+            .handler(|args| async move {
+                Ok(serde_json::json!(
+                    args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+                ))
+            }),
+    )
+}

@@ -258,6 +258,29 @@ impl Cluster {
         }
     }
 
+    /// Waits until container `container` of pod `name` runs. What the
+    /// cluster reports as a failure (an image it cannot pull, say) is its
+    /// typed error; the container ending first is `ended(exit code, reason)`.
+    pub(crate) async fn wait_running(
+        &self,
+        name: &str,
+        container: &str,
+        ended: impl Fn(i32, &str) -> Error,
+    ) -> Result<()> {
+        self.wait_pod(name, |p| {
+            let view = PodView::new(p);
+            if let Some(failure) = view.failure(container) {
+                return Some(Err(failure.into()));
+            }
+            if view.running(container) {
+                return Some(Ok(()));
+            }
+            view.terminated(container)
+                .map(|(code, reason)| Err(ended(code, &reason)))
+        })
+        .await
+    }
+
     /// Writes `data` to the stdin of container `container` of pod `name`,
     /// then closes it.
     pub(crate) async fn send_stdin(

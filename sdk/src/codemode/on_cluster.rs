@@ -7,7 +7,7 @@
 
 use super::bridge::{bridge_exited, Launch, Runner};
 use super::protocol::{FromRunner, ToRunner};
-use crate::cluster::{Cluster, PodView};
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::held::Held;
 
@@ -36,21 +36,10 @@ pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner
     let started = async {
         let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
         cluster
-            .wait_pod(&name, |p| {
-                let view = PodView::new(p);
-                if let Some(failure) = view.failure("bridge") {
-                    return Some(Err(failure.into()));
-                }
-                if view.running("bridge") {
-                    return Some(Ok(()));
-                }
-                view.terminated("bridge").map(|(code, reason)| {
-                    Err(Error::CodeHostUnavailable {
-                        reason: format!(
-                            "the bridge ended before it was ready ({reason}, exit {code}); is {reference} a code host image dockhand made?"
-                        ),
-                    })
-                })
+            .wait_running(&name, "bridge", |code, reason| Error::CodeHostUnavailable {
+                reason: format!(
+                    "the bridge ended before it was ready ({reason}, exit {code}); is {reference} a code host image dockhand made?"
+                ),
             })
             .await?;
         let attached = cluster.attach_interactive(&name, "bridge").await?;

@@ -6,7 +6,7 @@
 //! What it takes from the pod spec: the image (a local tag), command, args,
 //! env (`secretKeyRef` values read from the simulated Secrets), working
 //! directory, user and group, `fsGroup`, read-only root, dropped
-//! capabilities, and its volumes: emptyDirs as tmpfs, ConfigMaps and
+//! capabilities, and its volumes: emptyDirs as directories of its own, ConfigMaps and
 //! Secrets as read-only bind mounts of their files. Like a kubelet it
 //! starts the container before anyone attaches: what the container prints
 //! before the attach goes to the log, not to the stream. Its stdin is
@@ -116,12 +116,16 @@ fn run_args(fake: &Shared, pod: &Value, files: &std::path::Path) -> Vec<String> 
         let Some(volume) = mount["name"].as_str().and_then(|n| volumes.get(n)) else {
             continue;
         };
-        if volume.get("emptyDir").is_some() {
-            args.extend(["--tmpfs".into(), format!("{path}:mode=1777,exec")]);
-            continue;
-        }
         let dir = files.join(mount["name"].as_str().unwrap_or("volume"));
         std::fs::create_dir_all(&dir).unwrap();
+        if volume.get("emptyDir").is_some() {
+            // A directory of the node's, writable by every user, as an
+            // emptyDir is (a tmpfs would take the mode of a working
+            // directory Docker made under it).
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+            args.extend(["-v".into(), format!("{}:{path}", dir.display())]);
+            continue;
+        }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         if let Some(map) = volume.get("configMap") {
             let data = fake.record(|r| {

@@ -96,8 +96,14 @@ impl Script {
     pub fn on_docker() -> Script {
         Script {
             on_docker: true,
-            ..Script::exits(0, "", Arc::new(|_| Vec::new()))
+            ..Script::idle()
         }
+    }
+
+    /// Nothing scripted beyond a one-shot that exits 0 and writes nothing
+    /// (sessions and code hosts talk to the scripted agent and bridge).
+    pub fn idle() -> Script {
+        Script::exits(0, "", Arc::new(|_| Vec::new()))
     }
 
     pub fn ending(outcome: Outcome) -> Script {

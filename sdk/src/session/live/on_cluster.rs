@@ -33,21 +33,10 @@ impl Session {
         let started = async {
             let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
             cluster
-                .wait_pod(&name, |p| {
-                    let view = PodView::new(p);
-                    if let Some(failure) = view.failure("agent") {
-                        return Some(Err(failure.into()));
-                    }
-                    if view.running("agent") {
-                        return Some(Ok(()));
-                    }
-                    view.terminated("agent").map(|(code, reason)| {
-                        Err(Error::SessionUnavailable {
-                            reason: format!(
-                                "the session agent ended before it was ready ({reason}, exit {code}); is python3 in the image?"
-                            ),
-                        })
-                    })
+                .wait_running(&name, "agent", |code, reason| Error::SessionUnavailable {
+                    reason: format!(
+                        "the session agent ended before it was ready ({reason}, exit {code}); is python3 in the image?"
+                    ),
                 })
                 .await?;
             let attached = cluster.attach_interactive(&name, "agent").await?;
