@@ -148,6 +148,7 @@ async fn cluster_session_exec_and_edit() {
     let session = client.session(
         SessionConfig::new()
             .image(ImageSpec::prebuilt(python_image()))
+            .start_timeout(Duration::from_secs(300))
             .name("cluster-test"),
     );
     session.start().await.expect("the session pod starts");
@@ -216,7 +217,9 @@ async fn cluster_session_pool_handover() {
     let client = client().await;
     let pool = client
         .session_pool(
-            SessionConfig::new().image(ImageSpec::prebuilt(python_image())),
+            SessionConfig::new()
+                .image(ImageSpec::prebuilt(python_image()))
+                .start_timeout(Duration::from_secs(300)),
             PoolConfig::new(2),
         )
         .await
@@ -259,7 +262,11 @@ async fn cluster_owner_child() {
         .connect()
         .await
         .unwrap();
-    let session = client.session(SessionConfig::new().image(ImageSpec::prebuilt(python_image())));
+    let session = client.session(
+        SessionConfig::new()
+            .image(ImageSpec::prebuilt(python_image()))
+            .start_timeout(Duration::from_secs(300)),
+    );
     session.start().await.expect("the session starts");
     println!("pod {}", session.describe().container_id.unwrap());
     tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -261,6 +261,12 @@ async fn simulated_what_a_session_on_a_cluster_cannot_do_is_refused_before_anyth
             "{err:?}"
         );
     }
+    let zero = client
+        .session(config().start_timeout(Duration::ZERO))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(zero, Error::InvalidSpec { .. }), "{zero:?}");
     let session = client.session(config());
     session.start().await.unwrap();
     let snapshot = session.snapshot().await.unwrap_err();

@@ -73,6 +73,7 @@ pub struct SessionConfig {
     pub(crate) output_limit: usize,
     pub(crate) read_limit: u64,
     pub(crate) request_timeout: Duration,
+    pub(crate) start_timeout: Duration,
     pub(crate) name: Option<String>,
 }
 
@@ -116,6 +117,7 @@ impl Default for SessionConfig {
             output_limit: 1 << 20,
             read_limit: 64 << 20,
             request_timeout: Duration::from_secs(30),
+            start_timeout: Duration::from_secs(60),
             name: None,
         }
     }
@@ -258,6 +260,15 @@ impl SessionConfig {
         self
     }
 
+    /// How long `start` may take from creating the container (or pod) to
+    /// the agent's first answer (default 60 s). The image is made before
+    /// this limit starts; on a cluster, where a node pulls the image, allow
+    /// for the pull.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
     /// Bytes of stdout and stderr kept per command.
     pub fn output_limit(mut self, bytes: usize) -> Self {
         self.output_limit = bytes;
@@ -283,6 +294,9 @@ impl SessionConfig {
         .map_err(bad)?;
         if self.exec_timeout.is_some_and(|t| t.is_zero()) {
             return Err(bad("the timeout must be longer than zero".into()));
+        }
+        if self.start_timeout.is_zero() {
+            return Err(bad("the start timeout must be longer than zero".into()));
         }
         self.hardening.check()?;
         crate::egress::check(&self.network, &self.secrets)?;

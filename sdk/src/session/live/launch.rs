@@ -102,13 +102,14 @@ impl Session {
             )
             .await
         };
-        match tokio::time::timeout(START_LIMIT, started).await {
+        match tokio::time::timeout(c.start_timeout, started).await {
             Ok(result) => result,
             Err(_) => Err(Error::SessionUnavailable {
                 reason: format!(
-                    "the session's container did not start within {} s \
-                     (is python3 in the image? is the daemon or its runtime wedged?)",
-                    START_LIMIT.as_secs()
+                    "the session's container did not start within {:?} \
+                     (is python3 in the image? is the daemon or its runtime wedged? \
+                     `SessionConfig::start_timeout` allows more)",
+                    c.start_timeout
                 ),
             }),
         }
@@ -217,9 +218,6 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
     spec.runtime = c.isolation.runtime_name().map(String::from);
     Ok(spec)
 }
-
-/// How long a session's container may take from create to its agent's first line.
-pub(super) const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// The workspace directory as a tar to extract at `/`: parents root-owned,
 /// the workspace itself owned by the session's user.

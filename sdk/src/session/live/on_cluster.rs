@@ -6,7 +6,7 @@
 //! agent's first `ready` line goes to the kubelet's log. The backend asks
 //! again with a `hello` once attached; the agent answers it with `ready`.
 
-use super::launch::{connect, START_LIMIT};
+use super::launch::connect;
 use super::*;
 use crate::cluster::{Cluster, PodView};
 
@@ -67,12 +67,12 @@ impl Session {
             };
             connect(Held::Pod(guard), input, attached.output, exited, None).await
         };
-        match tokio::time::timeout(START_LIMIT, started).await {
+        match tokio::time::timeout(c.start_timeout, started).await {
             Ok(result) => result,
             Err(_) => Err(Error::SessionUnavailable {
                 reason: format!(
-                    "the session's pod did not start within {} s (is the image pullable? are the namespace's quotas full?)",
-                    START_LIMIT.as_secs()
+                    "the session's pod did not start within {:?} (is the image pullable? are the namespace's quotas full? `SessionConfig::start_timeout` allows more for a first pull)",
+                    c.start_timeout
                 ),
             }),
         }
