@@ -31,7 +31,7 @@ fn config() -> SessionConfig {
 
 /// Waits (bounded) until no ConfigMap or Secret is left in the namespace.
 async fn assert_no_companions_left(fake: &sim::fake_api::Shared) {
-    for _ in 0..100 {
+    for _ in 0..300 {
         if fake.record(|r| r.config_maps.is_empty() && r.secrets.is_empty()) {
             return;
         }
@@ -323,7 +323,7 @@ async fn simulated_session_pool_keeps_started_pods_and_hands_one_over() {
 
     pool.shutdown().await;
     // Only the session handed over is left, then nothing.
-    for _ in 0..100 {
+    for _ in 0..300 {
         if fake.record(|r| r.pods.len()) == 1 {
             break;
         }

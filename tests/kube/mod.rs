@@ -30,9 +30,10 @@ pub async fn with_script(script: Script) -> (Client, Shared) {
     (client, fake)
 }
 
-/// Waits (bounded) until the simulated namespace holds no pod.
+/// Waits (bounded: 6 s, past the guards' retried deletes at 1 s and 5 s)
+/// until the simulated namespace holds no pod.
 pub async fn assert_no_pods_left(fake: &Shared) {
-    for _ in 0..100 {
+    for _ in 0..300 {
         if fake.record(|r| r.pods.is_empty()) {
             return;
         }

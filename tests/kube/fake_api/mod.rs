@@ -12,11 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, Query, Request, State};
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -29,11 +27,12 @@ mod bridge;
 mod docker_kubelet;
 mod kubelet;
 mod leases;
-use kubelet::{give_outputs, running, take_inputs, waiting};
+mod pods;
 use leases::{
     create_companion, create_lease, create_policy, delete_companion, delete_lease, get_lease,
     list_leases, patch_companion, patch_lease,
 };
+use pods::{attach, create_pod, delete_pod, get_pod, list_or_watch_pods, log};
 
 /// Files of the inputs archive, by path inside `/var/inputs`.
 pub type Files = BTreeMap<String, Vec<u8>>;
@@ -382,105 +381,6 @@ pub(super) fn image_of(pod: &Value) -> String {
         .to_string()
 }
 
-async fn create_pod(
-    State(fake): State<Shared>,
-    Path(ns): Path<String>,
-    Json(mut pod): Json<Value>,
-) -> Response {
-    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let image = image_of(&pod);
-    // A session's or code host's pod: no init container, its containers
-    // start at once and live until stopped.
-    let long_lived = pod["spec"]["initContainers"]
-        .as_array()
-        .is_none_or(|c| c.is_empty());
-    let containers: Vec<String> = pod["spec"]["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str().map(String::from))
-        .collect();
-    let exists = fake.record(|r| r.pods.contains_key(&name));
-    if exists {
-        return status_body(
-            409,
-            "AlreadyExists",
-            &format!("pods \"{name}\" already exists"),
-        );
-    }
-    let rv = fake.record(|r| {
-        r.created.push(pod.clone());
-        r.rv += 1;
-        r.uid += 1;
-        pod["metadata"]["uid"] = json!(format!("00000000-0000-0000-0000-{:012}", r.uid));
-        pod["metadata"]["namespace"] = json!(ns);
-        pod["metadata"]["resourceVersion"] = json!(r.rv.to_string());
-        pod["metadata"]["creationTimestamp"] = json!("2026-11-26T12:00:00Z");
-        pod["status"] = if long_lived {
-            json!({"phase": "Pending", "qosClass": "Guaranteed",
-                   "containerStatuses": containers.iter()
-                       .map(|c| waiting(c, &image, "ContainerCreating", None))
-                       .collect::<Vec<_>>()})
-        } else {
-            json!({
-                "phase": "Pending", "qosClass": "Guaranteed",
-                "initContainerStatuses": [waiting("inputs", &image, "PodInitializing", None)],
-                "containerStatuses": [waiting("program", &image, "PodInitializing", None),
-                                      waiting("outputs", &image, "PodInitializing", None)],
-            })
-        };
-        r.pods.insert(name.clone(), pod.clone());
-        r.events.push((r.rv, name.clone(), "ADDED", pod.clone()));
-        r.rv
-    });
-    fake.changed.send_replace(rv);
-    // The scheduler and kubelet: the first container starts, or its image
-    // cannot be pulled.
-    if long_lived && fake.script.on_docker && !fake.script.image_pull_fails {
-        docker_kubelet::start(fake.clone(), name.clone(), pod.clone());
-        return (StatusCode::CREATED, Json(pod)).into_response();
-    }
-    let kubelet = fake.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let fails = kubelet.script.image_pull_fails;
-        let pull_failure = |container: &str| {
-            waiting(
-                container,
-                &image,
-                "ErrImagePull",
-                Some(&format!(
-                    "failed to pull and unpack image \"{image}\": not found"
-                )),
-            )
-        };
-        kubelet.update(&name, |pod| {
-            if long_lived {
-                let statuses: Vec<Value> = containers
-                    .iter()
-                    .map(|c| {
-                        if fails {
-                            pull_failure(c)
-                        } else {
-                            running(c, &image)
-                        }
-                    })
-                    .collect();
-                pod["status"]["phase"] = json!(if fails { "Pending" } else { "Running" });
-                pod["status"]["containerStatuses"] = json!(statuses);
-                return;
-            }
-            pod["status"]["phase"] = json!("Pending");
-            pod["status"]["initContainerStatuses"] = json!([if fails {
-                pull_failure("inputs")
-            } else {
-                running("inputs", &image)
-            }]);
-        });
-    });
-    (StatusCode::CREATED, Json(pod)).into_response()
-}
-
 pub(super) fn matches_labels(object: &Value, selector: Option<&String>) -> bool {
     let Some(selector) = selector else {
         return true;
@@ -495,156 +395,4 @@ pub(super) fn list(kind: &str, items: Vec<Value>, rv: u64) -> Json<Value> {
     Json(
         json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
     )
-}
-
-async fn list_or_watch_pods(
-    State(fake): State<Shared>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
-    if q.get("watch").map(String::as_str) != Some("true") {
-        let (items, rv) = fake.record(|r| {
-            let items = r
-                .pods
-                .values()
-                .filter(|p| matches_labels(p, q.get("labelSelector")))
-                .cloned()
-                .collect();
-            (items, r.rv)
-        });
-        return list("PodList", items, rv).into_response();
-    }
-    let name = q
-        .get("fieldSelector")
-        .and_then(|f| f.strip_prefix("metadata.name="))
-        .unwrap_or("")
-        .to_string();
-    let since: u64 = q
-        .get("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let first = fake.record(|r| {
-        r.watches += 1;
-        r.watches == 1
-    });
-    if first && fake.script.expire_first_watch {
-        let line = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "message": format!("too old resource version: {since} (999)"),
-            "reason": "Expired", "code": 410}});
-        return Body::from(format!("{line}\n")).into_response();
-    }
-    let changed = fake.changed.subscribe();
-    Body::from_stream(events_after(fake.clone(), name, since, changed)).into_response()
-}
-
-/// The watch's events for `name` after version `since`, then each new one.
-fn events_after(
-    fake: Shared,
-    name: String,
-    since: u64,
-    changed: tokio::sync::watch::Receiver<u64>,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    futures::stream::unfold(
-        (fake, since, changed),
-        move |(fake, mut seen, mut changed)| {
-            let name = name.clone();
-            async move {
-                loop {
-                    let next = fake.record(|r| {
-                        r.events
-                            .iter()
-                            .find(|(rv, n, _, _)| *rv > seen && *n == name)
-                            .map(|(rv, _, kind, pod)| (*rv, json!({"type": kind, "object": pod})))
-                    });
-                    if let Some((rv, event)) = next {
-                        seen = rv;
-                        let line = Bytes::from(format!("{event}\n"));
-                        return Some((Ok(line), (fake, seen, changed)));
-                    }
-                    tokio::select! {
-                        _ = changed.changed() => {}
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    }
-                }
-            }
-        },
-    )
-}
-
-async fn get_pod(State(fake): State<Shared>, Path((_, name)): Path<(String, String)>) -> Response {
-    match fake.record(|r| r.pods.get(&name).cloned()) {
-        Some(pod) => Json(pod).into_response(),
-        None => status_body(404, "NotFound", &format!("pods \"{name}\" not found")),
-    }
-}
-
-async fn delete_pod(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
-) -> Response {
-    match fake.remove_pod(&name) {
-        Some(pod) => Json(pod).into_response(),
-        None => status_body(404, "NotFound", &format!("pods \"{name}\" not found")),
-    }
-}
-
-async fn attach(
-    State(fake): State<Shared>,
-    Path((_, name)): Path<(String, String)>,
-    Query(q): Query<BTreeMap<String, String>>,
-    upgrade: WebSocketUpgrade,
-) -> Response {
-    let container = q.get("container").cloned().unwrap_or_default();
-    let state = fake.record(|r| r.pods.get(&name).cloned());
-    let Some(pod) = state else {
-        return status_body(404, "NotFound", &format!("pods \"{name}\" not found"));
-    };
-    let is_running = [
-        &pod["status"]["initContainerStatuses"],
-        &pod["status"]["containerStatuses"],
-    ]
-    .iter()
-    .filter_map(|list| list.as_array())
-    .flatten()
-    .any(|c| c["name"] == json!(container) && c["state"]["running"].is_object());
-    if !is_running {
-        return status_body(
-            400,
-            "BadRequest",
-            &format!("container {container} is not running"),
-        );
-    }
-    upgrade
-        .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
-        .on_upgrade(move |socket| async move {
-            if fake.script.on_docker && fake.docker.lock().unwrap().contains_key(&name) {
-                return docker_kubelet::attach(fake, name, socket).await;
-            }
-            match container.as_str() {
-                "inputs" => take_inputs(fake, name, socket).await,
-                "outputs" => give_outputs(fake, name, socket).await,
-                "agent" => agent::converse(fake, name, socket).await,
-                "bridge" => bridge::converse(fake, name, socket).await,
-                _ => {}
-            }
-        })
-}
-
-async fn log(State(fake): State<Shared>, Path((_, name)): Path<(String, String)>) -> Response {
-    // As with `follow=true`: the body ends when the container does.
-    loop {
-        let (done, text) = fake.record(|r| {
-            let pod = r.pods.get(&name);
-            let ended = pod.is_none_or(|p| {
-                let phase = p["status"]["phase"].as_str().unwrap_or("");
-                phase == "Failed"
-                    || phase == "Unknown"
-                    || p["status"]["containerStatuses"][0]["state"]["terminated"].is_object()
-            });
-            (ended, r.logs.get(&name).cloned().unwrap_or_default())
-        });
-        if done {
-            return text.into_response();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
