@@ -30,6 +30,7 @@
 
 mod cache;
 mod capture;
+mod conclusion;
 mod frame;
 mod inputs;
 mod launch;

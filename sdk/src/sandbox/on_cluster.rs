@@ -9,9 +9,8 @@ use std::time::Instant;
 use futures::AsyncBufReadExt;
 
 use super::capture::{StreamBuffer, StreamKind};
-use super::run::{
-    collect_streamed, conclude, within, JobDelivery, Prepared, RunOptions, RunOutput,
-};
+use super::conclusion::{collect_streamed, conclude, within};
+use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::runtime::Network;
 use super::spec::Sandbox;
 use crate::cluster::{Cluster, PodView};

@@ -9,6 +9,7 @@ use futures::StreamExt;
 
 use super::cache;
 use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
+use super::conclusion::{collect_streamed, conclude, within};
 use super::frame::RunnerEnds;
 use super::inputs;
 use super::launch::{cold_spec, hand_over, WarmContainer};
@@ -18,7 +19,6 @@ use super::runtime::{CacheMode, Network};
 use super::secret::SecretMount;
 use super::spec::Sandbox;
 use super::value::Value;
-use super::verdict::{verdict, Ended};
 use crate::client::Client;
 use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
@@ -525,38 +525,6 @@ impl Client {
     }
 }
 
-/// An attempt's result from how its program ended, what it printed and
-/// what it left in /var/outputs: on any backend, the same verdict.
-pub(super) fn conclude(
-    sandbox: &Sandbox,
-    prepared: &Prepared,
-    status: &ExitStatus,
-    collected: outputs::Collected,
-    (stdout, stderr): (CapturedText, CapturedText),
-    started: Instant,
-) -> Result<RunOutput> {
-    verdict(&Ended {
-        status,
-        report: collected.status.as_ref(),
-        stdout: &stdout.text,
-        stderr: &stderr.text,
-        runtime: &sandbox.runtime,
-        program: &sandbox.program,
-        secrets: &prepared.redactions,
-    })?;
-    let outputs = outputs::parse(collected, &sandbox.outputs)?;
-    Ok(RunOutput {
-        outputs,
-        exit_code: status.code,
-        stdout,
-        stderr,
-        duration: started.elapsed(),
-        image: prepared.image.reference.clone(),
-        cached: false,
-        attempts: Vec::new(),
-    })
-}
-
 /// Passes on what the runner's ends still held back; returns the frame, if a
 /// whole one arrived.
 fn finish_ends(
@@ -569,42 +537,4 @@ fn finish_ends(
     stdout.push(&out, handler);
     stderr.push(&err, handler);
     frame
-}
-
-/// Reads the outputs archive as it arrives, on a blocking thread: File and
-/// Dir outputs are written to disk as they stream, never held in memory.
-pub(super) async fn collect_streamed(
-    stream: impl futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
-    declared: &[super::spec::Param],
-    limit: u64,
-) -> Result<outputs::Collected> {
-    let reader =
-        tokio_util::io::StreamReader::new(stream.map(|chunk| chunk.map_err(std::io::Error::other)));
-    let bridge = tokio_util::io::SyncIoBridge::new(reader);
-    let declared = declared.to_vec();
-    tokio::task::spawn_blocking(move || outputs::collect(bridge, &declared, limit))
-        .await
-        .map_err(|e| Error::Docker {
-            operation: "collect outputs",
-            message: e.to_string(),
-            status: None,
-        })?
-}
-
-/// Runs `step` within the attempt's deadline, if it has one; past it, the
-/// run's [`Error::Timeout`] (nothing was printed yet).
-pub(super) async fn within<T>(
-    deadline: Option<(tokio::time::Instant, Duration)>,
-    step: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        None => step.await,
-        Some((at, limit)) => tokio::time::timeout_at(at, step).await.unwrap_or_else(|_| {
-            Err(Error::Timeout {
-                timeout: limit,
-                stdout: String::new(),
-                stderr: String::new(),
-            })
-        }),
-    }
 }

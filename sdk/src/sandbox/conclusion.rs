@@ -1,0 +1,86 @@
+//! How an attempt ends, on either backend: the outputs archive read as it
+//! streams, the verdict from how the program ended, and the deadline every
+//! step of the attempt runs within.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::capture::CapturedText;
+use super::outputs;
+use super::run::{Prepared, RunOutput};
+use super::spec::Sandbox;
+use super::verdict::{verdict, Ended};
+use crate::engine::ExitStatus;
+use crate::error::{Error, Result};
+
+/// An attempt's result from how its program ended, what it printed and
+/// what it left in /var/outputs: on any backend, the same verdict.
+pub(super) fn conclude(
+    sandbox: &Sandbox,
+    prepared: &Prepared,
+    status: &ExitStatus,
+    collected: outputs::Collected,
+    (stdout, stderr): (CapturedText, CapturedText),
+    started: Instant,
+) -> Result<RunOutput> {
+    verdict(&Ended {
+        status,
+        report: collected.status.as_ref(),
+        stdout: &stdout.text,
+        stderr: &stderr.text,
+        runtime: &sandbox.runtime,
+        program: &sandbox.program,
+        secrets: &prepared.redactions,
+    })?;
+    let outputs = outputs::parse(collected, &sandbox.outputs)?;
+    Ok(RunOutput {
+        outputs,
+        exit_code: status.code,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+        image: prepared.image.reference.clone(),
+        cached: false,
+        attempts: Vec::new(),
+    })
+}
+
+/// Reads the outputs archive as it arrives, on a blocking thread: File and
+/// Dir outputs are written to disk as they stream, never held in memory.
+pub(super) async fn collect_streamed(
+    stream: impl futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
+    declared: &[super::spec::Param],
+    limit: u64,
+) -> Result<outputs::Collected> {
+    let reader =
+        tokio_util::io::StreamReader::new(stream.map(|chunk| chunk.map_err(std::io::Error::other)));
+    let bridge = tokio_util::io::SyncIoBridge::new(reader);
+    let declared = declared.to_vec();
+    tokio::task::spawn_blocking(move || outputs::collect(bridge, &declared, limit))
+        .await
+        .map_err(|e| Error::Docker {
+            operation: "collect outputs",
+            message: e.to_string(),
+            status: None,
+        })?
+}
+
+/// Runs `step` within the attempt's deadline, if it has one; past it, the
+/// run's [`Error::Timeout`] (nothing was printed yet).
+pub(super) async fn within<T>(
+    deadline: Option<(tokio::time::Instant, Duration)>,
+    step: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match deadline {
+        None => step.await,
+        Some((at, limit)) => tokio::time::timeout_at(at, step).await.unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                timeout: limit,
+                stdout: String::new(),
+                stderr: String::new(),
+            })
+        }),
+    }
+}
