@@ -290,16 +290,7 @@ impl Cluster {
         mut data: impl AsyncRead + Unpin,
     ) -> Result<()> {
         let call = Call::new("attach", "pods/attach", self.namespace(), name);
-        let params = AttachParams::default()
-            .container(container)
-            .stdin(true)
-            .stdout(false)
-            .stderr(false);
-        let mut attached = self
-            .pods()
-            .attach(name, &params)
-            .await
-            .map_err(|e| call.error(e))?;
+        let mut attached = self.attach_to(&call, container, false, false).await?;
         let mut stdin = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
         tokio::io::copy(&mut data, &mut stdin)
             .await
@@ -324,16 +315,7 @@ impl Cluster {
         line: &'static [u8],
     ) -> Result<impl Stream<Item = Result<Bytes>> + Send + Unpin + 'static> {
         let call = Call::new("attach", "pods/attach", self.namespace(), name);
-        let params = AttachParams::default()
-            .container(container)
-            .stdin(true)
-            .stdout(true)
-            .stderr(false);
-        let mut attached = self
-            .pods()
-            .attach(name, &params)
-            .await
-            .map_err(|e| call.error(e))?;
+        let mut attached = self.attach_to(&call, container, true, false).await?;
         let mut stdin = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
         let stdout = attached.stdout().ok_or_else(|| lost(&call, "no stdout"))?;
         stdin
@@ -344,18 +326,11 @@ impl Cluster {
             .shutdown()
             .await
             .map_err(|e| lost(&call, &e.to_string()))?;
-        let reason = format!("{} {name}", call.resource);
+        let failed = stream_failed(&call);
         // The attached process lives as long as its output is read.
         let stream = tokio_util::io::ReaderStream::new(stdout).map(move |chunk| {
             let _keep = (&attached, &stdin);
-            chunk.map_err(|e| {
-                Error::from(ClusterError::Api {
-                    operation: "attach",
-                    status: None,
-                    reason: "StreamFailed".into(),
-                    message: format!("{reason}: {e}"),
-                })
-            })
+            chunk.map_err(&failed)
         });
         Ok(Box::pin(stream))
     }
@@ -369,28 +344,11 @@ impl Cluster {
         container: &str,
     ) -> Result<Interactive> {
         let call = Call::new("attach", "pods/attach", self.namespace(), name);
-        let params = AttachParams::default()
-            .container(container)
-            .stdin(true)
-            .stdout(true)
-            .stderr(true);
-        let mut attached = self
-            .pods()
-            .attach(name, &params)
-            .await
-            .map_err(|e| call.error(e))?;
+        let mut attached = self.attach_to(&call, container, true, true).await?;
         let input = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
         let stdout = attached.stdout().ok_or_else(|| lost(&call, "no stdout"))?;
         let stderr = attached.stderr().ok_or_else(|| lost(&call, "no stderr"))?;
-        let reason = format!("{} {name}", call.resource);
-        let failed = move |e: std::io::Error| {
-            Error::from(ClusterError::Api {
-                operation: "attach",
-                status: None,
-                reason: "StreamFailed".into(),
-                message: format!("{reason}: {e}"),
-            })
-        };
+        let failed = stream_failed(&call);
         let out = tokio_util::io::ReaderStream::new(stdout)
             .map(|c| c.map(LogChunk::Stdout))
             .map_err(failed.clone());
@@ -406,6 +364,26 @@ impl Cluster {
             input: Box::pin(input),
             output: Box::pin(output),
         })
+    }
+
+    /// Attaches to container `container` of the pod `call` names, its stdin
+    /// open and its stdout and stderr as asked.
+    async fn attach_to(
+        &self,
+        call: &Call<'_>,
+        container: &str,
+        stdout: bool,
+        stderr: bool,
+    ) -> Result<kube::api::AttachedProcess> {
+        let params = AttachParams::default()
+            .container(container)
+            .stdin(true)
+            .stdout(stdout)
+            .stderr(stderr);
+        self.pods()
+            .attach(call.name, &params)
+            .await
+            .map_err(|e| call.error(e))
     }
 
     /// Streams the kubelet's log of container `container` (stdout and
@@ -426,6 +404,20 @@ impl Cluster {
             .await
             .map_err(|e| Call::new("get", "pods/log", self.namespace(), name).error(e))?;
         Ok(Box::pin(log))
+    }
+}
+
+/// `lost` for an attach stream's read errors, owning what it names.
+fn stream_failed(call: &Call<'_>) -> impl Fn(std::io::Error) -> Error + Clone + Send + 'static {
+    let (verb, what) = (call.verb, format!("{} {}", call.resource, call.name));
+    move |e| {
+        ClusterError::Api {
+            operation: verb,
+            status: None,
+            reason: "StreamFailed".into(),
+            message: format!("{what}: {e}"),
+        }
+        .into()
     }
 }
 
