@@ -192,7 +192,7 @@ pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result
         }
         None => spec.clone(),
     };
-    let program = native::program();
+    let program = native::program(client.engine()?).await?;
     let with_bridge = native::with_bridge(&spec, &program.tag());
     // A code host image already made (or loaded onto a daemon that cannot
     // reach the package indexes) needs no bridge image.

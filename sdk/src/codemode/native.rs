@@ -84,7 +84,10 @@ pub const SOURCES: [(&str, &str); 17] = [
     ),
 ];
 
+use crate::engine::Engine;
+use crate::error::Result;
 use crate::image::crate_build::CrateBuild;
+use crate::image::prebuilt::{self, Prebuilt, Recipes};
 use crate::image::program::ProgramImage;
 use crate::image::{CopyFrom, ImageSpec};
 
@@ -104,27 +107,47 @@ fn build() -> CrateBuild<'static> {
     }
 }
 
-/// The worker from the pinned `pydantic-monty-runtime` (pip puts it on PATH).
+/// The worker from the pinned `pydantic-monty-runtime` (pip puts it on
+/// PATH), in one step: each step costs a layer commit.
 fn worker_command() -> String {
-    format!("install -m 0755 \"$(command -v monty)\" {WORKER}")
+    let package = super::bridge::MONTY_RUNTIME_PACKAGE;
+    format!(
+        "python3 -m pip install '{package}' && install -D -m 0755 \"$(command -v monty)\" {WORKER}"
+    )
 }
 
-/// The recipe of the bridge's image.
-pub(crate) fn program() -> &'static ProgramImage {
-    static PROGRAM: std::sync::OnceLock<ProgramImage> = std::sync::OnceLock::new();
-    PROGRAM.get_or_init(|| ProgramImage {
-        repository: "dockhand/codehost-bridge",
-        kind: "codehost-bridge-image",
-        compiler: build()
-            .add_to(
-                ImageSpec::default()
-                    .trust_host_certificates()
-                    .pip([super::bridge::MONTY_RUNTIME_PACKAGE]),
-            )
-            .run(worker_command()),
-        files: vec![(BINARY, BINARY), (WORKER, WORKER)],
-        entrypoint: None,
-    })
+/// The recipe of the bridge's image: Monty's worker from the pinned runtime,
+/// with the bridge the SDK's build script made, or compiled from its sources.
+fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
+    let worker = ImageSpec::default()
+        .trust_host_certificates()
+        .run(worker_command());
+    match prebuilt {
+        Some(binary) => ProgramImage {
+            repository: "dockhand/codehost-bridge",
+            kind: "codehost-bridge-image",
+            compiler: Some(worker),
+            files: vec![(WORKER, WORKER)],
+            prebuilt: Some((*binary, BINARY)),
+            entrypoint: None,
+        },
+        None => ProgramImage {
+            repository: "dockhand/codehost-bridge",
+            kind: "codehost-bridge-image",
+            compiler: Some(build().add_to(worker)),
+            files: vec![(BINARY, BINARY), (WORKER, WORKER)],
+            prebuilt: None,
+            entrypoint: None,
+        },
+    }
+}
+
+/// The recipes of the bridge's image.
+static RECIPES: Recipes = Recipes::new(prebuilt::CODEHOST, recipe);
+
+/// The bridge image's recipe for `engine`'s daemon.
+pub(crate) async fn program(engine: &Engine) -> Result<&'static ProgramImage> {
+    RECIPES.for_engine(engine).await
 }
 
 /// The directory that holds both, in the bridge's image and in code host images.
@@ -156,7 +179,7 @@ mod tests {
             assert_eq!(found.get(path).map(String::as_str), Some(text), "{path}");
         }
         assert!(command.contains(BINARY));
-        let compiler = &program().compiler;
+        let compiler = RECIPES.compiled().compiler.as_ref().expect("a compiler");
         assert_eq!(compiler.context_files, vec![file]);
         let dockerfile = compiler.render_dockerfile();
         assert!(dockerfile.lines().all(|l| l.len() < 8 * 1024));
@@ -182,12 +205,40 @@ mod tests {
             !text.contains("cargo"),
             "nothing is compiled per spec: {text}"
         );
-        let recipe = program();
+        let recipe = RECIPES.compiled();
         assert!(recipe.tag().starts_with("dockhand/codehost-bridge:"));
+        let package = super::super::bridge::MONTY_RUNTIME_PACKAGE;
         assert!(recipe
             .compiler
-            .pip_packages()
-            .contains(&super::super::bridge::MONTY_RUNTIME_PACKAGE.to_string()));
+            .as_ref()
+            .expect("a compiler")
+            .commands
+            .iter()
+            .any(|c| c.contains(&format!("pip install '{package}'"))));
+    }
+
+    #[test]
+    fn a_prebuilt_bridge_is_copied_and_only_the_worker_is_installed() {
+        let binary = Prebuilt {
+            binary: "dockhand-codehost",
+            gzipped: &[],
+            sha256: "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+            platform: "linux/amd64",
+        };
+        let recipe = recipe(Some(&binary));
+        let compiler = recipe.compiler.as_ref().expect("the worker's image");
+        assert!(compiler.context_files.is_empty());
+        assert!(
+            compiler.commands.iter().all(|c| !c.contains("cargo")),
+            "nothing is compiled: {:?}",
+            compiler.commands
+        );
+        let text = recipe.dockerfile("worker");
+        assert!(text.contains(&format!(
+            "COPY dockhand-codehost-0011223344556677 {BINARY}\n"
+        )));
+        assert!(text.contains(&format!("COPY --from=worker {WORKER} {WORKER}\n")));
+        assert_ne!(recipe.tag(), RECIPES.compiled().tag());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! One gateway serves every sandbox with a policy that a [`Client`] runs;
 //! it starts with the first and is removed with the last (each sandbox's
 //! lease holds it). Its program is dockhand's own (`sdk/images/gateway`,
-//! Rust, compiled once per machine into an image `FROM scratch` with the
-//! host's CA bundle), never anything from a caller's image. It holds no
+//! Rust, compiled by the SDK's build script, or once per machine in an
+//! image, then copied alone into an image `FROM scratch`), never anything from a caller's image. It holds no
 //! Docker socket, runs as nobody with every capability dropped and a
 //! read-only root, and exits when its stdin closes, as it does when the
 //! owning process dies; the watchdog then removes its networks.
@@ -18,6 +18,7 @@ use tokio::sync::Mutex;
 use crate::engine::{ContainerGuard, ContainerSpec, Engine};
 use crate::error::{Error, Result};
 use crate::image::crate_build::CrateBuild;
+use crate::image::prebuilt::{Prebuilt, Recipes};
 use crate::image::program::ProgramImage;
 use crate::image::ImageSpec;
 use crate::progress::Reporter;
@@ -75,24 +76,38 @@ const PROGRAM: &str = "/dockhand-gateway";
 /// `kind` label of the gateway's container.
 pub const KIND: &str = "egress-gateway";
 
-fn program() -> &'static ProgramImage {
-    static PROGRAM_IMAGE: std::sync::OnceLock<ProgramImage> = std::sync::OnceLock::new();
-    PROGRAM_IMAGE.get_or_init(|| ProgramImage {
-        repository: "dockhand/egress-gateway",
-        kind: "egress-gateway-image",
-        compiler: CrateBuild {
-            sources: &SOURCES,
-            binary: "dockhand-gateway",
-            install_to: COMPILED_AT,
-            static_link: true,
-        }
-        .add_to(ImageSpec::default().trust_host_certificates()),
-        // The program alone: what it trusts is given when it starts (the
-        // host's bundle as it is then, not as it was at the build).
-        files: vec![(COMPILED_AT, PROGRAM)],
-        entrypoint: Some(PROGRAM),
-    })
+/// The recipe: the binary the SDK's build script made, or the program
+/// compiled from its sources.
+fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
+    let build = CrateBuild {
+        sources: &SOURCES,
+        binary: "dockhand-gateway",
+        install_to: COMPILED_AT,
+        static_link: true,
+    };
+    // The program alone: what it trusts is given when it starts (the
+    // host's bundle as it is then, not as it was at the build).
+    match prebuilt {
+        Some(binary) => ProgramImage {
+            repository: "dockhand/egress-gateway",
+            kind: "egress-gateway-image",
+            compiler: None,
+            files: vec![],
+            prebuilt: Some((*binary, PROGRAM)),
+            entrypoint: Some(PROGRAM),
+        },
+        None => ProgramImage {
+            repository: "dockhand/egress-gateway",
+            kind: "egress-gateway-image",
+            compiler: Some(build.add_to(ImageSpec::default().trust_host_certificates())),
+            files: vec![(COMPILED_AT, PROGRAM)],
+            prebuilt: None,
+            entrypoint: Some(PROGRAM),
+        },
+    }
 }
+
+static RECIPES: Recipes = Recipes::new(crate::image::prebuilt::GATEWAY, recipe);
 
 /// The gateway's container: its program alone, as nobody, with nothing
 /// but the network it reaches the outside through.
@@ -257,7 +272,11 @@ impl Gateway {
         reporter: &Reporter,
         settings: &GatewaySettings,
     ) -> Result<Gateway> {
-        let image = program().ensure(engine, reporter).await?;
+        let image = RECIPES
+            .for_engine(engine)
+            .await?
+            .ensure(engine, reporter)
+            .await?;
         let mut trust = settings.trust.clone();
         trust.extend(host_certificates().await?);
         let from_env = std::env::var(NETWORK_ENV).ok().filter(|n| !n.is_empty());
@@ -334,7 +353,7 @@ mod tests {
         assert!(spec.mounts.is_empty(), "no socket, no host path");
         assert!(spec.env.is_empty(), "secrets travel on its stdin only");
         assert_eq!(spec.sysctls["net.ipv4.ip_forward"], "0", "not a router");
-        let recipe = program();
+        let recipe = RECIPES.compiled();
         assert!(recipe.tag().starts_with("dockhand/egress-gateway:"));
         assert!(recipe.dockerfile("compiler").starts_with("FROM scratch\n"));
         // Nothing it trusts is baked in: the host's bundle comes when it starts.

@@ -84,6 +84,27 @@ impl Engine {
         })
     }
 
+    /// The daemon's operating system and architecture (`linux/amd64`), as
+    /// Docker names platforms (read once per engine).
+    pub(crate) async fn platform(&self) -> Result<String> {
+        let platform = self
+            .platform
+            .get_or_try_init(|| async {
+                let version = self
+                    .docker
+                    .version()
+                    .await
+                    .map_err(|e| docker_err("version", e))?;
+                Ok::<_, crate::Error>(format!(
+                    "{}/{}",
+                    version.os.unwrap_or_default(),
+                    version.arch.unwrap_or_default()
+                ))
+            })
+            .await?;
+        Ok(platform.clone())
+    }
+
     pub(crate) async fn daemon_info(&self) -> Result<DaemonInfo> {
         let (version, info) = tokio::try_join!(
             async {

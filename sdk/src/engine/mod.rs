@@ -45,6 +45,8 @@ pub struct Engine {
     /// The daemon's registered OCI runtimes, read on first need.
     runtimes:
         std::sync::Arc<tokio::sync::OnceCell<std::collections::BTreeMap<String, Vec<String>>>>,
+    /// The daemon's platform (`linux/amd64`), read on first need.
+    platform: std::sync::Arc<tokio::sync::OnceCell<String>>,
     /// Finds or makes the watchdog's image; without it no watchdog starts.
     /// The image layer provides it (the engine builds no images of its own).
     watchdog_image: Option<WatchdogImage>,
@@ -96,6 +98,7 @@ impl Engine {
             docker,
             target: std::sync::Arc::new(target),
             runtimes: Default::default(),
+            platform: Default::default(),
             watchdog_image: None,
         })
     }

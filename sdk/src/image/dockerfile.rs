@@ -128,34 +128,41 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
     d.push_str(&format!("FROM {base}\n"));
     // pip: Debian's python refuses system-wide installs (PEP 668) unless told;
     // a sandbox image is single-purpose, so installing system-wide is right.
-    d.push_str(
+    // One ENV and one RUN for all of dockhand's own setup: each step costs a
+    // layer commit (seconds on some storage drivers).
+    let mut env = String::from(
         "ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
          PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive \
-         PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8\n",
+         PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8",
     );
+    let mut setup = String::from("RUN ");
     if with_ca {
         // Appended to the system bundle (what apt, curl and Debian's pip read) and
         // also placed where update-ca-certificates looks, so a later package that
         // regenerates the bundle keeps them. The variables cover clients that carry
         // their own bundle (pip from python.org images, requests, Python's ssl).
+        env.push_str(&format!(
+            " SSL_CERT_FILE={SYSTEM_CA_BUNDLE} PIP_CERT={SYSTEM_CA_BUNDLE} \
+             REQUESTS_CA_BUNDLE={SYSTEM_CA_BUNDLE} CURL_CA_BUNDLE={SYSTEM_CA_BUNDLE}"
+        ));
+        d.push_str(&format!("{env}\n"));
         d.push_str(&format!(
             "COPY {CA_CONTEXT_FILE} /usr/local/share/ca-certificates/dockhand-extra.crt\n"
         ));
-        d.push_str(&format!(
-            "RUN mkdir -p /etc/ssl/certs && cat /usr/local/share/ca-certificates/dockhand-extra.crt >> {SYSTEM_CA_BUNDLE}\n"
+        setup.push_str(&format!(
+            "mkdir -p /etc/ssl/certs && cat /usr/local/share/ca-certificates/dockhand-extra.crt >> {SYSTEM_CA_BUNDLE} && "
         ));
-        d.push_str(&format!(
-            "ENV SSL_CERT_FILE={SYSTEM_CA_BUNDLE} PIP_CERT={SYSTEM_CA_BUNDLE} \
-             REQUESTS_CA_BUNDLE={SYSTEM_CA_BUNDLE} CURL_CA_BUNDLE={SYSTEM_CA_BUNDLE}\n"
-        ));
+    } else {
+        d.push_str(&format!("{env}\n"));
     }
     // Where sandboxes exchange inputs and outputs: inputs are read-only to
     // the unprivileged user, outputs writable. Before the spec's own steps,
     // and dockhand's programs with it, so that these layers are shared by
-    // every spec on the same base (each step costs a layer commit).
-    d.push_str(
-        "RUN mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs\n",
+    // every spec on the same base.
+    setup.push_str(
+        "mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs\n",
     );
+    d.push_str(&setup);
     for copy in &spec.copies {
         d.push_str(&format!(
             "COPY --from={} {} {}\n",

@@ -19,6 +19,7 @@ mod build;
 pub(crate) mod build_log;
 pub(crate) mod crate_build;
 mod dockerfile;
+pub(crate) mod prebuilt;
 pub(crate) mod program;
 mod resolver;
 mod spec;

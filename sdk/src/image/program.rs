@@ -1,16 +1,20 @@
 //! Images that hold one of dockhand's own compiled programs and nothing else
-//! (`FROM scratch`): the watchdog, and the code host's bridge with Monty's
-//! worker. Each is compiled once per machine in a first image built on
-//! dockhand's base, then its files alone are copied into the final image.
-//! Other images take the program from there with `COPY --from`, which costs a
-//! copy instead of a compile.
+//! (`FROM scratch`): the watchdog, the egress gateway, and the code host's
+//! bridge with Monty's worker. The binary the SDK's build script made is
+//! copied in from the build context; where there is none, the program is
+//! compiled once per machine in a first image built on dockhand's base, then
+//! its files alone are copied into the final image. Other images take the
+//! program from there with `COPY --from`, which costs a copy instead of a
+//! compile.
 //!
 //! The tag is a hash of the recipe (the compile commands and the final
-//! Dockerfile), independent of the base the program was compiled on, so each
-//! version is made once per machine and found by every process.
+//! Dockerfile, which names a prebuilt binary by its hash), independent of
+//! the base the program was compiled on, so each version is made once per
+//! machine and found by every process.
 
 use sha2::{Digest, Sha256};
 
+use super::prebuilt::Prebuilt;
 use super::{ImageResolver, ImageSpec};
 use crate::archive::{build_tar, TarFile};
 use crate::engine::{label_instruction, Engine};
@@ -23,10 +27,14 @@ pub(crate) struct ProgramImage {
     pub repository: &'static str,
     /// The `kind` label of its images.
     pub kind: &'static str,
-    /// The image that compiles the program (on dockhand's base).
-    pub compiler: ImageSpec,
-    /// What the final image holds: (path in the compiler, path in the final image).
+    /// The image that compiles the program (on dockhand's base), or that
+    /// holds what the final image takes besides a prebuilt binary; none when
+    /// the binary is all there is.
+    pub compiler: Option<ImageSpec>,
+    /// What the final image takes from the compiler: (path there, path in the final image).
     pub files: Vec<(&'static str, &'static str)>,
+    /// The binary the SDK's build script made, and its path in the final image.
+    pub prebuilt: Option<(Prebuilt, &'static str)>,
     /// The final image's entrypoint, if it is run itself.
     pub entrypoint: Option<&'static str>,
 }
@@ -35,6 +43,9 @@ impl ProgramImage {
     /// The final Dockerfile: the files alone, owned by root, no shell.
     pub(crate) fn dockerfile(&self, compiled_in: &str) -> String {
         let mut text = String::from("FROM scratch\n");
+        if let Some((binary, to)) = &self.prebuilt {
+            text.push_str(&format!("COPY {} {to}\n", binary.file_name()));
+        }
         for (from, to) in &self.files {
             text.push_str(&format!("COPY --from={compiled_in} {from} {to}\n"));
         }
@@ -48,17 +59,20 @@ impl ProgramImage {
     /// `<repository>:<hash of the recipe>`.
     pub(crate) fn tag(&self) -> String {
         let mut hash = Sha256::new();
-        for part in [
-            &self.compiler.pip_packages,
-            &self.compiler.apt_packages,
-            &self.compiler.commands,
-        ] {
-            for item in part {
-                hash.update(item.as_bytes());
-                hash.update(b"\0");
+        if let Some(compiler) = &self.compiler {
+            for part in [
+                &compiler.pip_packages,
+                &compiler.apt_packages,
+                &compiler.commands,
+            ] {
+                for item in part {
+                    hash.update(item.as_bytes());
+                    hash.update(b"\0");
+                }
+                hash.update(b"\x01");
             }
-            hash.update(b"\x01");
         }
+        // Names the prebuilt binary by its hash.
         hash.update(self.dockerfile("compiler"));
         let hex: String = hash
             .finalize()
@@ -71,7 +85,7 @@ impl ProgramImage {
 
     /// Finds the image, or makes it (once per machine: processes that ask at
     /// the same time wait for the first); returns its reference. Progress
-    /// goes to `reporter`: the first make compiles for minutes.
+    /// goes to `reporter`: a first make that compiles takes minutes.
     pub(crate) async fn ensure(&self, engine: &Engine, reporter: &Reporter) -> Result<String> {
         let tag = self.tag();
         if engine.inspect_image(&tag).await?.is_some() {
@@ -82,27 +96,43 @@ impl ProgramImage {
         if engine.inspect_image(&tag).await?.is_some() {
             return Ok(tag);
         }
-        reporter.report(
-            &tag,
-            Stage::Build,
-            "compiling dockhand's program, once per machine (a few minutes)",
-        );
+        let what = if self.prebuilt.is_some() {
+            "making the image of dockhand's program, once per machine"
+        } else {
+            "compiling dockhand's program, once per machine (a few minutes)"
+        };
+        reporter.report(&tag, Stage::Build, what);
         let started = std::time::Instant::now();
-        let compiler = ImageResolver::new(engine.clone(), reporter.clone())
-            .resolve(&self.compiler)
-            .await?;
-        let tar = build_tar(
-            &[],
-            &[TarFile::new(
-                "Dockerfile",
-                self.dockerfile(&compiler.reference),
-            )],
-        )?;
+        let compiler = match &self.compiler {
+            Some(spec) => Some(
+                ImageResolver::new(engine.clone(), reporter.clone())
+                    .resolve(spec)
+                    .await?,
+            ),
+            None => None,
+        };
+        let compiled_in = compiler.as_ref().map_or("", |c| c.reference.as_str());
+        let mut files = vec![TarFile::new("Dockerfile", self.dockerfile(compiled_in))];
+        if let Some((binary, _)) = &self.prebuilt {
+            let binary = *binary;
+            let bytes =
+                crate::util::blocking("unpacking a prebuilt program", move || binary.unpack())
+                    .await?;
+            files.push(TarFile {
+                mode: 0o755,
+                ..TarFile::new(binary.file_name(), bytes)
+            });
+        }
+        let tar = build_tar(&[], &files)?;
         let context = futures::stream::iter([Ok(bytes::Bytes::from(tar))]);
         super::build::run_build(engine, &tag, context, reporter).await?;
-        // It only served to compile the program; the layers it shares with
-        // the base stay.
-        let _ = engine.remove_image_if_unused(&compiler.reference).await;
+        // One that compiled served only that; the layers it shares with the
+        // base stay. One beside a prebuilt binary holds packages alone, and
+        // its first steps are those of every image made on dockhand's base:
+        // kept, it saves their layer commits to the next build.
+        if let (Some(compiler), None) = (compiler, &self.prebuilt) {
+            let _ = engine.remove_image_if_unused(&compiler.reference).await;
+        }
         reporter.report(
             &tag,
             Stage::Ready,
@@ -120,8 +150,9 @@ mod tests {
         ProgramImage {
             repository: "dockhand/tool",
             kind: "tool-image",
-            compiler: ImageSpec::default().run("make tool"),
+            compiler: Some(ImageSpec::default().run("make tool")),
             files: vec![("/build/tool", "/tool"), ("/build/helper", "/helper")],
+            prebuilt: None,
             entrypoint: Some("/tool"),
         }
     }
@@ -144,10 +175,14 @@ mod tests {
         assert!(a.tag().starts_with("dockhand/tool:"));
         assert_eq!(a.tag().len(), "dockhand/tool:".len() + 16);
         let mut other_base = program();
-        other_base.compiler = other_base.compiler.base_image("debian:bookworm");
+        other_base.compiler = Some(
+            ImageSpec::default()
+                .run("make tool")
+                .base_image("debian:bookworm"),
+        );
         assert_eq!(a.tag(), other_base.tag());
         let mut changed = program();
-        changed.compiler = ImageSpec::default().run("make tool2");
+        changed.compiler = Some(ImageSpec::default().run("make tool2"));
         assert_ne!(a.tag(), changed.tag());
         let mut moved = program();
         moved.files.pop();

@@ -3,12 +3,15 @@
 //! file, made here and never taken from a caller. The watchdog holds the
 //! daemon's socket, so nothing from an image a caller chose may run in it.
 //!
-//! The program is compiled in a first image built on dockhand's own Python
-//! base (the one it pulls or makes from Debian packages), then copied alone
-//! into the final image. The tag is a hash of the recipe, so each version is
-//! made once per machine and found by every process.
+//! The program is the one the SDK's build script compiled (see
+//! [`super::prebuilt`]), copied alone into the final image; where there is
+//! none, it is compiled in a first image built on dockhand's own Python base
+//! (the one it pulls or makes from Debian packages), then copied. The tag is
+//! a hash of the recipe, so each version is made once per machine and found
+//! by every process.
 
 use super::crate_build::CrateBuild;
+use super::prebuilt::{Prebuilt, Recipes};
 use super::program::ProgramImage;
 use super::ImageSpec;
 use crate::engine::Engine;
@@ -55,24 +58,40 @@ fn build() -> CrateBuild<'static> {
     }
 }
 
-/// The recipe: compiled on dockhand's base (the host's CA bundle trusted,
-/// since cargo fetches the pinned crates over TLS), then the program alone,
-/// run as root (the socket is root's) with no shell to fall back on.
-fn program() -> &'static ProgramImage {
-    static PROGRAM_IMAGE: std::sync::OnceLock<ProgramImage> = std::sync::OnceLock::new();
-    PROGRAM_IMAGE.get_or_init(|| ProgramImage {
-        repository: REPOSITORY,
-        kind: "watchdog-image",
-        compiler: build().add_to(ImageSpec::default().trust_host_certificates()),
-        files: vec![(COMPILED_AT, PROGRAM)],
-        entrypoint: Some(PROGRAM),
-    })
+/// The recipe: the binary the SDK's build script made, or the program
+/// compiled on dockhand's base (the host's CA bundle trusted, since cargo
+/// fetches the pinned crates over TLS); then the program alone, run as root
+/// (the socket is root's) with no shell to fall back on.
+fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
+    // A prebuilt binary needs no base image: the watchdog starts on a
+    // fresh machine before dockhand's base is made.
+    match prebuilt {
+        Some(binary) => ProgramImage {
+            repository: REPOSITORY,
+            kind: "watchdog-image",
+            compiler: None,
+            files: vec![],
+            prebuilt: Some((*binary, PROGRAM)),
+            entrypoint: Some(PROGRAM),
+        },
+        None => ProgramImage {
+            repository: REPOSITORY,
+            kind: "watchdog-image",
+            compiler: Some(build().add_to(ImageSpec::default().trust_host_certificates())),
+            files: vec![(COMPILED_AT, PROGRAM)],
+            prebuilt: None,
+            entrypoint: Some(PROGRAM),
+        },
+    }
 }
+
+static RECIPES: Recipes = Recipes::new(super::prebuilt::WATCHDOG, recipe);
 
 /// Finds the watchdog's image, or makes it (once per machine); returns its
 /// reference.
 pub(crate) async fn ensure(engine: Engine) -> Result<String> {
-    program().ensure(&engine, &Reporter::default()).await
+    let program = RECIPES.for_engine(&engine).await?;
+    program.ensure(&engine, &Reporter::default()).await
 }
 
 #[cfg(test)]
@@ -81,7 +100,7 @@ mod tests {
 
     #[test]
     fn the_image_holds_the_static_program_alone() {
-        let text = program().dockerfile("dockhand/image:abc");
+        let text = RECIPES.compiled().dockerfile("dockhand/image:abc");
         assert!(text.contains(&format!(
             "COPY --from=dockhand/image:abc {COMPILED_AT} {PROGRAM}"
         )));
@@ -92,6 +111,6 @@ mod tests {
         for (path, text) in SOURCES {
             assert_eq!(found.get(path).map(String::as_str), Some(text), "{path}");
         }
-        assert!(program().tag().starts_with("dockhand/watchdog:"));
+        assert!(RECIPES.compiled().tag().starts_with("dockhand/watchdog:"));
     }
 }
