@@ -18,7 +18,11 @@
 //! Images come from [`ImageSpec`]s: a spec renders a Dockerfile whose content
 //! hash is the tag, so each image is built once per machine. The Python base
 //! is pulled where a registry answers and made from Debian packages where
-//! none does.
+//! none does. dockhand's own container programs (the code host's bridge,
+//! the watchdog, the egress gateway) are compiled by this crate's build
+//! script and embedded, so images copy them rather than compile them; set
+//! `DOCKHAND_PREBUILD=0` to skip that (they are then compiled inside an
+//! image, once per machine, on first use).
 //!
 //! ## One-shot sandboxes
 //!
