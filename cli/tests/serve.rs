@@ -113,9 +113,11 @@ fn script_path(name: &str) -> PathBuf {
 fn json_output(mut cmd: Command) -> Value {
     let out = cmd.output().expect("python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "the SDK script failed; stdout: {stdout}"
+        "the SDK script failed ({}); stdout: {stdout}\nstderr: {stderr}",
+        out.status
     );
     serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one JSON line")
 }
