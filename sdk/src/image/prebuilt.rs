@@ -12,6 +12,15 @@ use crate::engine::Engine;
 use crate::error::Result;
 
 /// One program the build script compiled.
+// Built without them (`DOCKHAND_PREBUILD=0`), nothing makes one outside tests.
+#[cfg_attr(
+    not(any(
+        dockhand_prebuilt_codehost,
+        dockhand_prebuilt_watchdog,
+        dockhand_prebuilt_gateway
+    )),
+    allow(dead_code)
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Prebuilt {
     /// The binary's name.
