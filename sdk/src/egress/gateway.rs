@@ -20,7 +20,6 @@ use crate::error::{Error, Result};
 use crate::image::crate_build::CrateBuild;
 use crate::image::prebuilt::{Prebuilt, Recipes};
 use crate::image::program::ProgramImage;
-use crate::image::ImageSpec;
 use crate::progress::Reporter;
 
 /// The gateway crate's files, by path inside the crate.
@@ -87,24 +86,13 @@ fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
     };
     // The program alone: what it trusts is given when it starts (the
     // host's bundle as it is then, not as it was at the build).
-    match prebuilt {
-        Some(binary) => ProgramImage {
-            repository: "dockhand/egress-gateway",
-            kind: "egress-gateway-image",
-            compiler: None,
-            files: vec![],
-            prebuilt: Some((*binary, PROGRAM)),
-            entrypoint: Some(PROGRAM),
-        },
-        None => ProgramImage {
-            repository: "dockhand/egress-gateway",
-            kind: "egress-gateway-image",
-            compiler: Some(build.add_to(ImageSpec::default().trust_host_certificates())),
-            files: vec![(COMPILED_AT, PROGRAM)],
-            prebuilt: None,
-            entrypoint: Some(PROGRAM),
-        },
-    }
+    ProgramImage::alone(
+        "dockhand/egress-gateway",
+        "egress-gateway-image",
+        &build,
+        PROGRAM,
+        prebuilt,
+    )
 }
 
 static RECIPES: Recipes = Recipes::new(crate::image::prebuilt::GATEWAY, recipe);

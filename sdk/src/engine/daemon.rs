@@ -95,11 +95,7 @@ impl Engine {
                     .version()
                     .await
                     .map_err(|e| docker_err("version", e))?;
-                Ok::<_, crate::Error>(format!(
-                    "{}/{}",
-                    version.os.unwrap_or_default(),
-                    version.arch.unwrap_or_default()
-                ))
+                Ok::<_, crate::Error>(platform_of(&version))
             })
             .await?;
         Ok(platform.clone())
@@ -121,14 +117,11 @@ impl Engine {
             .map(|(name, r)| (name.clone(), r.runtime_args.clone().unwrap_or_default()))
             .collect();
         let runtimes: Vec<String> = runtime_args.keys().cloned().collect();
+        let platform = platform_of(&version);
         Ok(DaemonInfo {
             version: version.version.unwrap_or_default(),
             api_version: version.api_version.unwrap_or_default(),
-            platform: format!(
-                "{}/{}",
-                version.os.unwrap_or_default(),
-                version.arch.unwrap_or_default()
-            ),
+            platform,
             root_dir: info.docker_root_dir.unwrap_or_default(),
             storage_driver: info.driver.unwrap_or_default(),
             runtimes,
@@ -157,4 +150,13 @@ impl Engine {
             })
             .collect())
     }
+}
+
+/// Docker's name of the daemon's platform (`linux/amd64`).
+fn platform_of(version: &bollard::models::SystemVersion) -> String {
+    format!(
+        "{}/{}",
+        version.os.as_deref().unwrap_or_default(),
+        version.arch.as_deref().unwrap_or_default()
+    )
 }

@@ -18,7 +18,7 @@ pub(crate) struct CrateBuild<'a> {
     /// The binary cargo builds (`target/release/<binary>`).
     pub binary: &'a str,
     /// Where the image keeps it.
-    pub install_to: &'a str,
+    pub install_to: &'static str,
     /// Link the C library in, so the binary runs in an image that has none
     /// (`FROM scratch`).
     pub static_link: bool,

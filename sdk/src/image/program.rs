@@ -14,6 +14,7 @@
 
 use sha2::{Digest, Sha256};
 
+use super::crate_build::CrateBuild;
 use super::prebuilt::Prebuilt;
 use super::{ImageResolver, ImageSpec};
 use crate::archive::{build_tar, TarFile};
@@ -40,6 +41,34 @@ pub(crate) struct ProgramImage {
 }
 
 impl ProgramImage {
+    /// A program alone in its image, run as its entrypoint from `program`:
+    /// the prebuilt binary copied in (no base image needed), or `build`
+    /// compiled on dockhand's base (the host's CA bundle trusted, since
+    /// cargo fetches the pinned crates over TLS).
+    pub(crate) fn alone(
+        repository: &'static str,
+        kind: &'static str,
+        build: &CrateBuild<'_>,
+        program: &'static str,
+        prebuilt: Option<&Prebuilt>,
+    ) -> ProgramImage {
+        let (compiler, files) = match prebuilt {
+            Some(_) => (None, vec![]),
+            None => (
+                Some(build.add_to(ImageSpec::default().trust_host_certificates())),
+                vec![(build.install_to, program)],
+            ),
+        };
+        ProgramImage {
+            repository,
+            kind,
+            compiler,
+            files,
+            prebuilt: prebuilt.map(|binary| (*binary, program)),
+            entrypoint: Some(program),
+        }
+    }
+
     /// The final Dockerfile: the files alone, owned by root, no shell.
     pub(crate) fn dockerfile(&self, compiled_in: &str) -> String {
         let mut text = String::from("FROM scratch\n");

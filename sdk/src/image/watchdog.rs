@@ -13,7 +13,6 @@
 use super::crate_build::CrateBuild;
 use super::prebuilt::{Prebuilt, Recipes};
 use super::program::ProgramImage;
-use super::ImageSpec;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::progress::Reporter;
@@ -65,24 +64,7 @@ fn build() -> CrateBuild<'static> {
 fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
     // A prebuilt binary needs no base image: the watchdog starts on a
     // fresh machine before dockhand's base is made.
-    match prebuilt {
-        Some(binary) => ProgramImage {
-            repository: REPOSITORY,
-            kind: "watchdog-image",
-            compiler: None,
-            files: vec![],
-            prebuilt: Some((*binary, PROGRAM)),
-            entrypoint: Some(PROGRAM),
-        },
-        None => ProgramImage {
-            repository: REPOSITORY,
-            kind: "watchdog-image",
-            compiler: Some(build().add_to(ImageSpec::default().trust_host_certificates())),
-            files: vec![(COMPILED_AT, PROGRAM)],
-            prebuilt: None,
-            entrypoint: Some(PROGRAM),
-        },
-    }
+    ProgramImage::alone(REPOSITORY, "watchdog-image", &build(), PROGRAM, prebuilt)
 }
 
 static RECIPES: Recipes = Recipes::new(super::prebuilt::WATCHDOG, recipe);
