@@ -533,3 +533,49 @@ async fn the_readme_session_snippet_works_as_written() {
         .expect("persist snapshots on close");
     client.remove_snapshot(&snapshot).await.unwrap();
 }
+
+/// Input sent the moment a command's pid is known reaches it: the agent
+/// registers a command's input before it reports the pid (the E2B SDKs send
+/// `SendInput` and `CloseStdin` right after the start).
+#[tokio::test]
+async fn input_sent_as_soon_as_a_command_starts_is_never_lost() {
+    use dockhand::session::SpawnOptions;
+    let s = started(SessionConfig::new()).await;
+    let feed = |n: usize| {
+        let s = s.clone();
+        async move {
+            let mut p = s
+                .spawn("cat", SpawnOptions::new().stdin(true))
+                .await
+                .expect("spawn");
+            let line = format!("piped {n}\n");
+            p.control.send_stdin(line.as_bytes()).await.expect("input");
+            p.control.close_stdin().await.expect("close");
+            let mut stdout = String::new();
+            // Generous: only a lost input (cat waiting for ever) trips it.
+            let watched = tokio::time::timeout(Duration::from_secs(60), async {
+                while let Some(event) = p.events.next().await {
+                    match event.expect("event") {
+                        ExecEvent::Stdout(bytes) => {
+                            stdout.push_str(&String::from_utf8_lossy(&bytes))
+                        }
+                        ExecEvent::Exit(r) => return r.exit_code,
+                        _ => {}
+                    }
+                }
+                -1
+            })
+            .await;
+            assert_eq!(
+                watched,
+                Ok(0),
+                "command {n} never ended: its input was lost"
+            );
+            assert_eq!(stdout, line);
+        }
+    };
+    for round in 0..5 {
+        futures::future::join_all((0..16).map(|i| feed(round * 16 + i))).await;
+    }
+    s.close().await.expect("close");
+}

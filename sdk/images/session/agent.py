@@ -133,14 +133,17 @@ def do_exec(req):
     _groups[rid] = proc.pid
     if master is not None:
         _terminals[rid] = master
-    if req.get("report_pid"):
-        send({"type": "started", "id": rid, "pid": proc.pid})
     try:
+        # Its input queue exists before anyone learns the pid: the host
+        # sends input (and the close) as soon as `started` arrives, and the
+        # reading thread drops input for an id it does not know.
         if master is not None:
             feed_inputs(rid, lambda data: write_all(master, data), lambda: None)
         elif keep_stdin:
             feed_inputs(rid, lambda data: (proc.stdin.write(data), proc.stdin.flush()), proc.stdin.close)
             stdin = None
+        if req.get("report_pid"):
+            send({"type": "started", "id": rid, "pid": proc.pid})
         run_command(req, rid, proc, stdin, limit, stream, refused_before, master)
     except BaseException:
         # Could not watch the command (no thread to read it, say, when it
