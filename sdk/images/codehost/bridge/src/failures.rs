@@ -89,6 +89,7 @@ pub fn frame_of(error: &MontyException, prepared: Option<&Prepared>) -> (usize, 
         }
     }
     if let (Some(p), true) = (prepared, line > 0) {
+        line = p.user_line(line);
         col = p.user_column(line, col);
     }
     (line, col)
@@ -158,6 +159,7 @@ pub fn typing_error(report: &str, prepared: Option<&Prepared>) -> Failed {
         }
     }
     if let (Some(p), true) = (prepared, line > 0) {
+        line = p.user_line(line);
         col = p.user_column(line, col);
     }
     Failed::validation("type", report.trim()).at(line, col)

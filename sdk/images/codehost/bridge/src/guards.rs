@@ -120,12 +120,68 @@ impl Rewriter<'_> {
         // In parentheses: `for x in a, b:` iterates one tuple, not two arguments.
         self.wrap(iter.range(), "_dh_loop((".into(), format!("), {line})"));
     }
+
+    /// A `for` statement iterates `islice` of its iterable, and its `else:`
+    /// (added, or the one it has, before its first statement) looks for one
+    /// item more: no `chain` per item (see the prelude's `_dh_guard`).
+    fn guard_for_statement(&mut self, f: &ast::StmtFor) {
+        if !self.guard_loops {
+            return;
+        }
+        if f.is_async {
+            return self.guard_for(&f.iter);
+        }
+        self.loops += 1;
+        let k = self.loops;
+        let (line, _) = self.lines.position(f.iter.start().to_usize());
+        self.wrap(
+            f.iter.range(),
+            format!("(_dh_g{k} := _dh_guard(("),
+            ")))[0]".into(),
+        );
+        let check = format!("_dh_end(_dh_g{k}, {line})");
+        let code = self.lines.code();
+        match (f.orelse.first(), f.body.last()) {
+            (None, Some(last)) => {
+                // After the body, at the `for`'s own indentation (a `for`
+                // always begins its line).
+                let at = last.end().to_usize();
+                let indent = self.lines.indentation(f.start().to_usize());
+                self.insertions.push(Insertion {
+                    at,
+                    depth: f.range().len().to_usize(),
+                    text: format!("\n{indent}else: {check}"),
+                    is_close: true,
+                });
+            }
+            (Some(first), _) => {
+                let at = first.start().to_usize();
+                let before = &code[self.lines.line_start(at)..at];
+                let text = if before.trim().is_empty() {
+                    // The first statement has a line of its own: the check
+                    // takes one before it, at the same indentation.
+                    format!("{check}\n{before}")
+                } else {
+                    // `else: stmt`: simple statements only, joined by `;`.
+                    format!("{check}; ")
+                };
+                self.insertions.push(Insertion {
+                    at,
+                    // Before anything else that opens here.
+                    depth: usize::MAX / 2,
+                    text,
+                    is_close: false,
+                });
+            }
+            (None, None) => {}
+        }
+    }
 }
 
 impl<'a> Visitor<'a> for Rewriter<'_> {
     fn visit_stmt(&mut self, stmt: &'a Stmt) {
         match stmt {
-            Stmt::For(f) => self.guard_for(&f.iter),
+            Stmt::For(f) => self.guard_for_statement(f),
             Stmt::While(w) if self.guard_loops => {
                 self.loops += 1;
                 let (line, _) = self.lines.position(w.start().to_usize());
@@ -193,12 +249,18 @@ fn apply(code: &str, lines: &Lines<'_>, rewriter: Rewriter<'_>) -> Prepared {
     let mut out = String::with_capacity(code.len() + insertions.len() * 16);
     let mut inserted = Vec::with_capacity(insertions.len());
     let mut copied = 0;
+    let mut newlines = Vec::new();
     for i in &insertions {
         out.push_str(&code[copied..i.at]);
         copied = i.at;
         out.push_str(&i.text);
         let (line, col) = lines.position(i.at);
-        inserted.push((line, col, i.text.chars().count()));
+        if i.text.contains('\n') {
+            // Lines of their own: they move the lines after them, not columns.
+            newlines.extend(std::iter::repeat_n(line, i.text.matches('\n').count()));
+        } else {
+            inserted.push((line, col, i.text.chars().count()));
+        }
     }
     out.push_str(&code[copied..]);
     // A call's offset in the fed code: everything inserted at or before its
@@ -219,5 +281,6 @@ fn apply(code: &str, lines: &Lines<'_>, rewriter: Rewriter<'_>) -> Prepared {
         code: out,
         sync_calls,
         inserted,
+        newlines,
     }
 }

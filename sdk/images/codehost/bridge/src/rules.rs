@@ -80,9 +80,27 @@ pub struct Prepared {
     /// Text inserted by the loop guards: (line, 1-based column in characters
     /// of the user's code, characters inserted).
     pub(crate) inserted: Vec<(usize, usize, usize)>,
+    /// Line breaks the loop guards inserted, each by the user's line it went
+    /// into (in order): the lines after it are one further down when fed.
+    pub(crate) newlines: Vec<usize>,
 }
 
 impl Prepared {
+    /// Maps a 1-based line of the fed code back to the user's code (an
+    /// inserted line is the user's line it was inserted into).
+    pub fn user_line(&self, fed: usize) -> usize {
+        let mut shift = 0;
+        for &line in &self.newlines {
+            // That break ends fed line `line + shift`.
+            if fed > line + shift {
+                shift += 1;
+            } else {
+                break;
+            }
+        }
+        fed - shift
+    }
+
     /// Maps a 1-based column of the fed code back to the user's code.
     pub fn user_column(&self, line: usize, col: usize) -> usize {
         // `inserted` is in order of position; walk this line's insertions,
@@ -114,6 +132,27 @@ impl<'a> Lines<'a> {
         let mut starts = vec![0];
         starts.extend(code.match_indices('\n').map(|(i, _)| i + 1));
         Self { code, starts }
+    }
+
+    /// The code.
+    pub fn code(&self) -> &'a str {
+        self.code
+    }
+
+    /// Byte offset where the line holding byte `offset` starts.
+    pub fn line_start(&self, offset: usize) -> usize {
+        let line = self.starts.partition_point(|s| *s <= offset).max(1);
+        self.starts[line - 1]
+    }
+
+    /// The whitespace that begins the line holding byte `offset`.
+    pub fn indentation(&self, offset: usize) -> &'a str {
+        let start = self.line_start(offset);
+        let line = &self.code[start..];
+        let end = line
+            .find(|c: char| c != ' ' && c != '\t')
+            .unwrap_or(line.len());
+        &line[..end]
     }
 
     /// 1-based line and column (in characters) of byte `offset`.
@@ -287,18 +326,15 @@ mod tests {
     #[test]
     fn strict_loops_are_guarded_and_columns_map_back() {
         let p = strict("for x in range(3):\n    pass\nwhile x:\n    x -= 1\n").unwrap();
-        assert!(
-            p.code.contains("for x in _dh_loop((range(3)), 1):"),
-            "{}",
-            p.code
+        assert_eq!(
+            p.code,
+            "for x in (_dh_g1 := _dh_guard((range(3))))[0]:\n    pass\nelse: _dh_end(_dh_g1, 1)\n\
+             while _dh_tick(2, 3) and (x):\n    x -= 1\n"
         );
-        assert!(
-            p.code.contains("while _dh_tick(1, 3) and (x):"),
-            "{}",
-            p.code
-        );
-        // `range` is at column 10 of the user's line; `_dh_loop((` shifts it by 10.
-        assert_eq!(p.user_column(1, 20), 10);
+        // `range` is at column 10 of the user's line; the guard shifts it by 22.
+        assert_eq!(p.user_column(1, 32), 10);
+        // The added `else:` is the loop's last line; the `while` moved down one.
+        assert_eq!((p.user_line(3), p.user_line(4)), (2, 3));
     }
 
     #[test]
@@ -306,16 +342,69 @@ mod tests {
         for (code, fed) in [
             (
                 "for x in a, b:\n    pass\n",
-                "for x in _dh_loop((a, b), 1):",
+                "for x in (_dh_g1 := _dh_guard((a, b)))[0]:",
             ),
             (
                 "for x in *a, *b:\n    pass\n",
-                "for x in _dh_loop((*a, *b), 1):",
+                "for x in (_dh_g1 := _dh_guard((*a, *b)))[0]:",
             ),
         ] {
             let p = strict(code).unwrap();
             assert!(p.code.starts_with(fed), "{}", p.code);
         }
+    }
+
+    fn parses(code: &str) {
+        assert!(
+            ruff_python_parser::parse_module(code).is_ok(),
+            "not Python:\n{code}"
+        );
+    }
+
+    #[test]
+    fn a_loop_with_an_else_checks_before_its_first_statement() {
+        let p =
+            strict("for x in a:\n    pass\nelse:\n    done = 1\n    more = 2\ny = 3\n").unwrap();
+        assert_eq!(
+            p.code,
+            "for x in (_dh_g1 := _dh_guard((a)))[0]:\n    pass\nelse:\n    _dh_end(_dh_g1, 1)\n    done = 1\n    more = 2\ny = 3\n"
+        );
+        parses(&p.code);
+        assert_eq!(
+            (p.user_line(4), p.user_line(5), p.user_line(7)),
+            (4, 4, 6),
+            "the check is on the else's first line; the rest move down one"
+        );
+        let p = strict("for x in a:\n    pass\nelse: done = 1\n").unwrap();
+        assert!(
+            p.code.ends_with("else: _dh_end(_dh_g1, 1); done = 1\n"),
+            "{}",
+            p.code
+        );
+        parses(&p.code);
+        assert_eq!(p.user_line(3), 3);
+    }
+
+    #[test]
+    fn nested_and_one_line_loops_close_inner_first() {
+        let code = "def f(a):\n\tfor x in a:\n\t\tfor y in x: print(y)  # inner\n\treturn 1\nfor z in b: pass\nf(c)\n";
+        let p = strict(code).unwrap();
+        parses(&p.code);
+        assert!(
+            p.code.contains(
+                "print(y)\n\t\telse: _dh_end(_dh_g2, 3)\n\telse: _dh_end(_dh_g1, 2)  # inner\n\treturn 1"
+            ),
+            "{}",
+            p.code
+        );
+        assert!(
+            p.code.contains("pass\nelse: _dh_end(_dh_g3, 5)\nf(c)"),
+            "{}",
+            p.code
+        );
+        // Fed lines: 1 def, 2 for, 3 for, 4-5 added, 6 return, 7 for, 8 added, 9 f(c).
+        let lines: Vec<usize> = (1..=9).map(|l| p.user_line(l)).collect();
+        assert_eq!(lines, [1, 2, 3, 3, 3, 4, 5, 5, 6]);
     }
 
     #[test]
