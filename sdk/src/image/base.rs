@@ -62,7 +62,7 @@ pub fn base_tag(python_version: &str, source: BaseSource) -> String {
             let hash = RECIPE_HASH.get_or_init(|| {
                 let mut h = Sha256::new();
                 h.update(BOOTSTRAP_RECIPE);
-                h.update(BASE_DOCKERFILE);
+                h.update(base_dockerfile());
                 hex::encode(h.finalize())[..12].to_string()
             });
             let release = debian_suite(python_version).unwrap_or("none");
@@ -216,11 +216,18 @@ async fn bootstrap(engine: &Engine, tag: &str, suite: &str, reporter: &Reporter)
     reporter.report(tag, Stage::Bootstrap, "importing the root filesystem");
     let rootfs = work.path().join("rootfs.tar");
     let dockerfile = format!(
-        "{BASE_DOCKERFILE}{}",
+        "{}{}",
+        base_dockerfile(),
         label_instruction(BASE_KIND, &Default::default())
     );
     let context = archive::context_with_file(&dockerfile, "rootfs.tar", &rootfs).await?;
     super::build::run_build(engine, tag, context, reporter).await
+}
+
+/// The base's Dockerfile: the root filesystem, then dockhand's setup that
+/// every image on it would otherwise repeat.
+fn base_dockerfile() -> String {
+    format!("{BASE_DOCKERFILE}{}", super::dockerfile::base_setup())
 }
 
 /// The `kind` label of base images.

@@ -122,47 +122,70 @@ fn quote(word: &str) -> String {
         .unwrap_or_else(|_| format!("'{}'", word.replace('\0', "")))
 }
 
+/// Variables every image gets: pip installs system-wide (Debian's python
+/// refuses that, PEP 668, unless told; a sandbox image is single-purpose, so
+/// it is right), unbuffered Python, UTF-8.
+const SETUP_ENV: &str =
+    "PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+     PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive \
+     PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8";
+
+/// Points the clients that carry their own bundle (pip from python.org
+/// images, requests, curl, Python's ssl) at the system bundle, where extra
+/// certificates are appended.
+const CA_ENV: &str = "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+     PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+     REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
+     CURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt";
+
+/// Where sandboxes exchange inputs and outputs: inputs are read-only to the
+/// unprivileged user, outputs writable.
+const IO_DIRS: &str =
+    "mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs";
+
+/// dockhand's own setup, as the base it makes from Debian packages carries
+/// it: an image on that base starts with the spec's own steps. Each step of
+/// a build costs a container and a layer commit, seconds on some storage
+/// drivers (fuse-overlayfs diffs the whole tree), so steps every image
+/// would repeat are paid once per machine.
+pub(crate) fn base_setup() -> String {
+    format!("ENV {SETUP_ENV} {CA_ENV}\nRUN {IO_DIRS}\n")
+}
+
 fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
     let mut d = String::new();
     d.push_str("# Rendered by dockhand from an ImageSpec. The image tag is a hash of this text.\n");
     d.push_str(&format!("FROM {base}\n"));
-    // pip: Debian's python refuses system-wide installs (PEP 668) unless told;
-    // a sandbox image is single-purpose, so installing system-wide is right.
-    // One ENV and one RUN for all of dockhand's own setup: each step costs a
-    // layer commit (seconds on some storage drivers).
-    let mut env = String::from(
-        "ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-         PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive \
-         PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8",
-    );
-    let mut setup = String::from("RUN ");
+    // One ENV and one RUN for all of dockhand's own setup that the base
+    // lacks, before the spec's own steps and dockhand's programs, so that
+    // these layers are shared by every spec on the same base.
+    let base_has_setup = base == base::base_tag(&spec.python_version, base::BaseSource::Debian);
+    let mut setup = Vec::new();
+    if !base_has_setup {
+        let ca_env = if with_ca {
+            format!(" {CA_ENV}")
+        } else {
+            String::new()
+        };
+        d.push_str(&format!("ENV {SETUP_ENV}{ca_env}\n"));
+    }
     if with_ca {
-        // Appended to the system bundle (what apt, curl and Debian's pip read) and
-        // also placed where update-ca-certificates looks, so a later package that
-        // regenerates the bundle keeps them. The variables cover clients that carry
-        // their own bundle (pip from python.org images, requests, Python's ssl).
-        env.push_str(&format!(
-            " SSL_CERT_FILE={SYSTEM_CA_BUNDLE} PIP_CERT={SYSTEM_CA_BUNDLE} \
-             REQUESTS_CA_BUNDLE={SYSTEM_CA_BUNDLE} CURL_CA_BUNDLE={SYSTEM_CA_BUNDLE}"
-        ));
-        d.push_str(&format!("{env}\n"));
+        // Appended to the system bundle (what apt, curl and Debian's pip
+        // read) and also placed where update-ca-certificates looks, so a
+        // later package that regenerates the bundle keeps them.
         d.push_str(&format!(
             "COPY {CA_CONTEXT_FILE} /usr/local/share/ca-certificates/dockhand-extra.crt\n"
         ));
-        setup.push_str(&format!(
-            "mkdir -p /etc/ssl/certs && cat /usr/local/share/ca-certificates/dockhand-extra.crt >> {SYSTEM_CA_BUNDLE} && "
+        setup.push(format!(
+            "mkdir -p /etc/ssl/certs && cat /usr/local/share/ca-certificates/dockhand-extra.crt >> {SYSTEM_CA_BUNDLE}"
         ));
-    } else {
-        d.push_str(&format!("{env}\n"));
     }
-    // Where sandboxes exchange inputs and outputs: inputs are read-only to
-    // the unprivileged user, outputs writable. Before the spec's own steps,
-    // and dockhand's programs with it, so that these layers are shared by
-    // every spec on the same base.
-    setup.push_str(
-        "mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs\n",
-    );
-    d.push_str(&setup);
+    if !base_has_setup {
+        setup.push(IO_DIRS.to_string());
+    }
+    if !setup.is_empty() {
+        d.push_str(&format!("RUN {}\n", setup.join(" && ")));
+    }
     for copy in &spec.copies {
         d.push_str(&format!(
             "COPY --from={} {} {}\n",
@@ -294,6 +317,46 @@ mod tests {
         assert!(text.contains("PIP_CERT=/etc/ssl/certs/ca-certificates.crt"));
         // The CA step comes before anything that downloads.
         assert!(text.find("COPY dockhand-ca.pem").unwrap() < text.find("apt-get").unwrap());
+    }
+
+    #[test]
+    fn on_dockhands_own_base_only_the_specs_steps_remain() {
+        let debian = base::base_tag("3.11", base::BaseSource::Debian);
+        let plain = ImageSpec::default()
+            .pip(["numpy"])
+            .plan_with_ca(&debian, None);
+        let steps: Vec<&str> = plain
+            .dockerfile
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                format!("FROM {debian}").as_str(),
+                "RUN python3 -m pip install numpy"
+            ]
+        );
+        // With certificates: their copy and one RUN that appends them.
+        let with_ca = ImageSpec::default().plan_with_ca(&debian, Some(b"pem".to_vec()));
+        assert!(
+            !with_ca.dockerfile.contains("ENV "),
+            "{}",
+            with_ca.dockerfile
+        );
+        assert!(with_ca.dockerfile.contains("COPY dockhand-ca.pem"));
+        assert!(!with_ca.dockerfile.contains("/var/inputs"));
+        // What the base carries instead, and what other bases still get.
+        let setup = base_setup();
+        let slim = ImageSpec::default().render_dockerfile();
+        for part in [
+            "PIP_BREAK_SYSTEM_PACKAGES=1",
+            "mkdir -p /var/inputs /var/outputs",
+        ] {
+            assert!(setup.contains(part) && slim.contains(part), "{part}");
+        }
+        assert!(setup.contains("PIP_CERT=/etc/ssl/certs/ca-certificates.crt"));
+        assert_eq!(setup.lines().count(), 2, "one ENV and one RUN: {setup}");
     }
 
     #[test]
