@@ -107,3 +107,29 @@ async fn errors_after_a_guarded_loop_name_the_user_s_line() {
     }
     host.close().await.expect("close");
 }
+
+#[tokio::test]
+async fn a_list_that_grows_while_it_is_iterated() {
+    let host = strict_host().await;
+    // A worklist that grows as it is walked is ordinary code: it sees every
+    // item appended, as in Python.
+    let code = "q = [1]\nfor x in q:\n    if x < 500:\n        q.append(x + 1)\nlen(q)";
+    assert_eq!(value(&host, code).await, json!(500));
+    // A list is iterated at full speed, bounded by its length at the start:
+    // one that grows for ever inside its own loop is stopped by the memory
+    // limit (see the prelude), with a typed error, and the host goes on.
+    let err = code_error(
+        host.execute(
+            "q = [0]\nfor x in q:\n    q.append(x)\n",
+            json!({}),
+            &Toolset::new(),
+        )
+        .await,
+    );
+    assert!(
+        matches!(err, CodeError::MemoryLimit { .. } | CodeError::LoopLimit { .. }),
+        "{err:?}"
+    );
+    assert_eq!(value(&host, "1 + 1").await, json!(2));
+    host.close().await.expect("close");
+}
