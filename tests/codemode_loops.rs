@@ -127,7 +127,10 @@ async fn a_list_that_grows_while_it_is_iterated() {
         .await,
     );
     assert!(
-        matches!(err, CodeError::MemoryLimit { .. } | CodeError::LoopLimit { .. }),
+        matches!(
+            err,
+            CodeError::MemoryLimit { .. } | CodeError::LoopLimit { .. }
+        ),
         "{err:?}"
     );
     assert_eq!(value(&host, "1 + 1").await, json!(2));

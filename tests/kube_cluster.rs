@@ -14,7 +14,12 @@
 //! code host, a code host image dockhand made and you pushed
 //! (`DOCKHAND_KUBE_CODE_HOST_IMAGE`: `Client::code_host_image` makes it on
 //! a Docker daemon; that test says so and passes without it), and for the
-//! kernel a kernel image you pushed (`DOCKHAND_KUBE_KERNEL_IMAGE`). Without
+//! kernel a kernel image you pushed (`DOCKHAND_KUBE_KERNEL_IMAGE`). With
+//! `DOCKHAND_KUBE_REGISTRY` (a repository the nodes pull from, e.g.
+//! `localhost:5001/dockhand` for kind's local registry), the images are
+//! built from specs by the local Docker daemon and pushed there instead
+//! (`KubeConfig::push_images`), and the code host test needs no image of
+//! yours. Without
 //! `DOCKHAND_KUBE_TEST` every test here
 //! prints how to run it and passes: no cluster can run on the machines CI
 //! uses (tests/kube_simulated.rs and kube_simulated_hosts.rs cover the
@@ -49,6 +54,12 @@ async fn client() -> Client {
     }
     if let Ok(namespace) = std::env::var("DOCKHAND_KUBE_NAMESPACE") {
         config = config.namespace(namespace);
+    }
+    if let Ok(registry) = std::env::var("DOCKHAND_KUBE_REGISTRY") {
+        let docker = Client::connect()
+            .await
+            .expect("a local Docker daemon builds what DOCKHAND_KUBE_REGISTRY receives");
+        config = config.push_images(docker, dockhand::image::Registry::new(registry));
     }
     Client::builder()
         .kubernetes(config)
@@ -179,19 +190,19 @@ async fn cluster_code_host_with_a_tool() {
     if !enabled("cluster_code_host_with_a_tool") {
         return;
     }
-    let Ok(image) = std::env::var("DOCKHAND_KUBE_CODE_HOST_IMAGE") else {
+    let mut config = CodeHostConfig::new().start_timeout(Duration::from_secs(300));
+    if let Ok(image) = std::env::var("DOCKHAND_KUBE_CODE_HOST_IMAGE") {
+        config = config.image(ImageSpec::prebuilt(image));
+    } else if std::env::var("DOCKHAND_KUBE_REGISTRY").is_err() {
         eprintln!(
-            "skipped cluster_code_host_with_a_tool: set DOCKHAND_KUBE_CODE_HOST_IMAGE to a code host \
-             image the nodes pull (make it with `Client::code_host_image` on Docker, then push it)"
+            "skipped cluster_code_host_with_a_tool: set DOCKHAND_KUBE_REGISTRY to a repository the \
+             nodes pull from (the code host image is then made here and pushed), or \
+             DOCKHAND_KUBE_CODE_HOST_IMAGE to a code host image you pushed"
         );
         return;
-    };
+    }
     let client = client().await;
-    let host = client.code_host(
-        CodeHostConfig::new()
-            .image(ImageSpec::prebuilt(image))
-            .start_timeout(Duration::from_secs(300)),
-    );
+    let host = client.code_host(config);
     let tools = sim::add_tool();
     let done = host
         .execute(

@@ -11,14 +11,17 @@
 //! container prints before the attach is not on the stream.
 
 mod common;
+#[path = "common/registry.rs"]
+mod registry;
 #[path = "kube/mod.rs"]
 mod sim;
 
 use std::time::Duration;
 
 use dockhand::codemode::{CodeHostConfig, Toolset};
+use dockhand::image::Registry;
 use dockhand::session::{Edit, SessionApi, SessionConfig};
-use dockhand::{Client, ImageSpec, Secret};
+use dockhand::{Client, ImageSpec, KubeConfig, Secret};
 use serde_json::json;
 use sim::fake_api::{Script, Shared};
 use sim::{add_tool, assert_no_pods_left, with_script};
@@ -186,4 +189,74 @@ async fn kernel_pod_runs_a_real_kernel_and_draws_a_chart() {
     kernel.session().close().await.unwrap();
     assert_no_pods_left(&fake).await;
     assert_no_kubelet_containers();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn specs_are_built_here_pushed_and_pulled_by_digest_on_the_nodes() {
+    let docker = common::client().await;
+    let registry = registry::TestRegistry::open(&docker).await;
+    let (url, fake) = sim::fake_api::start("sim", Script::on_docker()).await;
+    let client = Client::builder()
+        .kubernetes(KubeConfig::url(&url).namespace("sim").push_images(
+            docker.clone(),
+            Registry::new(format!("{}/cluster", registry.host)),
+        ))
+        .cache_dir(std::env::temp_dir().join("dockhand-kube-sim-cache"))
+        .connect()
+        .await
+        .expect("connect");
+    let pushed_under = format!("{}/cluster/image@sha256:", registry.host);
+    let mut pulled = Vec::new();
+
+    // A session from a spec: built by the Docker client, pushed, and the
+    // simulated node's `docker run` pulls it from the registry by digest.
+    let marker = format!("pushed-{}", std::process::id());
+    let spec = common::with_host_ca(
+        ImageSpec::default().run(format!("echo {marker} > /etc/dockhand-marker")),
+    );
+    let session = client.session(SessionConfig::new().image(spec.clone()));
+    session.start().await.expect("a session pod from a spec");
+    let image = session.describe().image.expect("the session's image");
+    assert!(image.starts_with(&pushed_under), "{image}");
+    let named = fake.record(|r| r.pods.values().any(|p| p.to_string().contains(&image)));
+    assert!(named, "the pod names the pushed digest");
+    let marker_seen = session.exec("cat /etc/dockhand-marker").await.unwrap();
+    assert_eq!(marker_seen.stdout, format!("{marker}\n"), "{marker_seen:?}");
+    session.close().await.unwrap();
+    pulled.push(image);
+
+    // A code host from a spec: the bridge is added here, then pushed.
+    let host = client.code_host(CodeHostConfig::new());
+    host.start().await.expect("a code host pod from a spec");
+    let done = host
+        .execute("add(a=1, b=41)", json!({}), &add_tool())
+        .await
+        .expect("code mode in the pushed image");
+    assert_eq!(done.value, json!(42));
+    let image = host.describe().image.expect("the code host's image");
+    assert!(image.starts_with(&pushed_under), "{image}");
+    host.close().await.unwrap();
+    pulled.push(image);
+    assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+
+    // Without a registry to push to, a spec is refused before any pod,
+    // naming the way.
+    let (plain, plain_fake) = cluster().await;
+    let err = plain
+        .session(SessionConfig::new().image(spec))
+        .start()
+        .await
+        .expect_err("no registry");
+    assert!(
+        matches!(err, dockhand::Error::Unsupported { .. })
+            && err.to_string().contains("push_images"),
+        "{err}"
+    );
+    assert!(plain_fake.record(|r| r.pods.is_empty()));
+    for reference in pulled {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", &reference])
+            .output();
+    }
 }

@@ -302,8 +302,8 @@ impl Client {
     /// ([`Error::Unsupported`](crate::Error::Unsupported)).
     pub async fn resolve_image(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
         #[cfg(feature = "kubernetes")]
-        if self.inner.cluster.is_some() {
-            return crate::cluster::resolve_image(spec);
+        if let Some(cluster) = &self.inner.cluster {
+            return cluster.resolve_image(spec).await;
         }
         self.images()?.resolve(spec).await
     }

@@ -21,6 +21,7 @@
 
 mod api;
 mod config;
+mod images;
 mod owned;
 mod owner;
 mod plan;
@@ -48,6 +49,7 @@ pub(crate) struct Cluster {
     server: String,
     gvisor_runtime_class: String,
     owner: owner::Owner,
+    images: images::ClusterImages,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -92,7 +94,26 @@ impl Cluster {
                 .clone()
                 .unwrap_or_else(|| "gvisor".into()),
             owner,
+            images: images::ClusterImages::new(config.builder.clone()),
         })
+    }
+
+    /// The image the nodes pull for `spec`: a prebuilt reference as it is,
+    /// or the spec built and pushed as [`KubeConfig::push_images`] says.
+    pub(crate) async fn resolve_image(
+        &self,
+        spec: &crate::image::ImageSpec,
+    ) -> Result<crate::image::ResolvedImage> {
+        self.images.resolve(spec).await
+    }
+
+    /// The code host image the nodes pull for `spec` (the bridge added to
+    /// a spec before it is pushed).
+    pub(crate) async fn code_host_image(
+        &self,
+        spec: &crate::image::ImageSpec,
+    ) -> Result<crate::image::ResolvedImage> {
+        self.images.code_host(spec).await
     }
 
     /// The API server's URL.
@@ -180,23 +201,6 @@ async fn ensure_offline_policy(client: &kube::Client, namespace: &str) -> Result
         Err(e) if api::is_conflict(&e) => Ok(()),
         Err(e) => Err(api::Call::new("create", "networkpolicies", namespace, name).error(e)),
     }
-}
-
-/// The image a cluster runs for `spec`: a prebuilt reference, as given
-/// (the nodes pull it). Building needs a Docker daemon and a registry.
-pub(crate) fn resolve_image(spec: &crate::image::ImageSpec) -> Result<crate::image::ResolvedImage> {
-    let Some(reference) = spec.prebuilt_reference() else {
-        return Err(unsupported(
-            "building an image from a spec",
-            "build it with a Docker client (`client.resolve_image(&spec)`), push it to a registry the cluster pulls from, and use `ImageSpec::prebuilt(\"registry/name:tag\")`",
-        ));
-    };
-    Ok(crate::image::ResolvedImage {
-        reference: reference.to_string(),
-        id: reference.to_string(),
-        source: crate::image::ImageSource::Remote,
-        elapsed: Duration::ZERO,
-    })
 }
 
 /// What the Kubernetes backend cannot do yet, refused before anything is

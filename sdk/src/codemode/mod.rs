@@ -78,7 +78,7 @@ pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub use bridge::MONTY_PACKAGE;
 #[cfg(feature = "kubernetes")]
-pub(crate) use bridge::{host_spec, Launch};
+pub(crate) use bridge::{code_host_image, host_spec, Launch};
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use errors::{CodeError, CodeFailure};

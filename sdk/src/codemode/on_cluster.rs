@@ -20,13 +20,7 @@ pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner
             "give the data as inputs or read it through a tool",
         ));
     }
-    let Some(reference) = how.image.prebuilt_reference() else {
-        return Err(crate::cluster::unsupported(
-            "building a code host image",
-            "make it with a Docker client (`client.code_host_image(&config)`), push it where the nodes pull from, and name it with `CodeHostConfig::image(ImageSpec::prebuilt(..))`",
-        ));
-    };
-    let reference = reference.to_string();
+    let reference = cluster.code_host_image(how.image).await?.reference;
     // Always offline: the code is a model's.
     let plan = cluster.plan_pod("dockhand-code-host", &reference, &[], true, |opts| {
         crate::k8s::code_host_pod(&how, opts)

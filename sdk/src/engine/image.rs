@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateImageOptionsBuilder,
-    RemoveImageOptionsBuilder, TagImageOptionsBuilder,
+    PushImageOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures::{Stream, StreamExt};
 
@@ -113,6 +113,45 @@ impl Engine {
         }
     }
 
+    /// Pushes the local image `reference` to the registry its name says,
+    /// signed in as `login` (user, password) if given; gives up after
+    /// `timeout`. Returns the manifest's digest when the daemon reports it.
+    pub async fn push_image(
+        &self,
+        reference: &str,
+        login: Option<(&str, &str)>,
+        timeout: Duration,
+    ) -> Result<Option<String>> {
+        let (repo, tag) = split_reference(reference);
+        let options = PushImageOptionsBuilder::default().tag(tag).build();
+        let credentials = login.map(|(user, password)| bollard::auth::DockerCredentials {
+            username: Some(user.to_string()),
+            password: Some(password.to_string()),
+            serveraddress: Some(repo.split('/').next().unwrap_or_default().to_string()),
+            ..Default::default()
+        });
+        let push = async {
+            let mut stream = self.docker.push_image(repo, Some(options), credentials);
+            let mut digest = None;
+            while let Some(item) = stream.next().await {
+                let info = item.map_err(|e| docker_err("push image", e))?;
+                // The last status line: "<tag>: digest: sha256:... size: N".
+                if let Some(found) = info.status.as_deref().and_then(digest_in) {
+                    digest = Some(found.to_string());
+                }
+            }
+            Ok(digest)
+        };
+        match tokio::time::timeout(timeout, push).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Docker {
+                operation: "push image",
+                message: format!("no answer from the registry within {timeout:?}"),
+                status: None,
+            }),
+        }
+    }
+
     /// Adds the tag `target` to image `source`.
     pub async fn tag_image(&self, source: &str, target: &str) -> Result<()> {
         let (repo, tag) = split_reference(target);
@@ -184,9 +223,30 @@ impl Engine {
         }
     }
 
+    /// Removes the tag `reference` alone: the image stays under its other
+    /// names, and so do its parents. A missing tag is fine.
+    pub async fn untag_image(&self, reference: &str) -> Result<()> {
+        let options = RemoveImageOptionsBuilder::default()
+            .force(false)
+            .noprune(true)
+            .build();
+        self.remove_image_as(reference, options, "untag image")
+            .await
+    }
+
     /// Removes an image; a missing one is fine.
     pub async fn remove_image(&self, reference: &str) -> Result<()> {
         let options = RemoveImageOptionsBuilder::default().force(true).build();
+        self.remove_image_as(reference, options, "remove image")
+            .await
+    }
+
+    async fn remove_image_as(
+        &self,
+        reference: &str,
+        options: bollard::query_parameters::RemoveImageOptions,
+        operation: &'static str,
+    ) -> Result<()> {
         match self
             .docker
             .remove_image(reference, Some(options), None)
@@ -194,7 +254,7 @@ impl Engine {
         {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(docker_err("remove image", e)),
+            Err(e) => Err(docker_err(operation, e)),
         }
     }
 }
@@ -214,6 +274,13 @@ pub fn label_instruction(kind: &str, extra: &HashMap<String, String>) -> String 
     format!("LABEL {}\n", pairs.join(" "))
 }
 
+/// The `sha256:<hex>` a push's status line names, if any.
+fn digest_in(status: &str) -> Option<&str> {
+    let start = status.find("digest: sha256:")? + "digest: ".len();
+    let digest = status[start..].split_whitespace().next()?;
+    (digest.len() == "sha256:".len() + 64).then_some(digest)
+}
+
 /// Splits `repo[:tag]` (a registry port is not a tag) into repository and tag.
 pub(crate) fn split_reference(reference: &str) -> (&str, &str) {
     match reference.rfind(':') {
@@ -225,6 +292,18 @@ pub(crate) fn split_reference(reference: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::split_reference;
+
+    #[test]
+    fn a_push_reports_its_digest() {
+        let hex = "a".repeat(64);
+        let line = format!("7f3e: digest: sha256:{hex} size: 1234");
+        assert_eq!(
+            super::digest_in(&line),
+            Some(format!("sha256:{hex}").as_str())
+        );
+        assert_eq!(super::digest_in("Pushed"), None);
+        assert_eq!(super::digest_in("digest: sha256:short size: 1"), None);
+    }
 
     #[test]
     fn references_split_into_repo_and_tag() {

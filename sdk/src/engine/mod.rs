@@ -22,6 +22,7 @@ pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;
 pub(crate) use endpoint::{Choice, Environment, Target};
 pub use guard::ContainerGuard;
+pub(crate) use image::split_reference;
 pub use image::{label_instruction, BuildLine};
 
 use std::time::Duration;

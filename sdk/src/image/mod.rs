@@ -21,11 +21,13 @@ pub(crate) mod crate_build;
 mod dockerfile;
 pub(crate) mod prebuilt;
 pub(crate) mod program;
+mod registry;
 mod resolver;
 mod spec;
 pub(crate) mod watchdog;
 
 pub use dockerfile::{BuildPlan, IMAGE_REPOSITORY};
+pub use registry::{PushedImage, Registry};
 pub(crate) use resolver::ImageResolver;
 pub use resolver::{ImageSource, ResolvedImage};
 pub use spec::{host_ca_bundle, ImageSpec, CA_CERTS_ENV, DEFAULT_PYTHON};

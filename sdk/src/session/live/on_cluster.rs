@@ -14,7 +14,7 @@ impl Session {
     pub(super) async fn launch_on_cluster(&self, cluster: &Cluster) -> Result<Arc<Conn>> {
         let c = &self.inner.config;
         refuse_on_cluster(c)?;
-        let image = crate::cluster::resolve_image(&c.image)?;
+        let image = cluster.resolve_image(&c.image).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
         let resolved = c
             .secrets

@@ -1,0 +1,104 @@
+//! The images a cluster runs: a prebuilt reference as it is (the nodes
+//! pull it), or a spec built by a Docker client and pushed to the registry
+//! the nodes pull from ([`KubeConfig::push_images`](super::KubeConfig::push_images)).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::image::{ImageSource, ImageSpec, Registry, ResolvedImage};
+use crate::util::lock;
+
+/// A Docker client that builds and the registry it pushes to.
+#[derive(Debug, Clone)]
+pub(crate) struct Builder {
+    pub docker: Client,
+    pub registry: Registry,
+}
+
+/// What the nodes pull for each spec, pushed once per process.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterImages {
+    builder: Option<Builder>,
+    pushed: Mutex<HashMap<ImageSpec, ResolvedImage>>,
+}
+
+impl ClusterImages {
+    pub(crate) fn new(builder: Option<Builder>) -> Self {
+        ClusterImages {
+            builder,
+            pushed: Mutex::default(),
+        }
+    }
+
+    /// The image of a one-shot, session or kernel.
+    pub(crate) async fn resolve(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
+        if let Some(reference) = spec.prebuilt_reference() {
+            return Ok(remote(reference));
+        }
+        let builder = self.builder(
+            "building an image from a spec",
+            "`client.resolve_image(&spec)`",
+        )?;
+        self.push(builder, spec, spec).await
+    }
+
+    /// The image of a code host: a prebuilt reference is a code host image
+    /// already; a spec gets the bridge first, as on Docker.
+    pub(crate) async fn code_host(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
+        if let Some(reference) = spec.prebuilt_reference() {
+            return Ok(remote(reference));
+        }
+        let builder = self.builder(
+            "building a code host image",
+            "`client.code_host_image(&config)`",
+        )?;
+        let local = crate::codemode::code_host_image(&builder.docker, spec).await?;
+        self.push(builder, spec, &local).await
+    }
+
+    fn builder(&self, feature: &str, made_by: &str) -> Result<&Builder> {
+        self.builder.as_ref().ok_or_else(|| {
+            super::unsupported(
+                feature,
+                format!("name a Docker client to build with and a registry the nodes pull from (`KubeConfig::push_images`), or make it with a Docker client ({made_by}), push it, and use `ImageSpec::prebuilt(\"registry/name:tag\")`"),
+            )
+        })
+    }
+
+    /// Builds `local` with the builder's daemon and pushes it; the nodes
+    /// pull it by digest. Remembered under `asked`.
+    async fn push(
+        &self,
+        builder: &Builder,
+        asked: &ImageSpec,
+        local: &ImageSpec,
+    ) -> Result<ResolvedImage> {
+        let started = Instant::now();
+        if let Some(hit) = lock(&self.pushed).get(asked) {
+            return Ok(hit.clone());
+        }
+        // The builder is a Docker client: its own resolver, never a cluster.
+        let built = builder.docker.images()?.resolve(local).await?;
+        let pushed = builder.docker.push_image(&built, &builder.registry).await?;
+        let resolved = ResolvedImage {
+            reference: pushed.pinned(),
+            id: built.id,
+            source: ImageSource::Remote,
+            elapsed: started.elapsed(),
+        };
+        lock(&self.pushed).insert(asked.clone(), resolved.clone());
+        Ok(resolved)
+    }
+}
+
+fn remote(reference: &str) -> ResolvedImage {
+    ResolvedImage {
+        reference: reference.to_string(),
+        id: reference.to_string(),
+        source: ImageSource::Remote,
+        elapsed: Duration::ZERO,
+    }
+}
