@@ -250,6 +250,37 @@ async fn cluster_session_pool_handover() {
     assert_nothing_left(&client).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_one_shot_pool_handover() {
+    use dockhand::pool::PoolConfig;
+    if !enabled("cluster_one_shot_pool_handover") {
+        return;
+    }
+    let client = client().await;
+    let greet = Sandbox::command("greet", "sh")
+        .args(["-c", "echo \"attempt $DOCKHAND_ATTEMPT: $(cat {{name}})\""])
+        .input("name", Type::File)
+        .image(ImageSpec::prebuilt(image()))
+        .cache(CacheMode::Disable)
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let pool = client.pool(&greet, PoolConfig::new(2)).await.unwrap();
+    assert!(
+        pool.wait_ready(Duration::from_secs(300)).await,
+        "{:?}",
+        pool.stats()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let name = dir.path().join("name.txt");
+    std::fs::write(&name, "pooled").unwrap();
+    let out = pool.run([("name", Value::file(&name))]).await.unwrap();
+    assert_eq!(out.stdout.text, "attempt 1: pooled\n");
+    assert!(pool.stats().handed_over >= 1, "{:?}", pool.stats());
+    pool.shutdown().await;
+    assert_nothing_left(&client).await;
+}
+
 const CHILD_ENV: &str = "DOCKHAND_KUBE_OWNER_CHILD";
 
 /// Run as a child process by the owner-death test: starts a session pod

@@ -260,3 +260,76 @@ async fn specs_are_built_here_pushed_and_pulled_by_digest_on_the_nodes() {
             .output();
     }
 }
+
+/// A pool's pod on a cluster is made before its job: its `inputs`
+/// container reads the attempt number on a line, then the archive, and its
+/// program runs what the archive's handover script says. The simulated
+/// kubelet only records what it was sent; here the pod's own commands run
+/// for real, on those very bytes, in a container of the sandbox's image.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_pod_s_commands_run_for_real_on_what_the_backend_sent() {
+    use dockhand::{CacheMode, Sandbox, Type, Value};
+    let docker = common::client().await;
+    let base = docker.resolve_image(&ImageSpec::default()).await.unwrap();
+    let (client, fake) = with_script(Script::idle()).await;
+    let job = Sandbox::command("greet", "sh")
+        .args(["-c", "echo \"attempt $DOCKHAND_ATTEMPT: $(cat {{name}})\""])
+        .input("name", Type::File)
+        .image(prebuilt(&base.reference))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let pool = client
+        .pool(&job, dockhand::pool::PoolConfig::new(1))
+        .await
+        .unwrap();
+    assert!(pool.wait_ready(Duration::from_secs(30)).await);
+    let dir = tempfile::tempdir().unwrap();
+    let name = dir.path().join("name.txt");
+    std::fs::write(&name, "pooled pod").unwrap();
+    pool.run([("name", Value::file(&name))])
+        .await
+        .expect("the scripted run");
+    pool.shutdown().await;
+    let (sent, pod) = fake.record(|r| {
+        let (pod, sent) = r.raw_inputs.iter().next().expect("inputs were sent");
+        let spec = r
+            .created
+            .iter()
+            .find(|p| p["metadata"]["name"] == pod.as_str());
+        (sent.clone(), spec.cloned().expect("the pod"))
+    });
+    let inputs = pod["spec"]["initContainers"][0]["command"][2]
+        .as_str()
+        .unwrap();
+    let program = pod["spec"]["containers"][0]["command"][2].as_str().unwrap();
+    assert!(inputs.contains("read -r attempt"), "{inputs}");
+    let script = format!(
+        "( {inputs} ) && /bin/sh -c '{}'",
+        program.replace('\'', "'\\''")
+    );
+    let mut child = std::process::Command::new("docker")
+        .args(["run", "-i", "--rm", "--network", "none", "--user", "0"])
+        .args([&base.reference, "/bin/sh", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("docker run");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&sent).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "attempt 1: pooled pod\n"
+    );
+    assert_no_pods_left(&fake).await;
+}

@@ -145,6 +145,7 @@ impl Removal {
 /// guards leave: a drop only hands the job over (microseconds), whatever
 /// the state of the caller's runtime.
 mod remover {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{mpsc, Condvar, Mutex, OnceLock};
     use std::time::Duration;
 
@@ -154,7 +155,11 @@ mod remover {
     use crate::util::lock;
 
     /// Removals handed over and not finished, which process exit waits for.
-    static PENDING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+    /// A count apart from the lock: a drop only adds to it, and never waits
+    /// for a remover thread that holds the lock and was preempted.
+    static PENDING: AtomicUsize = AtomicUsize::new(0);
+    /// What process exit waits on; the remover takes the lock to wake it.
+    static FINISHED: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
     /// How long process exit waits for removals still under way.
     const EXIT_WAIT: Duration = Duration::from_secs(10);
 
@@ -175,7 +180,7 @@ mod remover {
             tracing::warn!(%what, "no thread to remove objects on");
             return done_rx;
         };
-        *lock(&PENDING.0) += 1;
+        PENDING.fetch_add(1, Ordering::SeqCst);
         if queue.send((job, done_tx)).is_err() {
             finished();
             tracing::warn!(%what, "the remover is gone");
@@ -212,16 +217,20 @@ mod remover {
     }
 
     fn finished() {
-        let mut count = lock(&PENDING.0);
-        *count = count.saturating_sub(1);
-        PENDING.1.notify_all();
+        let _ = PENDING.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        // Under the lock: the exit waiter checks the count and waits under
+        // it, so this wake cannot fall between its check and its wait.
+        let _held = lock(&FINISHED.0);
+        FINISHED.1.notify_all();
     }
 
     /// Runs at process exit (a return from `main`, `std::process::exit`):
     /// gives removals under way a bounded time to finish, so a program that
     /// ends right after dropping a run leaves nothing behind.
     extern "C" fn wait_at_exit() {
-        let Ok(count) = PENDING.0.lock() else { return };
-        let _ = PENDING.1.wait_timeout_while(count, EXIT_WAIT, |n| *n > 0);
+        let Ok(held) = FINISHED.0.lock() else { return };
+        let _ = FINISHED
+            .1
+            .wait_timeout_while(held, EXIT_WAIT, |_| PENDING.load(Ordering::SeqCst) > 0);
     }
 }

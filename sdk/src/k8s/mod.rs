@@ -44,7 +44,7 @@ pub use objects::{
 };
 pub(crate) use pod::dns_name as pod_name;
 pub use render::{code_host, one_shot, session};
-pub(crate) use render::{code_host_pod, one_shot_pod};
+pub(crate) use render::{code_host_pod, one_shot_pod, warm_one_shot_pod};
 
 use crate::error::{Error, Result};
 

@@ -263,6 +263,49 @@ pub(crate) fn one_shot_pod(
     Ok(naming.finish(vec![Object::Pod(pod)], egress))
 }
 
+/// What a pool's pod runs once its inputs are in: the attempt number the
+/// inputs container wrote, then the command the inputs brought (the
+/// handover script a warm Docker container runs too).
+const WARM_PROGRAM: &str = "read -r DOCKHAND_ATTEMPT < /var/inputs/.dockhand/attempt; \
+    export DOCKHAND_ATTEMPT; . /var/inputs/.dockhand/cmd.sh";
+
+/// What a pool's pod's `inputs` container runs: the attempt number on the
+/// first line (the shell's `read` takes one byte at a time from a pipe, so
+/// the archive after it stays whole), then the inputs archive.
+const WARM_INPUTS: &str = "IFS= read -r attempt && mkdir -p /var/inputs/.dockhand && \
+    printf '%s\\n' \"$attempt\" > /var/inputs/.dockhand/attempt && exec tar -x -f - -C /var/inputs";
+
+/// A pool's one-shot pod, made before its job is known: it waits in its
+/// `inputs` container until a run sends the attempt number and the inputs
+/// archive, whose handover script says what to run. No secrets: sandboxes
+/// with secrets are not pooled. Its deadline is a day past the run's
+/// timeout, as the pod may wait in the pool first.
+pub(crate) fn warm_one_shot_pod(sandbox: &Sandbox, opts: &KubeOptions) -> Result<Manifests> {
+    let command = ["/bin/sh", "-c", WARM_PROGRAM].map(String::from).to_vec();
+    let (naming, mut spec, egress) = one_shot_parts(sandbox, command, 0, opts)?;
+    for program in &mut spec.containers {
+        if let Some(env) = &mut program.env {
+            env.retain(|e| e.name != "DOCKHAND_ATTEMPT");
+        }
+    }
+    for inputs in spec.init_containers.iter_mut().flatten() {
+        inputs.command = Some(["sh", "-c", WARM_INPUTS].map(String::from).to_vec());
+    }
+    spec.active_deadline_seconds = Some(
+        24 * 3600
+            + sandbox
+                .runtime()
+                .timeout
+                .map_or(0, |t| t.as_secs().max(1) as i64 + 60),
+    );
+    let pod = Pod {
+        metadata: naming.meta(""),
+        spec: Some(spec),
+        ..Default::default()
+    };
+    Ok(naming.finish(vec![Object::Pod(pod)], egress))
+}
+
 /// The pod of a one-shot: `inputs` (init), `program`, `outputs`.
 fn one_shot_parts(
     sandbox: &Sandbox,

@@ -10,7 +10,7 @@ use super::warm::{Discard, Fill, PoolStats, WarmPool};
 use super::PoolConfig;
 use crate::client::Client;
 use crate::error::Result;
-use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, WarmContainer};
+use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, Warm, WarmContainer};
 
 /// What a warm container runs until it is handed a job: wait for a line on
 /// stdin with the attempt number, then `exec` the program as a cold
@@ -58,7 +58,7 @@ const FILL_LIMIT: Duration = Duration::from_secs(60);
 pub struct SandboxPool {
     client: Client,
     sandbox: Sandbox,
-    warm: WarmPool<WarmContainer>,
+    warm: WarmPool<Warm>,
 }
 
 impl std::fmt::Debug for SandboxPool {
@@ -71,11 +71,11 @@ impl std::fmt::Debug for SandboxPool {
 }
 
 impl Client {
-    /// A pool of started containers for `sandbox`; it fills in the
-    /// background. The image is resolved (built if need be) first, so a bad
-    /// image fails here.
+    /// A pool of started containers for `sandbox` (on a cluster, pods
+    /// waiting for their inputs); it fills in the background. The image is
+    /// resolved (built if need be) first, so a bad image fails here.
     pub async fn pool(&self, sandbox: &Sandbox, config: PoolConfig) -> Result<SandboxPool> {
-        self.images()?.resolve(sandbox.image()).await?;
+        let image = self.resolve_image(sandbox.image()).await?;
         let config = config.normalized();
         let config = if sandbox.runtime().secrets.is_empty() {
             config
@@ -86,12 +86,14 @@ impl Client {
             );
             PoolConfig::new(0)
         };
-        let fill: Fill<WarmContainer> = {
+        let fill: Fill<Warm> = {
             let (client, sandbox) = (self.clone(), sandbox.clone());
+            let image = image.reference;
             Arc::new(move || {
-                let (client, sandbox) = (client.clone(), sandbox.clone());
+                let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
                 async move {
-                    match tokio::time::timeout(FILL_LIMIT, warm_container(&client, &sandbox)).await
+                    match tokio::time::timeout(FILL_LIMIT, warm_one(&client, &sandbox, &image))
+                        .await
                     {
                         Ok(made) => made,
                         Err(_) => Err(crate::Error::Docker {
@@ -104,9 +106,14 @@ impl Client {
                 .boxed()
             })
         };
-        let discard: Discard<WarmContainer> = Arc::new(|warm: WarmContainer| {
+        let discard: Discard<Warm> = Arc::new(|warm: Warm| {
             async move {
-                if let Err(e) = warm.container.remove().await {
+                let removed = match warm {
+                    Warm::Container(warm) => warm.container.remove().await,
+                    #[cfg(feature = "kubernetes")]
+                    Warm::Pod(pod) => pod.remove().await,
+                };
+                if let Err(e) = removed {
                     tracing::warn!(error = %e, "removing a pooled container");
                 }
             }
@@ -120,6 +127,20 @@ impl Client {
             warm,
         })
     }
+}
+
+/// One container (a pod on a cluster) that waits for its job.
+async fn warm_one(client: &Client, sandbox: &Sandbox, image: &str) -> Result<Warm> {
+    #[cfg(feature = "kubernetes")]
+    if let Some(cluster) = client.cluster() {
+        return Ok(Warm::Pod(Box::new(
+            crate::sandbox::warm_pod(cluster, sandbox, image).await?,
+        )));
+    }
+    let _ = image;
+    Ok(Warm::Container(Box::new(
+        warm_container(client, sandbox).await?,
+    )))
 }
 
 /// Creates, attaches and starts one container that waits for its job.

@@ -81,6 +81,14 @@ pub(crate) struct WarmContainer {
     pub(crate) egress: Option<crate::egress::Lease>,
 }
 
+/// What a pool holds: a started container on Docker, a pod waiting for
+/// its inputs on a cluster.
+pub(crate) enum Warm {
+    Container(Box<WarmContainer>),
+    #[cfg(feature = "kubernetes")]
+    Pod(Box<super::on_cluster::WarmPod>),
+}
+
 /// Gives a warm container its job: the attempt number on its stdin, which
 /// starts it, with the inline job on the same line, or after uploading the
 /// inputs (with the command to run). The stdin is kept open until the run

@@ -59,7 +59,9 @@ pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind, LINE_PIEC
 pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
-pub(crate) use launch::{container_spec, WarmContainer};
+pub(crate) use launch::{container_spec, Warm, WarmContainer};
+#[cfg(feature = "kubernetes")]
+pub(crate) use on_cluster::warm_pod;
 #[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::NETWORK_LABEL;
 pub(crate) use outputs::collect as collect_outputs;

@@ -10,12 +10,14 @@ use futures::AsyncBufReadExt;
 
 use super::capture::{StreamBuffer, StreamKind};
 use super::conclusion::{collect_streamed, conclude, within};
+use super::launch::Warm;
 use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::runtime::Network;
 use super::spec::Sandbox;
-use crate::cluster::{Cluster, PodView};
+use crate::cluster::{Cluster, PodGuard, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
+use crate::pool::WarmPool;
 
 /// The label of pods the namespace's offline NetworkPolicy selects.
 pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";
@@ -25,13 +27,105 @@ pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
     crate::cluster::refuse_network(&sandbox.runtime.network, &sandbox.runtime.secrets)
 }
 
-/// One attempt on `cluster`; the pod is deleted whatever happens.
+/// A pool's pod, waiting in its `inputs` container for a run's attempt
+/// number and inputs archive (see `k8s::warm_one_shot_pod`).
+pub(crate) struct WarmPod {
+    /// Owns the pod: dropping it deletes the pod.
+    guard: PodGuard,
+    name: String,
+}
+
+impl WarmPod {
+    /// Deletes the pod, waiting for the API server to take the delete.
+    pub(crate) async fn remove(self) -> Result<()> {
+        self.guard.remove().await
+    }
+}
+
+/// Makes one of `sandbox`'s pool pods from `image` and waits until its
+/// `inputs` container runs, so a run that takes it sends its inputs at once.
+pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<WarmPod> {
+    check(sandbox)?;
+    let plan = cluster.plan_pod(
+        &format!("dockhand-{}", sandbox.name),
+        image,
+        &[],
+        sandbox.runtime.network == Network::None,
+        |opts| crate::k8s::warm_one_shot_pod(sandbox, opts),
+    )?;
+    let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
+    match cluster.wait_pod(&plan.name, inputs_ready).await {
+        Ok(()) => Ok(WarmPod {
+            guard,
+            name: plan.name,
+        }),
+        Err(e) => {
+            if let Err(removal) = guard.remove().await {
+                tracing::warn!(error = %removal, "deleting a pool pod that never took inputs");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Whether a one-shot pod's `inputs` container runs, i.e. takes its inputs.
+fn inputs_ready(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Result<()>> {
+    let view = PodView::new(pod);
+    if let Some(failure) = view.failure("program") {
+        return Some(Err(failure.into()));
+    }
+    if view.running("inputs") {
+        return Some(Ok(()));
+    }
+    view.terminated("inputs").map(|(code, reason)| {
+        Err(Error::spec(
+            "kubernetes",
+            format!("the inputs container ended before its inputs came ({reason}, exit {code}); does the image have `tar`?"),
+        ))
+    })
+}
+
+/// A pool's pod that still takes inputs, if the pool has one ready or
+/// coming before the deadline; one that died idle is deleted and the run
+/// starts cold.
+async fn take_warm(
+    cluster: &Cluster,
+    pool: Option<&WarmPool<Warm>>,
+    deadline: Option<(tokio::time::Instant, std::time::Duration)>,
+) -> Result<Option<WarmPod>> {
+    let Some(pool) = pool else {
+        return Ok(None);
+    };
+    let wait = deadline.map_or(crate::pool::WAIT_LIMIT, |(at, _)| {
+        at.saturating_duration_since(tokio::time::Instant::now())
+            .min(crate::pool::WAIT_LIMIT)
+    });
+    let Some(Warm::Pod(pod)) = pool.take_or_wait(wait).await else {
+        return Ok(None);
+    };
+    match within(deadline, cluster.wait_pod(&pod.name, inputs_ready)).await {
+        Ok(()) => Ok(Some(*pod)),
+        Err(e @ Error::Timeout { .. }) => {
+            pod.guard.remove_in_background();
+            Err(e)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a pool pod could not take the job; starting cold");
+            pod.guard.remove_in_background();
+            Ok(None)
+        }
+    }
+}
+
+/// One attempt on `cluster`, in a pool's pod if `pool` has one; the pod is
+/// deleted whatever happens.
 pub(super) async fn attempt(
     cluster: &Cluster,
     sandbox: &Sandbox,
     prepared: &Prepared,
     number: u32,
     options: &RunOptions,
+    pool: Option<&WarmPool<Warm>>,
 ) -> Result<RunOutput> {
     let started = Instant::now();
     let rt = &sandbox.runtime;
@@ -41,14 +135,6 @@ pub(super) async fn attempt(
             "a cluster run takes its job as an archive",
         ));
     };
-    let plan = cluster.plan_pod(
-        &format!("dockhand-{}", sandbox.name),
-        &prepared.image.reference,
-        &prepared.secrets,
-        rt.network == Network::None,
-        |opts| crate::k8s::one_shot_pod(sandbox, command.clone(), number, opts),
-    )?;
-    let name = plan.name.clone();
     let deadline = rt
         .timeout
         .map(|limit| (tokio::time::Instant::now() + limit, limit));
@@ -58,30 +144,32 @@ pub(super) async fn attempt(
     let mut stdout = StreamBuffer::new(StreamKind::Stdout, sandbox.output_limit, secrets.clone());
     let stderr = StreamBuffer::new(StreamKind::Stderr, sandbox.output_limit, secrets);
 
-    // The values travel in a Secret object only, never in the pod spec.
-    let (guard, _uid) = within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;
+    // A pool's pod takes the attempt number before the archive; a pod
+    // made now has it in its spec.
+    let (guard, name, attempt_line) = match take_warm(cluster, pool, deadline).await? {
+        Some(pod) => (pod.guard, pod.name, format!("{number}\n")),
+        None => {
+            let plan = cluster.plan_pod(
+                &format!("dockhand-{}", sandbox.name),
+                &prepared.image.reference,
+                &prepared.secrets,
+                rt.network == Network::None,
+                |opts| crate::k8s::one_shot_pod(sandbox, command.clone(), number, opts),
+            )?;
+            // The values travel in a Secret object only, never in the pod spec.
+            let (guard, _uid) =
+                within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;
+            (guard, plan.name, String::new())
+        }
+    };
     let ran = async {
         // Inputs first: until they are in, nothing of the program runs.
-        cluster
-            .wait_pod(&name, |p| {
-                let view = PodView::new(p);
-                if let Some(failure) = view.failure("program") {
-                    return Some(Err(failure.into()));
-                }
-                if view.running("inputs") {
-                    return Some(Ok(()));
-                }
-                view.terminated("inputs").map(|(code, reason)| {
-                    Err(Error::spec(
-                        "kubernetes",
-                        format!("the inputs container ended before its inputs came ({reason}, exit {code}); does the image have `tar`?"),
-                    ))
-                })
-            })
-            .await?;
-        cluster
-            .send_stdin(&name, "inputs", tar.reader().await?)
-            .await?;
+        cluster.wait_pod(&name, inputs_ready).await?;
+        let inputs = tokio::io::AsyncReadExt::chain(
+            std::io::Cursor::new(attempt_line.into_bytes()),
+            tar.reader().await?,
+        );
+        cluster.send_stdin(&name, "inputs", inputs).await?;
         cluster
             .wait_pod(&name, |p| {
                 let view = PodView::new(p);

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::cache;
-use super::launch::WarmContainer;
+use super::launch::Warm;
 use super::run::{Attempt, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
 use crate::client::Client;
@@ -19,7 +19,7 @@ impl Client {
         sandbox: &Sandbox,
         prepared: &mut Prepared,
         options: &RunOptions,
-        pool: Option<&WarmPool<WarmContainer>>,
+        pool: Option<&WarmPool<Warm>>,
         key: Option<String>,
         store: std::sync::Arc<cache::Store>,
         started: Instant,

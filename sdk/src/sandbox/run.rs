@@ -12,7 +12,7 @@ use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, Stre
 use super::conclusion::{collect_streamed, conclude, within};
 use super::frame::RunnerEnds;
 use super::inputs;
-use super::launch::{cold_spec, hand_over, WarmContainer};
+use super::launch::{cold_spec, hand_over, Warm, WarmContainer};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::runtime::{CacheMode, Network};
@@ -176,7 +176,7 @@ impl Client {
         sandbox: &Sandbox,
         given: Vec<(String, Value)>,
         options: RunOptions,
-        pool: Option<&WarmPool<WarmContainer>>,
+        pool: Option<&WarmPool<Warm>>,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         // Everything about the inputs is checked before any container exists.
@@ -302,11 +302,12 @@ impl Client {
         prepared: &Prepared,
         number: u32,
         options: &RunOptions,
-        pool: Option<&WarmPool<WarmContainer>>,
+        pool: Option<&WarmPool<Warm>>,
     ) -> Result<RunOutput> {
         #[cfg(feature = "kubernetes")]
         if let Some(cluster) = self.cluster() {
-            return super::on_cluster::attempt(cluster, sandbox, prepared, number, options).await;
+            return super::on_cluster::attempt(cluster, sandbox, prepared, number, options, pool)
+                .await;
         }
         let started = Instant::now();
         let engine = self.engine()?;
@@ -331,11 +332,12 @@ impl Client {
             None => None,
         };
         let warm = match taken {
-            Some(WarmContainer {
-                container,
-                attached,
-                egress,
-            }) => {
+            Some(Warm::Container(warm)) => {
+                let WarmContainer {
+                    container,
+                    attached,
+                    egress,
+                } = *warm;
                 // Until the attempt ends: the container's network and policy.
                 _warm_egress = egress;
                 let handed = hand_over(engine, &container, attached, prepared, number);
@@ -353,6 +355,9 @@ impl Client {
                     }
                 }
             }
+            // A pool's pods run on the cluster they were made on.
+            #[cfg(feature = "kubernetes")]
+            Some(Warm::Pod(_)) => None,
             None => None,
         };
         let (container, mut output, _stdin) = match warm {

@@ -50,10 +50,31 @@ async fn read_stdin(socket: &mut WebSocket, until_newline: bool) -> Vec<u8> {
 }
 
 pub(super) async fn take_inputs(fake: Shared, name: String, mut socket: WebSocket) {
-    let tar = read_stdin(&mut socket, false).await;
+    let sent = read_stdin(&mut socket, false).await;
     let _ = socket.send(Message::Close(None)).await;
+    // A pool's pod reads the attempt number on a line of its own first,
+    // as its `inputs` command says, and writes it where its program reads it.
+    let warm = fake.record(|r| {
+        r.raw_inputs.insert(name.clone(), sent.clone());
+        r.pods.get(&name).is_some_and(|p| {
+            p["spec"]["initContainers"][0]["command"]
+                .to_string()
+                .contains("read -r attempt")
+        })
+    });
     let mut files = Files::new();
-    let mut archive = tar::Archive::new(&tar[..]);
+    let tar = match warm {
+        true => {
+            let end = sent
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(sent.len(), |i| i + 1);
+            files.insert(".dockhand/attempt".into(), sent[..end].to_vec());
+            &sent[end..]
+        }
+        false => &sent[..],
+    };
+    let mut archive = tar::Archive::new(tar);
     for entry in archive.entries().unwrap() {
         let mut entry = entry.unwrap();
         if entry.header().entry_type().is_file() {

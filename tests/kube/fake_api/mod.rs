@@ -135,6 +135,8 @@ pub struct Record {
     pub session_files: BTreeMap<(String, String), Vec<u8>>,
     /// The inputs archive of each pod, unpacked.
     pub inputs: BTreeMap<String, Files>,
+    /// What each pod's `inputs` container got on its stdin, as sent.
+    pub raw_inputs: BTreeMap<String, Vec<u8>>,
     logs: BTreeMap<String, String>,
     watches: usize,
 }
