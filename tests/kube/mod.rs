@@ -4,10 +4,11 @@
 
 pub mod fake_api;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use dockhand::{Client, KubeConfig};
-use fake_api::{Script, Shared};
+use dockhand::{CacheMode, Client, ImageSpec, KubeConfig, Sandbox, Type, Value};
+use fake_api::{Files, Script, Shared};
 
 /// The image the simulated pods "run" (nothing is pulled).
 pub const IMAGE: &str = "registry.example/tools:1";
@@ -65,4 +66,38 @@ pub fn add_tool() -> dockhand::codemode::Toolset {
                 ))
             }),
     )
+}
+
+/// Counts the non-empty lines of its File input, as `grep -c .` would.
+pub fn count_lines() -> Sandbox {
+    Sandbox::command("count", "sh")
+        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
+        .input("text", Type::File)
+        .output("lines", Type::Int)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap()
+}
+
+/// The scripted program: what `count_lines` would write, from the inputs it got.
+pub fn counting() -> fake_api::Produce {
+    Arc::new(|files: &Files| {
+        let text = files
+            .iter()
+            .find(|(path, _)| path.trim_start_matches("./") == "text")
+            .map(|(_, bytes)| bytes.clone())
+            .unwrap_or_default();
+        let n = String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .count();
+        vec![("lines".to_string(), format!("{n}\n").into_bytes())]
+    })
+}
+
+pub fn text_file(dir: &tempfile::TempDir, text: &str) -> Value {
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, text).unwrap();
+    Value::file(path)
 }
