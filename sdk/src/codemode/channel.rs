@@ -36,7 +36,36 @@ const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) struct Offer {
     listener: UnixListener,
     token: String,
-    dir: tempfile::TempDir,
+    dir: SocketDir,
+}
+
+/// The socket's directory. Dropped (a start dropped before the bridge
+/// connected), it is removed by dockhand's remover thread: unlinking and
+/// removing a directory can wait on a busy filesystem, and a drop must not.
+struct SocketDir(Option<tempfile::TempDir>);
+
+impl SocketDir {
+    fn path(&self) -> &std::path::Path {
+        self.0
+            .as_ref()
+            .map_or(std::path::Path::new(""), |d| d.path())
+    }
+
+    /// Removes it now.
+    fn close(mut self) -> std::io::Result<()> {
+        self.0.take().map_or(Ok(()), tempfile::TempDir::close)
+    }
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            crate::engine::submit_job(
+                "the code host's socket directory".into(),
+                Box::pin(async move { drop(dir) }),
+            );
+        }
+    }
 }
 
 impl Offer {
@@ -57,7 +86,7 @@ impl Offer {
         Ok(Self {
             listener,
             token: uuid::Uuid::new_v4().simple().to_string(),
-            dir,
+            dir: SocketDir(Some(dir)),
         })
     }
 

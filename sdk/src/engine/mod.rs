@@ -21,6 +21,7 @@ pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;
 pub(crate) use endpoint::{Choice, Environment, Target};
+pub(crate) use guard::submit_job;
 pub use guard::ContainerGuard;
 pub(crate) use image::split_reference;
 pub use image::{label_instruction, BuildLine};
