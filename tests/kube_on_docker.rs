@@ -236,6 +236,18 @@ async fn specs_are_built_here_pushed_and_pulled_by_digest_on_the_nodes() {
     let image = host.describe().image.expect("the code host's image");
     assert!(image.starts_with(&pushed_under), "{image}");
     host.close().await.unwrap();
+    // A session on the code host's own spec gets that spec's image, not
+    // the one with the bridge added.
+    let same_spec =
+        client.session(SessionConfig::new().image(common::with_host_ca(ImageSpec::default())));
+    same_spec.start().await.expect("a session on the same spec");
+    let plain = same_spec.describe().image.expect("its image");
+    assert!(
+        plain.starts_with(&pushed_under) && plain != image,
+        "{plain}"
+    );
+    same_spec.close().await.unwrap();
+    pulled.push(plain);
     pulled.push(image);
     assert_no_pods_left(&fake).await;
     assert_no_kubelet_containers();

@@ -18,11 +18,12 @@ pub(crate) struct Builder {
     pub registry: Registry,
 }
 
-/// What the nodes pull for each spec, pushed once per process.
+/// What the nodes pull for each spec, pushed once per process: by whether
+/// it was asked for a code host (which adds the bridge), and the spec.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterImages {
     builder: Option<Builder>,
-    pushed: Mutex<HashMap<ImageSpec, ResolvedImage>>,
+    pushed: Mutex<HashMap<(bool, ImageSpec), ResolvedImage>>,
 }
 
 impl ClusterImages {
@@ -42,7 +43,7 @@ impl ClusterImages {
             "building an image from a spec",
             "`client.resolve_image(&spec)`",
         )?;
-        self.push(builder, spec, spec).await
+        self.push(builder, (false, spec.clone()), spec).await
     }
 
     /// The image of a code host: a prebuilt reference is a code host image
@@ -55,8 +56,12 @@ impl ClusterImages {
             "building a code host image",
             "`client.code_host_image(&config)`",
         )?;
+        let asked = (true, spec.clone());
+        if let Some(hit) = lock(&self.pushed).get(&asked) {
+            return Ok(hit.clone());
+        }
         let local = crate::codemode::code_host_image(&builder.docker, spec).await?;
-        self.push(builder, spec, &local).await
+        self.push(builder, asked, &local).await
     }
 
     fn builder(&self, feature: &str, made_by: &str) -> Result<&Builder> {
@@ -73,11 +78,11 @@ impl ClusterImages {
     async fn push(
         &self,
         builder: &Builder,
-        asked: &ImageSpec,
+        asked: (bool, ImageSpec),
         local: &ImageSpec,
     ) -> Result<ResolvedImage> {
         let started = Instant::now();
-        if let Some(hit) = lock(&self.pushed).get(asked) {
+        if let Some(hit) = lock(&self.pushed).get(&asked) {
             return Ok(hit.clone());
         }
         // The builder is a Docker client: its own resolver, never a cluster.
@@ -89,7 +94,7 @@ impl ClusterImages {
             source: ImageSource::Remote,
             elapsed: started.elapsed(),
         };
-        lock(&self.pushed).insert(asked.clone(), resolved.clone());
+        lock(&self.pushed).insert(asked, resolved.clone());
         Ok(resolved)
     }
 }
