@@ -11,6 +11,20 @@ use dockhand::image::Registry;
 use dockhand::{Error, ImageSpec};
 use registry::{TestRegistry, PASSWORD, USER};
 
+/// A push the registry refused or never answered: a typed Docker error.
+fn assert_push_failed(err: &Error) {
+    assert!(
+        matches!(
+            err,
+            Error::Docker {
+                operation: "push image",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
 /// Whether the daemon has an image (or tag) by this reference.
 fn has_image(reference: &str) -> bool {
     std::process::Command::new("docker")
@@ -87,16 +101,7 @@ async fn a_registry_that_asks_a_login_gets_it_and_a_wrong_one_fails_typed() {
         Registry::new(&repository).login(USER, "wrong-pass-77"),
     ] {
         let err = client.push_image(&image, &to).await.expect_err("refused");
-        assert!(
-            matches!(
-                err,
-                Error::Docker {
-                    operation: "push image",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert_push_failed(&err);
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains("wrong-pass-77"), "{shown}");
         assert!(!has_image(&format!("{repository}/image")), "a tag stayed");
@@ -130,16 +135,7 @@ async fn nobody_listening_and_a_bad_repository_fail_typed_and_fast() {
         .push_image(&image, &to)
         .await
         .expect_err("no registry");
-    assert!(
-        matches!(
-            err,
-            Error::Docker {
-                operation: "push image",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_push_failed(&err);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(50),
         "{err}"

@@ -103,14 +103,7 @@ impl Engine {
             }
             Ok(())
         };
-        match tokio::time::timeout(timeout, pull).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Docker {
-                operation: "pull image",
-                message: format!("no answer from the registry within {timeout:?}"),
-                status: None,
-            }),
-        }
+        registry_call("pull image", timeout, pull).await
     }
 
     /// Pushes the local image `reference` to the registry its name says,
@@ -142,14 +135,7 @@ impl Engine {
             }
             Ok(digest)
         };
-        match tokio::time::timeout(timeout, push).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Docker {
-                operation: "push image",
-                message: format!("no answer from the registry within {timeout:?}"),
-                status: None,
-            }),
-        }
+        registry_call("push image", timeout, push).await
     }
 
     /// Adds the tag `target` to image `source`.
@@ -272,6 +258,23 @@ pub fn label_instruction(kind: &str, extra: &HashMap<String, String>) -> String 
         .map(|(k, v)| format!("{k}={}", serde_json::to_string(v).unwrap_or_default()))
         .collect();
     format!("LABEL {}\n", pairs.join(" "))
+}
+
+/// `call`, which talks to a registry through the daemon, given up after
+/// `timeout` (registries that hang).
+async fn registry_call<T>(
+    operation: &'static str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Docker {
+            operation,
+            message: format!("no answer from the registry within {timeout:?}"),
+            status: None,
+        }),
+    }
 }
 
 /// The `sha256:<hex>` a push's status line names, if any.
