@@ -108,3 +108,217 @@ async fn simulated_pool_of_a_sandbox_with_secrets_runs_cold() {
     pool.shutdown().await;
     assert_no_pods_left(&fake).await;
 }
+
+/// A client of a simulated server where agent-sandbox is installed (or not),
+/// with `KubeConfig::agent_sandbox` as `choice` says.
+async fn with_agent_sandbox(
+    script: Script,
+    choice: Option<bool>,
+) -> (dockhand::Result<dockhand::Client>, Shared) {
+    let (url, fake) = sim::fake_api::start("sim", script).await;
+    let mut config = dockhand::KubeConfig::url(&url).namespace("sim");
+    if let Some(choice) = choice {
+        config = config.agent_sandbox(choice);
+    }
+    let client = dockhand::Client::builder()
+        .kubernetes(config)
+        .cache_dir(std::env::temp_dir().join("dockhand-kube-sim-cache"))
+        .connect()
+        .await;
+    (client, fake)
+}
+
+/// The agent-sandbox objects of `plural` the backend created, as sent.
+fn created(fake: &Shared, plural: &str) -> Vec<serde_json::Value> {
+    fake.record(|r| {
+        r.custom_created
+            .iter()
+            .filter(|(p, _)| p == plural)
+            .map(|(_, o)| o.clone())
+            .collect()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_agent_sandbox_pool_claims_a_warm_pod_per_run() {
+    let script = Script {
+        agent_sandbox: true,
+        ..Script::exits(0, "counted\n", counting())
+    };
+    let (client, fake) = with_agent_sandbox(script, None).await;
+    let client = client.expect("connect");
+    let dir = tempfile::tempdir().unwrap();
+    let pool = client
+        .pool(&count_lines(), dockhand::pool::PoolConfig::new(2))
+        .await
+        .expect("a pool on agent-sandbox");
+    assert!(
+        pool.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        pool.stats()
+    );
+    // One template of the pool's pod and one warm pool of its size, both
+    // owned by this process's lease; the backend made no pod itself.
+    let (templates, pools) = (
+        created(&fake, "sandboxtemplates"),
+        created(&fake, "sandboxwarmpools"),
+    );
+    assert_eq!((templates.len(), pools.len()), (1, 1));
+    let (template, warm_pool) = (&templates[0], &pools[0]);
+    assert_eq!(warm_pool["spec"]["replicas"], 2);
+    assert_eq!(
+        warm_pool["spec"]["sandboxTemplateRef"]["name"],
+        template["metadata"]["name"]
+    );
+    let lease_uid = fake.record(|r| r.leases.values().next().unwrap()["metadata"]["uid"].clone());
+    for object in [template, warm_pool] {
+        assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], lease_uid);
+        assert_eq!(object["metadata"]["labels"]["dev.dockhand.managed"], "true");
+    }
+    let pod = &template["spec"]["podTemplate"];
+    assert!(pod["spec"]["initContainers"][0]["command"]
+        .to_string()
+        .contains("read -r attempt"));
+    assert_eq!(pod["metadata"]["labels"]["dev.dockhand.network"], "none");
+    assert_eq!(
+        template["spec"]["networkPolicy"]["egress"],
+        serde_json::json!([])
+    );
+    assert!(
+        fake.record(|r| r.created.iter().all(|p| r
+            .sandboxes
+            .contains_key(p["metadata"]["name"].as_str().unwrap()))),
+        "every pod is the controller's"
+    );
+
+    let warm_before: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
+    // Two runs: each claims a warm sandbox, gets its inputs to that pod,
+    // and deletes its claim (and so the pod) when it ends.
+    for text in ["a\nb\n", "a\nb\nc\n"] {
+        let out = pool
+            .run([("text", text_file(&dir, text))])
+            .await
+            .expect("a run on a claimed sandbox");
+        assert_eq!(
+            out.get::<i64>("lines").unwrap() as usize,
+            text.lines().count()
+        );
+    }
+    let claims = created(&fake, "sandboxclaims");
+    assert_eq!(claims.len(), 2, "one claim per run");
+    for claim in &claims {
+        assert_eq!(
+            claim["spec"]["warmPoolRef"]["name"],
+            warm_pool["metadata"]["name"]
+        );
+        assert_eq!(claim["metadata"]["ownerReferences"][0]["uid"], lease_uid);
+    }
+    assert_eq!(fake.record(|r| r.warm_claims), 2, "both found one ready");
+    // The inputs went to the claimed pods, which were made before the runs.
+    let fed = fake.record(|r| {
+        r.inputs
+            .keys()
+            .filter(|k| !k.contains('/'))
+            .cloned()
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        fed.iter().all(|pod| warm_before.contains(pod)),
+        "{fed:?} are among the pods warm before the runs: {warm_before:?}"
+    );
+    assert_eq!(fed.len(), 2, "{fed:?}");
+    let stats = pool.stats();
+    assert_eq!((stats.handed_over, stats.misses), (2, 0), "{stats:?}");
+    // The claims are gone, and their pods: the pool holds its two again.
+    for _ in 0..250 {
+        let left = fake.record(|r| {
+            let claims = r
+                .custom
+                .keys()
+                .filter(|k| k.starts_with("sandboxclaims/"))
+                .count();
+            let used = fed.iter().filter(|p| r.pods.contains_key(*p)).count();
+            claims + used
+        });
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(fake.record(|r| r.custom.keys().all(|k| !k.starts_with("sandboxclaims/"))));
+    assert!(pool.wait_ready(Duration::from_secs(30)).await);
+    pool.shutdown().await;
+    assert_no_pods_left(&fake).await;
+    assert!(
+        fake.record(|r| r.custom.is_empty()),
+        "the template and pool are deleted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_dropped_agent_sandbox_pool_and_unbound_claims_leave_nothing() {
+    let script = Script {
+        agent_sandbox: true,
+        claims_unbound: true,
+        ..Script::exits(0, "counted\n", counting())
+    };
+    let (client, fake) = with_agent_sandbox(script, Some(true)).await;
+    let client = client.expect("connect");
+    let job = Sandbox::command("count", "true")
+        .image(ImageSpec::prebuilt(IMAGE))
+        .timeout(Duration::from_secs(3))
+        .cache(CacheMode::Disable)
+        .build()
+        .unwrap();
+    let pool = client
+        .pool(&job, dockhand::pool::PoolConfig::new(1))
+        .await
+        .expect("a pool on agent-sandbox");
+    assert!(pool.wait_ready(Duration::from_secs(30)).await);
+    // The controller never binds: the claim waits out the run's time, and
+    // the run ends typed, its claim deleted.
+    let err = pool.run(dockhand::NO_INPUTS).await.unwrap_err();
+    assert!(matches!(err, dockhand::Error::Timeout { .. }), "{err:?}");
+    assert_eq!(pool.stats().misses, 1);
+    // Dropped without a shutdown: its guard deletes the pool and template.
+    drop(pool);
+    for _ in 0..300 {
+        if fake.record(|r| r.custom.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left: Vec<String> = fake.record(|r| r.custom.keys().cloned().collect());
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert_no_pods_left(&fake).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_agent_sandbox_asked_for_where_it_is_not_installed() {
+    let (client, fake) =
+        with_agent_sandbox(Script::exits(0, "", Arc::new(|_| Vec::new())), Some(true)).await;
+    let client = client.expect("connect");
+    let err = client
+        .pool(&count_lines(), dockhand::pool::PoolConfig::new(1))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("extensions.agents.x-k8s.io/v1beta1") && text.contains("agent_sandbox"),
+        "{text}"
+    );
+    assert!(fake.record(|r| r.created.is_empty() && r.custom_created.is_empty()));
+    // Left to itself, the backend makes its own pool pods there.
+    let (client, fake) =
+        with_agent_sandbox(Script::exits(0, "", Arc::new(|_| Vec::new())), None).await;
+    let pool = client
+        .expect("connect")
+        .pool(&count_lines(), dockhand::pool::PoolConfig::new(1))
+        .await
+        .unwrap();
+    assert!(pool.wait_ready(Duration::from_secs(30)).await);
+    assert_eq!(pool_pods(&fake).len(), 1);
+    assert!(fake.record(|r| r.custom_created.is_empty()));
+    pool.shutdown().await;
+    assert_no_pods_left(&fake).await;
+}

@@ -30,6 +30,7 @@ pub struct KubeConfig {
     pub(super) connect_timeout: Option<Duration>,
     pub(super) lease_duration: Option<Duration>,
     pub(super) builder: Option<super::images::Builder>,
+    pub(super) agent_sandbox: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -130,6 +131,20 @@ impl KubeConfig {
     /// (default 10 s).
     pub fn connect_timeout(mut self, limit: Duration) -> Self {
         self.connect_timeout = Some(limit);
+        self
+    }
+
+    /// Whether one-shot pools use agent-sandbox (kubernetes-sigs/agent-sandbox):
+    /// `true` requires its extensions, `false` never uses them. Unset (the
+    /// default), a pool uses them where the cluster serves
+    /// `extensions.agents.x-k8s.io/v1beta1`, and makes its own pods where
+    /// it does not.
+    ///
+    /// On agent-sandbox, a pool is a `SandboxTemplate` of its pod and a
+    /// `SandboxWarmPool` keeping its size of them started; each run claims
+    /// one with a `SandboxClaim` and deletes the claim when it ends.
+    pub fn agent_sandbox(mut self, use_it: bool) -> Self {
+        self.agent_sandbox = Some(use_it);
         self
     }
 

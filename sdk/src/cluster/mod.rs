@@ -20,6 +20,7 @@
 //! pods it owned.
 
 mod api;
+mod claims;
 mod config;
 mod images;
 mod owned;
@@ -28,13 +29,16 @@ mod plan;
 mod pods;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
+pub(crate) use claims::{AgentPool, ClaimGuard};
 pub use config::KubeConfig;
+pub(crate) use plan::PodPlan;
 pub(crate) use pods::{PodGuard, PodView};
 
 use crate::error::{ClusterError, Result};
@@ -50,6 +54,10 @@ pub(crate) struct Cluster {
     gvisor_runtime_class: String,
     owner: owner::Owner,
     images: images::ClusterImages,
+    /// What `KubeConfig::agent_sandbox` asked.
+    agent_sandbox: Option<bool>,
+    /// Whether the API server serves agent-sandbox's extensions, once asked.
+    agent_sandbox_served: tokio::sync::OnceCell<bool>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -95,6 +103,8 @@ impl Cluster {
                 .unwrap_or_else(|| "gvisor".into()),
             owner,
             images: images::ClusterImages::new(config.builder.clone()),
+            agent_sandbox: config.agent_sandbox,
+            agent_sandbox_served: tokio::sync::OnceCell::new(),
         })
     }
 

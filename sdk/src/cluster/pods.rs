@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use kube::api::{AttachParams, DeleteParams, LogParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{AttachParams, DeleteParams, LogParams, PostParams};
 use kube::Api;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 
@@ -40,12 +40,6 @@ impl PodGuard {
     pub(crate) async fn remove(mut self) -> Result<()> {
         self.armed = false;
         delete(&self.pods, &self.namespace, &self.name).await
-    }
-
-    /// Deletes the pod on a task of its own, so the caller answers now.
-    pub(crate) fn remove_in_background(self) {
-        // The drop does exactly this.
-        drop(self)
     }
 }
 
@@ -198,64 +192,14 @@ impl Cluster {
         Ok((guard, made.metadata.uid.unwrap_or_default()))
     }
 
-    /// Watches pod `name` until `decide` answers. A watch the server ends
-    /// (its timeout) or expires (410 Gone) starts again from a fresh read;
+    /// Watches pod `name` until `decide` answers (see `watch::watch_until`);
     /// a deleted pod is [`Error::ContainerGone`].
     pub(crate) async fn wait_pod<T>(
         &self,
         name: &str,
-        mut decide: impl FnMut(&Pod) -> Option<Result<T>>,
+        decide: impl FnMut(&Pod) -> Option<Result<T>>,
     ) -> Result<T> {
-        let api = self.pods();
-        let ns = self.namespace();
-        let gone = || Error::ContainerGone {
-            id: name.to_string(),
-        };
-        loop {
-            let pod = match api.get(name).await {
-                Ok(pod) => pod,
-                Err(e) if is_not_found(&e) => return Err(gone()),
-                Err(e) => return Err(Call::new("get", "pods", ns, name).error(e)),
-            };
-            if let Some(done) = decide(&pod) {
-                return done;
-            }
-            let version = pod.metadata.resource_version.clone().unwrap_or_default();
-            let params = WatchParams::default()
-                .fields(&format!("metadata.name={name}"))
-                .timeout(290);
-            let events = api
-                .watch(&params, &version)
-                .await
-                .map_err(|e| Call::new("watch", "pods", ns, name).error(e))?;
-            let mut events = std::pin::pin!(events);
-            loop {
-                let event = events
-                    .try_next()
-                    .await
-                    .map_err(|e| Call::new("watch", "pods", ns, name).error(e))?;
-                match event {
-                    Some(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
-                        if let Some(done) = decide(&pod) {
-                            return done;
-                        }
-                    }
-                    Some(WatchEvent::Deleted(_)) => return Err(gone()),
-                    Some(WatchEvent::Bookmark(_)) => {}
-                    // The version is too old: read the pod again and go on from there.
-                    Some(WatchEvent::Error(status)) if status.code == 410 => {
-                        tracing::debug!(pod = %name, "watch expired (410); reading the pod again");
-                        break;
-                    }
-                    Some(WatchEvent::Error(status)) => {
-                        let call = Call::new("watch", "pods", ns, name);
-                        return Err(call.status(status.code, &status.reason, &status.message));
-                    }
-                    // The server ended the watch: read again.
-                    None => break,
-                }
-            }
-        }
+        super::watch::watch_until(&self.pods(), "pods", self.namespace(), name, decide).await
     }
 
     /// Waits until container `container` of pod `name` runs. What the

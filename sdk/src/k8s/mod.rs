@@ -43,8 +43,8 @@ pub use objects::{
     SandboxWarmPoolSpec, TemplateNetworkPolicy, TemplateRef, AGENT_SANDBOX_API,
 };
 pub(crate) use pod::dns_name as pod_name;
+pub(crate) use render::{agent_pool, code_host_pod, one_shot_pod, warm_one_shot_pod};
 pub use render::{code_host, one_shot, session};
-pub(crate) use render::{code_host_pod, one_shot_pod, warm_one_shot_pod};
 
 use crate::error::{Error, Result};
 

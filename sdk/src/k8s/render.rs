@@ -488,35 +488,58 @@ pub(super) fn warm_pool(of: &Manifests, pod: PodSpec, size: i32) -> Result<Manif
         .filter(|o| matches!(o, Object::ConfigMap(_)))
         .cloned()
         .collect();
-    objects.push(Object::SandboxTemplate(objects::SandboxTemplate {
-        api_version: AGENT_SANDBOX_API.into(),
-        kind: "SandboxTemplate".into(),
-        metadata: meta(template_name.clone()),
-        spec: objects::SandboxTemplateSpec {
-            pod_template: PodTemplate {
-                metadata: PodMetadata {
-                    labels: labels.clone(),
-                },
-                spec: pod,
-            },
-            network_policy: TemplateNetworkPolicy::new(of.egress),
-        },
-    }));
-    objects.push(Object::SandboxWarmPool(objects::SandboxWarmPool {
-        api_version: AGENT_SANDBOX_API.into(),
-        kind: "SandboxWarmPool".into(),
-        metadata: meta(pool_name.clone()),
-        spec: objects::SandboxWarmPoolSpec {
-            replicas: size,
-            sandbox_template_ref: TemplateRef {
-                name: template_name,
-            },
-        },
-    }));
+    let (template, pool) = agent_pool(
+        meta(template_name),
+        meta(pool_name.clone()),
+        labels.clone(),
+        pod,
+        of.egress,
+        size,
+    );
+    objects.push(Object::SandboxTemplate(template));
+    objects.push(Object::SandboxWarmPool(pool));
     Ok(Manifests {
         objects,
         name: pool_name,
         labels,
         egress: of.egress,
     })
+}
+
+/// A `SandboxTemplate` (`template`) of a pod labelled `pod_labels` running
+/// `pod`, with its network rules, and a `SandboxWarmPool` (`pool`) keeping
+/// `size` of them started.
+pub(crate) fn agent_pool(
+    template: ObjectMeta,
+    pool: ObjectMeta,
+    pod_labels: BTreeMap<String, String>,
+    pod: PodSpec,
+    egress: bool,
+    size: i32,
+) -> (objects::SandboxTemplate, objects::SandboxWarmPool) {
+    let template_name = template.name.clone().unwrap_or_default();
+    let template = objects::SandboxTemplate {
+        api_version: AGENT_SANDBOX_API.into(),
+        kind: "SandboxTemplate".into(),
+        metadata: template,
+        spec: objects::SandboxTemplateSpec {
+            pod_template: PodTemplate {
+                metadata: PodMetadata { labels: pod_labels },
+                spec: pod,
+            },
+            network_policy: TemplateNetworkPolicy::new(egress),
+        },
+    };
+    let pool = objects::SandboxWarmPool {
+        api_version: AGENT_SANDBOX_API.into(),
+        kind: "SandboxWarmPool".into(),
+        metadata: pool,
+        spec: objects::SandboxWarmPoolSpec {
+            replicas: size,
+            sandbox_template_ref: TemplateRef {
+                name: template_name,
+            },
+        },
+    };
+    (template, pool)
 }

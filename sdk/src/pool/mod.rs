@@ -72,6 +72,14 @@ pub use sandbox::SandboxPool;
 pub use warm::PoolStats;
 pub(crate) use warm::WarmPool;
 
+/// Where a sandbox pool's runs take their container or pod from: its warm
+/// items, or on a cluster with agent-sandbox, a claim on its warm pool.
+pub(crate) struct Pooled {
+    pub(crate) warm: WarmPool<crate::sandbox::Warm>,
+    #[cfg(feature = "kubernetes")]
+    pub(crate) claims: Option<crate::cluster::AgentPool>,
+}
+
 /// How long a take waits for an item being made when none is ready: a
 /// cold start would take about as long, and compete with it for the daemon.
 pub(crate) const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);

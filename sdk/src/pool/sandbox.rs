@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 
 use super::warm::{Discard, Fill, PoolStats, WarmPool};
-use super::PoolConfig;
+use super::{PoolConfig, Pooled};
 use crate::client::Client;
 use crate::error::Result;
 use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, Warm, WarmContainer};
@@ -58,14 +58,14 @@ const FILL_LIMIT: Duration = Duration::from_secs(60);
 pub struct SandboxPool {
     client: Client,
     sandbox: Sandbox,
-    warm: WarmPool<Warm>,
+    pooled: Pooled,
 }
 
 impl std::fmt::Debug for SandboxPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxPool")
             .field("sandbox", &self.sandbox.name())
-            .field("stats", &self.warm.stats())
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -86,47 +86,71 @@ impl Client {
             );
             PoolConfig::new(0)
         };
-        let fill: Fill<Warm> = {
-            let (client, sandbox) = (self.clone(), sandbox.clone());
-            let image = image.reference;
-            Arc::new(move || {
-                let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
-                async move {
-                    match tokio::time::timeout(FILL_LIMIT, warm_one(&client, &sandbox, &image))
-                        .await
-                    {
-                        Ok(made) => made,
-                        Err(_) => Err(crate::Error::Docker {
-                            operation: "start a warm container",
-                            message: format!("no container within {FILL_LIMIT:?}"),
-                            status: None,
-                        }),
-                    }
-                }
-                .boxed()
-            })
+        // On agent-sandbox, the cluster keeps the pods warm and each run
+        // claims one: nothing is held here.
+        #[cfg(feature = "kubernetes")]
+        let claims = match self.cluster() {
+            Some(cluster) if config.size > 0 && cluster.uses_agent_sandbox().await? => Some(
+                crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size).await?,
+            ),
+            _ => None,
         };
-        let discard: Discard<Warm> = Arc::new(|warm: Warm| {
-            async move {
-                let removed = match warm {
-                    Warm::Container(warm) => warm.container.remove().await,
-                    #[cfg(feature = "kubernetes")]
-                    Warm::Pod(pod) => pod.remove().await,
-                };
-                if let Err(e) = removed {
-                    tracing::warn!(error = %e, "removing a pooled container");
-                }
-            }
-            .boxed()
-        });
+        #[cfg(feature = "kubernetes")]
+        let config = if claims.is_some() {
+            PoolConfig::new(0)
+        } else {
+            config
+        };
+        let fill = fill(self, sandbox, image.reference);
         let name = format!("pool:{}", sandbox.name());
-        let warm = WarmPool::new(name, config, fill, discard, self.reporter().clone());
+        let warm = WarmPool::new(name, config, fill, discard(), self.reporter().clone());
         Ok(SandboxPool {
             client: self.clone(),
             sandbox: sandbox.clone(),
-            warm,
+            pooled: Pooled {
+                warm,
+                #[cfg(feature = "kubernetes")]
+                claims,
+            },
         })
     }
+}
+
+/// Makes one warm container (a pod on a cluster) of `sandbox` from `image`,
+/// within [`FILL_LIMIT`].
+fn fill(client: &Client, sandbox: &Sandbox, image: String) -> Fill<Warm> {
+    let (client, sandbox) = (client.clone(), sandbox.clone());
+    Arc::new(move || {
+        let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
+        async move {
+            match tokio::time::timeout(FILL_LIMIT, warm_one(&client, &sandbox, &image)).await {
+                Ok(made) => made,
+                Err(_) => Err(crate::Error::Docker {
+                    operation: "start a warm container",
+                    message: format!("no container within {FILL_LIMIT:?}"),
+                    status: None,
+                }),
+            }
+        }
+        .boxed()
+    })
+}
+
+/// Removes a warm container (or pod) the pool no longer needs.
+fn discard() -> Discard<Warm> {
+    Arc::new(|warm: Warm| {
+        async move {
+            let removed = match warm {
+                Warm::Container(warm) => warm.container.remove().await,
+                #[cfg(feature = "kubernetes")]
+                Warm::Pod(pod) => pod.remove().await,
+            };
+            if let Err(e) = removed {
+                tracing::warn!(error = %e, "removing a pooled container");
+            }
+        }
+        .boxed()
+    })
 }
 
 /// One container (a pod on a cluster) that waits for its job.
@@ -224,7 +248,7 @@ impl SandboxPool {
     {
         let given = crate::sandbox::named_inputs(inputs);
         self.client
-            .run_inner(&self.sandbox, given, options, Some(&self.warm))
+            .run_inner(&self.sandbox, given, options, Some(&self.pooled))
             .await
     }
 
@@ -233,5 +257,34 @@ impl SandboxPool {
         &self.sandbox
     }
 
-    super::pool_methods!("container");
+    /// Ready, starting, handed over, misses, fill failures. On
+    /// agent-sandbox: its size, the ready pods last counted by
+    /// [`wait_ready`](Self::wait_ready), claims bound and missed.
+    pub fn stats(&self) -> PoolStats {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.pooled.claims {
+            return claims.stats();
+        }
+        self.pooled.warm.stats()
+    }
+
+    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.pooled.claims {
+            return claims.wait_ready(timeout).await;
+        }
+        self.pooled.warm.wait_ready(usize::MAX, timeout).await
+    }
+
+    /// Stops refilling and removes every container the pool holds, waiting
+    /// for those being made. On agent-sandbox: deletes its warm pool and
+    /// template (the cluster removes their unclaimed pods).
+    pub async fn shutdown(&self) {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.pooled.claims {
+            claims.shutdown().await;
+        }
+        self.pooled.warm.shutdown().await;
+    }
 }

@@ -14,10 +14,10 @@ use super::launch::Warm;
 use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::runtime::Network;
 use super::spec::Sandbox;
-use crate::cluster::{Cluster, PodGuard, PodView};
+use crate::cluster::{AgentPool, ClaimGuard, Cluster, PodGuard, PodPlan, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
-use crate::pool::WarmPool;
+use crate::pool::Pooled;
 
 /// The label of pods the namespace's offline NetworkPolicy selects.
 pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";
@@ -31,8 +31,30 @@ pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
 /// number and inputs archive (see `k8s::warm_one_shot_pod`).
 pub(crate) struct WarmPod {
     /// Owns the pod: dropping it deletes the pod.
-    guard: PodGuard,
+    guard: PodHolder,
     name: String,
+}
+
+/// What owns a run's pod: the pod's own guard, or (on agent-sandbox) the
+/// claim whose sandbox runs it. Dropping it deletes what it owns.
+enum PodHolder {
+    Pod(Box<PodGuard>),
+    Claim(Box<ClaimGuard>),
+}
+
+impl PodHolder {
+    async fn remove(self) -> Result<()> {
+        match self {
+            PodHolder::Pod(guard) => guard.remove().await,
+            PodHolder::Claim(claim) => claim.remove().await,
+        }
+    }
+
+    /// Deletes on a task of its own, so the caller answers now.
+    fn remove_in_background(self) {
+        // The guards' drops do exactly this.
+        drop(self)
+    }
 }
 
 impl WarmPod {
@@ -42,21 +64,26 @@ impl WarmPod {
     }
 }
 
-/// Makes one of `sandbox`'s pool pods from `image` and waits until its
-/// `inputs` container runs, so a run that takes it sends its inputs at once.
-pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<WarmPod> {
+/// One of `sandbox`'s pool pods from `image`, planned (see `k8s::warm_one_shot_pod`).
+fn plan_warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<PodPlan> {
     check(sandbox)?;
-    let plan = cluster.plan_pod(
+    cluster.plan_pod(
         &format!("dockhand-{}", sandbox.name),
         image,
         &[],
         sandbox.runtime.network == Network::None,
         |opts| crate::k8s::warm_one_shot_pod(sandbox, opts),
-    )?;
+    )
+}
+
+/// Makes one of `sandbox`'s pool pods from `image` and waits until its
+/// `inputs` container runs, so a run that takes it sends its inputs at once.
+pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<WarmPod> {
+    let plan = plan_warm_pod(cluster, sandbox, image)?;
     let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
     match cluster.wait_pod(&plan.name, inputs_ready).await {
         Ok(()) => Ok(WarmPod {
-            guard,
+            guard: PodHolder::Pod(Box::new(guard)),
             name: plan.name,
         }),
         Err(e) => {
@@ -66,6 +93,25 @@ pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) 
             Err(e)
         }
     }
+}
+
+/// A pool of `sandbox`'s pods from `image` on agent-sandbox (see
+/// `cluster::AgentPool`): the pod a pool would make, as a template.
+pub(crate) async fn agent_pool(
+    cluster: &Cluster,
+    sandbox: &Sandbox,
+    image: &str,
+    size: usize,
+) -> Result<AgentPool> {
+    let plan = plan_warm_pod(cluster, sandbox, image)?;
+    if !plan.companions.is_empty() {
+        return Err(Error::spec(
+            "kubernetes",
+            "a pooled one-shot's pod needs objects of its own; its runs start cold",
+        ));
+    }
+    let egress = sandbox.runtime.network != Network::None;
+    AgentPool::open(cluster, plan.pod, egress, size).await
 }
 
 /// Whether a one-shot pod's `inputs` container runs, i.e. takes its inputs.
@@ -90,7 +136,7 @@ fn inputs_ready(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Result<()>> {
 /// starts cold.
 async fn take_warm(
     cluster: &Cluster,
-    pool: Option<&WarmPool<Warm>>,
+    pool: Option<&Pooled>,
     deadline: Option<(tokio::time::Instant, std::time::Duration)>,
 ) -> Result<Option<WarmPod>> {
     let Some(pool) = pool else {
@@ -100,11 +146,21 @@ async fn take_warm(
         at.saturating_duration_since(tokio::time::Instant::now())
             .min(crate::pool::WAIT_LIMIT)
     });
-    let Some(Warm::Pod(pod)) = pool.take_or_wait(wait).await else {
-        return Ok(None);
+    let pod = match &pool.claims {
+        Some(claims) => match claims.claim(wait).await? {
+            Some(claim) => WarmPod {
+                name: claim.pod().to_string(),
+                guard: PodHolder::Claim(Box::new(claim)),
+            },
+            None => return Ok(None),
+        },
+        None => match pool.warm.take_or_wait(wait).await {
+            Some(Warm::Pod(pod)) => *pod,
+            _ => return Ok(None),
+        },
     };
     match within(deadline, cluster.wait_pod(&pod.name, inputs_ready)).await {
-        Ok(()) => Ok(Some(*pod)),
+        Ok(()) => Ok(Some(pod)),
         Err(e @ Error::Timeout { .. }) => {
             pod.guard.remove_in_background();
             Err(e)
@@ -125,7 +181,7 @@ pub(super) async fn attempt(
     prepared: &Prepared,
     number: u32,
     options: &RunOptions,
-    pool: Option<&WarmPool<Warm>>,
+    pool: Option<&Pooled>,
 ) -> Result<RunOutput> {
     let started = Instant::now();
     let rt = &sandbox.runtime;
@@ -159,7 +215,7 @@ pub(super) async fn attempt(
             // The values travel in a Secret object only, never in the pod spec.
             let (guard, _uid) =
                 within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;
-            (guard, plan.name, String::new())
+            (PodHolder::Pod(Box::new(guard)), plan.name, String::new())
         }
     };
     let ran = async {

@@ -4,12 +4,11 @@
 use std::time::Instant;
 
 use super::cache;
-use super::launch::Warm;
 use super::run::{Attempt, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::pool::WarmPool;
+use crate::pool::Pooled;
 
 impl Client {
     /// Runs attempts until one succeeds or the retries are spent.
@@ -19,7 +18,7 @@ impl Client {
         sandbox: &Sandbox,
         prepared: &mut Prepared,
         options: &RunOptions,
-        pool: Option<&WarmPool<Warm>>,
+        pool: Option<&Pooled>,
         key: Option<String>,
         store: std::sync::Arc<cache::Store>,
         started: Instant,

@@ -23,7 +23,7 @@ use crate::client::Client;
 use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
-use crate::pool::WarmPool;
+use crate::pool::Pooled;
 
 /// Where file secrets are mounted.
 pub const SECRETS_DIR: &str = "/run/secrets";
@@ -176,7 +176,7 @@ impl Client {
         sandbox: &Sandbox,
         given: Vec<(String, Value)>,
         options: RunOptions,
-        pool: Option<&WarmPool<Warm>>,
+        pool: Option<&Pooled>,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         // Everything about the inputs is checked before any container exists.
@@ -302,7 +302,7 @@ impl Client {
         prepared: &Prepared,
         number: u32,
         options: &RunOptions,
-        pool: Option<&WarmPool<Warm>>,
+        pool: Option<&Pooled>,
     ) -> Result<RunOutput> {
         #[cfg(feature = "kubernetes")]
         if let Some(cluster) = self.cluster() {
@@ -327,7 +327,7 @@ impl Client {
                     at.saturating_duration_since(tokio::time::Instant::now())
                         .min(crate::pool::WAIT_LIMIT)
                 });
-                pool.take_or_wait(wait).await
+                pool.warm.take_or_wait(wait).await
             }
             None => None,
         };

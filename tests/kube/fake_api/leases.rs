@@ -110,6 +110,7 @@ pub(super) async fn delete_lease(
     for pod in owned {
         fake.remove_pod(&pod);
     }
+    fake.collect_custom(&uid);
     // Companions not yet handed to a pod were the lease's.
     fake.record(|r| {
         let owned_by_lease = |o: &Value| {

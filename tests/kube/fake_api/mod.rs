@@ -23,6 +23,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 mod agent;
+pub mod agent_sandbox;
 mod bridge;
 mod docker_kubelet;
 mod kubelet;
@@ -72,6 +73,11 @@ pub struct Script {
     /// Long-lived pods (sessions, code hosts) run as real Docker
     /// containers (see `docker_kubelet`) instead of scripted programs.
     pub on_docker: bool,
+    /// agent-sandbox's extensions are installed, and its controller
+    /// (simulated) keeps warm pools and binds claims.
+    pub agent_sandbox: bool,
+    /// Its controller never binds a claim.
+    pub claims_unbound: bool,
     pub outcome: Outcome,
 }
 
@@ -82,6 +88,8 @@ impl Script {
             expire_first_watch: false,
             image_pull_fails: false,
             on_docker: false,
+            agent_sandbox: false,
+            claims_unbound: false,
             outcome: Outcome::Exit {
                 code,
                 reason: if code == 0 { "Completed" } else { "Error" },
@@ -139,6 +147,14 @@ pub struct Record {
     pub raw_inputs: BTreeMap<String, Vec<u8>>,
     logs: BTreeMap<String, String>,
     watches: usize,
+    /// agent-sandbox's objects, by `plural/name`.
+    pub custom: BTreeMap<String, Value>,
+    /// Every agent-sandbox object ever created (plural, object as sent).
+    pub custom_created: Vec<(String, Value)>,
+    /// The sandboxes of warm pools, by pod name.
+    pub sandboxes: BTreeMap<String, agent_sandbox::PoolSandbox>,
+    /// Claims bound to a sandbox the pool had ready.
+    pub warm_claims: usize,
 }
 
 pub struct Fake {
@@ -238,6 +254,18 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
             ),
         )
         .route(
+            "/apis/extensions.agents.x-k8s.io/v1beta1",
+            get(agent_sandbox::discovery),
+        )
+        .route(
+            "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/{plural}",
+            get(agent_sandbox::list_or_watch).post(agent_sandbox::create),
+        )
+        .route(
+            "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/{plural}/{name}",
+            get(agent_sandbox::get).delete(agent_sandbox::delete),
+        )
+        .route(
             "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
             axum::routing::post(create_policy),
         )
@@ -288,7 +316,7 @@ impl Fake {
     }
 
     /// Changes pod `name` (if it still exists) and tells the watchers.
-    fn update(&self, name: &str, change: impl FnOnce(&mut Value)) {
+    pub(super) fn update(&self, name: &str, change: impl FnOnce(&mut Value)) {
         let rv = self.record(|r| {
             let pod = r.pods.get_mut(name)?;
             change(pod);

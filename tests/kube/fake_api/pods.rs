@@ -18,8 +18,13 @@ use super::{agent, bridge, docker_kubelet, image_of, list, matches_labels, statu
 pub(super) async fn create_pod(
     State(fake): State<Shared>,
     Path(ns): Path<String>,
-    Json(mut pod): Json<Value>,
+    Json(pod): Json<Value>,
 ) -> Response {
+    add_pod(fake, ns, pod)
+}
+
+/// Creates `pod` as the API server would, and starts its kubelet.
+pub(super) fn add_pod(fake: Shared, ns: String, mut pod: Value) -> Response {
     let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
     let image = image_of(&pod);
     // A session's or code host's pod: no init container, its containers
@@ -164,7 +169,7 @@ pub(super) async fn list_or_watch_pods(
 }
 
 /// The watch's events for `name` after version `since`, then each new one.
-fn events_after(
+pub(super) fn events_after(
     fake: Shared,
     name: String,
     since: u64,
