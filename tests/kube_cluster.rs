@@ -19,7 +19,8 @@
 //! `localhost:5001/dockhand` for kind's local registry), the images are
 //! built from specs by the local Docker daemon and pushed there instead
 //! (`KubeConfig::push_images`), and the code host test needs no image of
-//! yours. Without
+//! yours. `DOCKHAND_KUBE_ENFORCES_POLICY=1` (a CNI that enforces
+//! NetworkPolicy) adds the egress allow-list test. Without
 //! `DOCKHAND_KUBE_TEST` every test here
 //! prints how to run it and passes: no cluster can run on the machines CI
 //! uses (tests/kube_simulated.rs and kube_simulated_hosts.rs cover the
@@ -278,6 +279,60 @@ async fn cluster_one_shot_pool_handover() {
     assert_eq!(out.stdout.text, "attempt 1: pooled\n");
     assert!(pool.stats().handed_over >= 1, "{:?}", pool.stats());
     pool.shutdown().await;
+    assert_nothing_left(&client).await;
+}
+
+/// An egress allow-list enforced by the cluster's CNI: with
+/// `DOCKHAND_KUBE_ENFORCES_POLICY=1` (a CNI that enforces NetworkPolicy,
+/// such as Calico or Cilium; kind's kindnet does not), a pod reaches the
+/// allowed address (`DOCKHAND_KUBE_EGRESS_ALLOWED`, default `1.1.1.1:443`)
+/// and not another (`DOCKHAND_KUBE_EGRESS_DENIED`, default `8.8.8.8:443`).
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_egress_allow_list() {
+    if !enabled("cluster_egress_allow_list") {
+        return;
+    }
+    if std::env::var("DOCKHAND_KUBE_ENFORCES_POLICY").is_err() {
+        eprintln!(
+            "skipped cluster_egress_allow_list: set DOCKHAND_KUBE_ENFORCES_POLICY=1 on a cluster whose CNI enforces NetworkPolicy"
+        );
+        return;
+    }
+    let allowed =
+        std::env::var("DOCKHAND_KUBE_EGRESS_ALLOWED").unwrap_or_else(|_| "1.1.1.1:443".into());
+    let denied =
+        std::env::var("DOCKHAND_KUBE_EGRESS_DENIED").unwrap_or_else(|_| "8.8.8.8:443".into());
+    let split = |entry: &str| {
+        let (host, port) = entry.rsplit_once(':').expect("host:port");
+        (host.to_string(), port.to_string())
+    };
+    let ((a_host, a_port), (d_host, d_port)) = (split(&allowed), split(&denied));
+    let client = client().await;
+    let probe = Sandbox::command("egress", "sh")
+        .args([
+            "-c",
+            &format!(
+                "nc -w 5 {a_host} {a_port} </dev/null && echo allowed-reached; \
+                 nc -w 5 {d_host} {d_port} </dev/null && echo denied-reached || echo denied-blocked"
+            ),
+        ])
+        .image(ImageSpec::prebuilt(image()))
+        .network(dockhand::Egress::allow([allowed.as_str()]))
+        .cache(CacheMode::Disable)
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let out = client.run(&probe, dockhand::NO_INPUTS).await.unwrap();
+    assert!(
+        out.stdout.text.contains("allowed-reached"),
+        "{}",
+        out.stdout.text
+    );
+    assert!(
+        out.stdout.text.contains("denied-blocked"),
+        "{}",
+        out.stdout.text
+    );
     assert_nothing_left(&client).await;
 }
 

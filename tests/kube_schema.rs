@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use dockhand::codemode::CodeHostConfig;
 use dockhand::k8s::{self, KubeOptions};
 use dockhand::session::{SessionApi, SessionConfig};
-use dockhand::{CacheMode, ImageSpec, Isolation, Sandbox, Secret, Type};
+use dockhand::{CacheMode, Egress, ImageSpec, Isolation, Sandbox, Secret, Type};
 use serde_json::{json, Value};
 use sim::fake_api::Script;
 use sim::{with_script, IMAGE};
@@ -106,7 +106,8 @@ fn rendered() -> Vec<Value> {
 }
 
 /// What the backend sends for a one-shot with secrets (an env and a file
-/// one) and a session with a secret, as the simulated server received it.
+/// one) and a session with a secret and an egress allow-list, as the
+/// simulated server received it.
 async fn sent() -> Vec<Value> {
     let (client, fake) = with_script(Script::idle()).await;
     let job = Sandbox::command("probe", "true")
@@ -124,10 +125,12 @@ async fn sent() -> Vec<Value> {
         .run(&job, [("data", dockhand::Value::file(&data))])
         .await
         .expect("the simulated run");
+    // With an allow-list: the pod's host names and its own NetworkPolicy.
     let session = client.session(
         SessionConfig::new()
             .image(ImageSpec::prebuilt(IMAGE))
-            .secret(Secret::value("TOKEN", "sent-token")),
+            .secret(Secret::value("TOKEN", "sent-token"))
+            .network(Egress::allow(["localhost:8080", "10.0.0.0/8"]).deny(["10.9.0.0/16"])),
     );
     session.start().await.expect("the simulated session");
     session.exec("echo ok").await.unwrap();

@@ -243,7 +243,7 @@ async fn simulated_what_a_session_on_a_cluster_cannot_do_is_refused_before_anyth
     let refused = [
         config().mount("/tmp", "/data", true),
         config().persist(true),
-        config().network(Egress::allow(["pypi.org"])),
+        config().network(Egress::allow(["*.pythonhosted.org"])),
         config()
             .network(Egress::allow(["api.example.test"]))
             .secret(Secret::value("KEY", "v4lue-bound").only_for(["api.example.test"])),

@@ -323,12 +323,13 @@ impl AgentPool {
 
     /// The pool's size, the ready pods last counted, claims bound and missed.
     pub(crate) fn stats(&self) -> PoolStats {
+        // The controller makes the sandboxes: `filled` and `starting` are
+        // its to count, in the SandboxWarmPool's status.
         let handed_over = self.handed_over.load(Ordering::Relaxed);
         PoolStats {
             size: self.replicas,
             ready: self.ready.load(Ordering::Relaxed),
             handed_over,
-            filled: handed_over,
             misses: self.misses.load(Ordering::Relaxed),
             ..PoolStats::default()
         }

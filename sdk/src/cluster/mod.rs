@@ -22,6 +22,7 @@
 mod api;
 mod claims;
 mod config;
+mod egress;
 mod images;
 mod owned;
 mod owner;
@@ -38,6 +39,7 @@ use kube::Api;
 
 pub(crate) use claims::{AgentPool, ClaimGuard};
 pub use config::KubeConfig;
+pub(crate) use egress::AllowList;
 pub(crate) use plan::PodPlan;
 pub(crate) use pods::{PodGuard, PodView};
 
@@ -242,9 +244,15 @@ pub(crate) fn refuse_network(
             "a named Docker network",
             "use `.network(true)` (the cluster's pod network) or none",
         )),
-        Network::Egress(_) => Err(unsupported(
-            "an egress allow-list",
-            "use `.network(true)` with a NetworkPolicy of your own, or run on Docker",
-        )),
+        Network::Egress(policy) => egress::expressible(policy),
+    }
+}
+
+/// The allow-list a pod on `network` gets (see `egress`), resolved now;
+/// `None` when the network is not an allow-list.
+pub(crate) async fn allow_list(network: &crate::sandbox::Network) -> Result<Option<AllowList>> {
+    match network {
+        crate::sandbox::Network::Egress(policy) => Ok(Some(egress::allow_list(policy).await?)),
+        _ => Ok(None),
     }
 }

@@ -1,9 +1,10 @@
 //! The objects a pod needs besides itself (a run's Secret, a session's
-//! programs in a ConfigMap): made before the pod, owned by this process's
-//! lease until the pod exists, then handed to the pod, so the garbage
-//! collector removes them with whichever goes first.
+//! programs in a ConfigMap, its egress allow-list): made before the pod,
+//! owned by this process's lease until the pod exists, then handed to the
+//! pod, so the garbage collector removes them with whichever goes first.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -39,12 +40,18 @@ impl CompanionKind for ConfigMap {
     const PLURAL: &'static str = "configmaps";
 }
 
+impl CompanionKind for NetworkPolicy {
+    const PLURAL: &'static str = "networkpolicies";
+}
+
 /// An object a pod needs, made before it and removed with it.
 pub(crate) enum Companion {
     /// Secret values (a run's or a session's).
     Secret(String, Secret),
     /// Programs mounted read-only (a session's agent).
     ConfigMap(String, ConfigMap),
+    /// The pod's own egress allow-list (see `cluster::egress`).
+    NetworkPolicy(String, NetworkPolicy),
 }
 
 /// Deletes a companion in the background when dropped, unless the pod it
@@ -63,6 +70,9 @@ impl Drop for CompanionGuard<'_> {
             Some(Companion::ConfigMap(name, _)) => self
                 .cluster
                 .delete_companion_in_background::<ConfigMap>(name),
+            Some(Companion::NetworkPolicy(name, _)) => self
+                .cluster
+                .delete_companion_in_background::<NetworkPolicy>(name),
             None => {}
         }
     }
@@ -103,6 +113,10 @@ impl Cluster {
                     self.create_companion(name, map.clone(), &pod.metadata)
                         .await?
                 }
+                Companion::NetworkPolicy(name, policy) => {
+                    self.create_companion(name, policy.clone(), &pod.metadata)
+                        .await?
+                }
             }
         }
         let (guard, uid) = self.create_pod(pod).await?;
@@ -114,6 +128,10 @@ impl Cluster {
                 }
                 Some(Companion::ConfigMap(name, _)) => {
                     self.give_to_pod::<ConfigMap>(name, pod_name, &uid).await?
+                }
+                Some(Companion::NetworkPolicy(name, _)) => {
+                    self.give_to_pod::<NetworkPolicy>(name, pod_name, &uid)
+                        .await?
                 }
                 None => {}
             }

@@ -90,9 +90,18 @@ impl Client {
         // claims one: nothing is held here.
         #[cfg(feature = "kubernetes")]
         let claims = match self.cluster() {
-            Some(cluster) if config.size > 0 && cluster.uses_agent_sandbox().await? => Some(
-                crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size).await?,
-            ),
+            // An allow-list is a policy of each pod's own, so such a pool
+            // keeps pods of its own.
+            Some(cluster)
+                if config.size > 0
+                    && !matches!(sandbox.runtime().network, crate::Network::Egress(_))
+                    && cluster.uses_agent_sandbox().await? =>
+            {
+                Some(
+                    crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size)
+                        .await?,
+                )
+            }
             _ => None,
         };
         #[cfg(feature = "kubernetes")]

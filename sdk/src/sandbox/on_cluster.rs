@@ -79,7 +79,11 @@ fn plan_warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<Po
 /// Makes one of `sandbox`'s pool pods from `image` and waits until its
 /// `inputs` container runs, so a run that takes it sends its inputs at once.
 pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<WarmPod> {
-    let plan = plan_warm_pod(cluster, sandbox, image)?;
+    let allow = crate::cluster::allow_list(&sandbox.runtime.network).await?;
+    let mut plan = plan_warm_pod(cluster, sandbox, image)?;
+    if let Some(list) = allow {
+        list.apply(&mut plan);
+    }
     let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
     match cluster.wait_pod(&plan.name, inputs_ready).await {
         Ok(()) => Ok(WarmPod {
@@ -205,13 +209,17 @@ pub(super) async fn attempt(
     let (guard, name, attempt_line) = match take_warm(cluster, pool, deadline).await? {
         Some(pod) => (pod.guard, pod.name, format!("{number}\n")),
         None => {
-            let plan = cluster.plan_pod(
+            let allow = within(deadline, crate::cluster::allow_list(&rt.network)).await?;
+            let mut plan = cluster.plan_pod(
                 &format!("dockhand-{}", sandbox.name),
                 &prepared.image.reference,
                 &prepared.secrets,
                 rt.network == Network::None,
                 |opts| crate::k8s::one_shot_pod(sandbox, command.clone(), number, opts),
             )?;
+            if let Some(list) = allow {
+                list.apply(&mut plan);
+            }
             // The values travel in a Secret object only, never in the pod spec.
             let (guard, _uid) =
                 within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;

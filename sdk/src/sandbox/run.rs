@@ -233,8 +233,10 @@ impl Client {
         // A pooled run takes its warm container's way out, or opens one if it
         // starts cold; secrets bound to hosts need theirs now (such sandboxes
         // are not pooled).
+        // On a cluster, an allow-list is each pod's own policy instead.
         let bound = rt.secrets.iter().any(|s| s.hosts().is_some());
-        let (egress, secrets) = if pool.is_none() || bound {
+        let on_docker = self.backend() == "docker";
+        let (egress, secrets) = if on_docker && (pool.is_none() || bound) {
             crate::egress::open_for(self, &rt.network, &rt.secrets, secrets).await?
         } else {
             (None, secrets)

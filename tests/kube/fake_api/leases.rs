@@ -120,14 +120,20 @@ pub(super) async fn delete_lease(
         };
         r.secrets.retain(|_, s| !owned_by_lease(s));
         r.config_maps.retain(|_, m| !owned_by_lease(m));
+        r.policies.retain(|_, p| !owned_by_lease(p));
     });
     Json(lease).into_response()
 }
 
+/// Creates a NetworkPolicy: the namespace's shared one, or (owned by a
+/// lease, then a pod) a pod's own allow-list, kept as a companion.
 pub(super) async fn create_policy(
     State(fake): State<Shared>,
     Json(policy): Json<Value>,
 ) -> Response {
+    if policy["metadata"]["ownerReferences"].is_array() {
+        return create_companion("networkpolicies", fake, policy).await;
+    }
     let name = policy["metadata"]["name"]
         .as_str()
         .unwrap_or("")

@@ -269,6 +269,21 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
             "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
             axum::routing::post(create_policy),
         )
+        .route(
+            "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{name}",
+            axum::routing::patch(
+                |State(fake): State<Shared>,
+                 Path((_, name)): Path<(String, String)>,
+                 body: Bytes| async move {
+                    patch_companion("networkpolicies", fake, name, body).await
+                },
+            )
+            .delete(
+                |State(fake): State<Shared>, Path((_, name)): Path<(String, String)>| async move {
+                    delete_companion("networkpolicies", fake, name).await
+                },
+            ),
+        )
         .layer(axum::middleware::from_fn_with_state(fake.clone(), gate))
         .with_state(fake.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -291,6 +306,7 @@ impl Record {
     pub fn companions(&mut self, kind: &str) -> &mut BTreeMap<String, Value> {
         match kind {
             "secrets" => &mut self.secrets,
+            "networkpolicies" => &mut self.policies,
             _ => &mut self.config_maps,
         }
     }
@@ -348,6 +364,7 @@ impl Fake {
             };
             r.secrets.retain(|_, s| !owned_by_pod(s));
             r.config_maps.retain(|_, m| !owned_by_pod(m));
+            r.policies.retain(|_, p| !owned_by_pod(p));
             r.rv += 1;
             r.events
                 .push((r.rv, name.to_string(), "DELETED", pod.clone()));

@@ -22,13 +22,17 @@ impl Session {
             .map(|s| Ok((s.name().to_string(), s.resolve()?)))
             .collect::<Result<Vec<_>>>()?;
         *lock(&self.inner.secrets) = resolved.clone();
-        let plan = cluster.plan_pod(
+        let allow = crate::cluster::allow_list(&c.network).await?;
+        let mut plan = cluster.plan_pod(
             &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
             &image.reference,
             &resolved,
             c.network == Network::None,
             |opts| crate::k8s::session(c, opts),
         )?;
+        if let Some(list) = allow {
+            list.apply(&mut plan);
+        }
         let name = plan.name.clone();
         let started = async {
             let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
