@@ -322,3 +322,83 @@ async fn simulated_agent_sandbox_asked_for_where_it_is_not_installed() {
     pool.shutdown().await;
     assert_no_pods_left(&fake).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_agent_sandbox_session_pool_claims_started_pods() {
+    use dockhand::session::{SessionApi, SessionConfig};
+    let script = Script {
+        agent_sandbox: true,
+        ..Script::idle()
+    };
+    let (client, fake) = with_agent_sandbox(script, None).await;
+    let client = client.expect("connect");
+    let config = SessionConfig::new()
+        .image(ImageSpec::prebuilt(IMAGE))
+        .name("work");
+    let pool = client
+        .session_pool(config, dockhand::pool::PoolConfig::new(2))
+        .await
+        .expect("a session pool on agent-sandbox");
+    assert!(
+        pool.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        pool.stats()
+    );
+    // The agent's ConfigMap is made once, for every pod of the template.
+    let maps = fake.record(|r| {
+        r.companions_created
+            .iter()
+            .filter(|(kind, _)| *kind == "configmaps")
+            .map(|(_, m)| m.clone())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(maps.len(), 1, "{maps:?}");
+    let template = &created(&fake, "sandboxtemplates")[0];
+    let mounted = template["spec"]["podTemplate"]["spec"]["volumes"].to_string();
+    assert!(
+        mounted.contains(maps[0]["metadata"]["name"].as_str().unwrap()),
+        "{mounted}"
+    );
+    let warm_before: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
+
+    let session = pool.session().await.expect("a session from a claimed pod");
+    let hello = session.exec("echo hello from the pod").await.unwrap();
+    assert_eq!(hello.exit_code, 0);
+    let claims = created(&fake, "sandboxclaims");
+    assert_eq!(claims.len(), 1);
+    let pod = session
+        .describe()
+        .container_id
+        .expect("a running session's pod");
+    assert!(
+        warm_before.contains(&pod),
+        "{pod} was warm: {warm_before:?}"
+    );
+    assert_eq!(fake.record(|r| r.warm_claims), 1);
+    // The agent was asked `hello` first, over the claimed pod's attach stream.
+    let first = fake.record(|r| {
+        r.agent_requests
+            .iter()
+            .find(|(p, _)| *p == pod)
+            .map(|(_, request)| request["type"].clone())
+    });
+    assert_eq!(first, Some(serde_json::json!("hello")));
+
+    session.close().await.unwrap();
+    for _ in 0..250 {
+        let left = fake.record(|r| {
+            r.pods.contains_key(&pod) || r.custom.keys().any(|k| k.starts_with("sandboxclaims/"))
+        });
+        if !left {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !fake.record(|r| r.pods.contains_key(&pod)),
+        "the claimed pod is gone"
+    );
+    pool.shutdown().await;
+    assert_no_pods_left(&fake).await;
+    assert!(fake.record(|r| r.custom.is_empty() && r.config_maps.is_empty()));
+}

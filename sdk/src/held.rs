@@ -9,6 +9,9 @@ pub(crate) enum Held {
     Container(ContainerGuard),
     #[cfg(feature = "kubernetes")]
     Pod(crate::cluster::PodGuard),
+    /// A pod of agent-sandbox's, owned through the claim that holds it.
+    #[cfg(feature = "kubernetes")]
+    Claim(Box<crate::cluster::ClaimGuard>),
 }
 
 impl Held {
@@ -18,7 +21,16 @@ impl Held {
             Held::Container(guard) => guard.id(),
             #[cfg(feature = "kubernetes")]
             Held::Pod(guard) => guard.name(),
+            #[cfg(feature = "kubernetes")]
+            Held::Claim(claim) => claim.pod(),
         }
+    }
+
+    /// Removes it on a task of its own, so the caller answers now (each
+    /// guard's drop does exactly this).
+    #[cfg(feature = "kubernetes")]
+    pub(crate) fn remove_in_background(self) {
+        drop(self)
     }
 
     /// Removes it now; one already gone is fine.
@@ -27,6 +39,8 @@ impl Held {
             Held::Container(guard) => guard.remove().await,
             #[cfg(feature = "kubernetes")]
             Held::Pod(guard) => guard.remove().await,
+            #[cfg(feature = "kubernetes")]
+            Held::Claim(claim) => claim.remove().await,
         }
     }
 }

@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
 use super::api::{delete_in_background, is_not_found, Call};
+use super::owned::Companion;
 use super::Cluster;
 use crate::error::{Error, Result};
 use crate::pool::PoolStats;
@@ -87,8 +88,11 @@ impl Cluster {
 struct PoolObjects {
     templates: Api<DynamicObject>,
     pools: Api<DynamicObject>,
+    config_maps: Api<ConfigMap>,
     template: String,
     pool: String,
+    /// The ConfigMaps the pool's pods share (a session's agent).
+    maps: Vec<String>,
     /// Cleared once `shutdown` deleted them.
     armed: AtomicBool,
 }
@@ -107,6 +111,13 @@ impl Drop for PoolObjects {
                 self.template.clone(),
                 DeleteParams::default(),
             );
+            for map in &self.maps {
+                delete_in_background(
+                    self.config_maps.clone(),
+                    map.clone(),
+                    DeleteParams::default(),
+                );
+            }
         }
     }
 }
@@ -119,6 +130,8 @@ pub(crate) struct AgentPool {
     owner: OwnerReference,
     labels: BTreeMap<String, String>,
     replicas: usize,
+    /// The container whose start makes a pod ready for a claim.
+    ready_when: &'static str,
     objects: PoolObjects,
     ready: AtomicUsize,
     handed_over: AtomicU64,
@@ -190,15 +203,30 @@ impl Drop for ClaimGuard {
 }
 
 impl AgentPool {
-    /// Makes the template of `pod` (labels and spec; its name is the
-    /// controller's to give) and a warm pool of `replicas`, both named
-    /// after `pod`'s name and owned by this process's lease.
+    /// Makes the ConfigMaps among `companions` (the pods share them), the
+    /// template of `pod` (labels and spec; its name is the controller's to
+    /// give) and a warm pool of `replicas`, all named after `pod`'s name and
+    /// owned by this process's lease. A pod counts as ready once its
+    /// container `ready_when` runs.
     pub(crate) async fn open(
         cluster: &Cluster,
         mut pod: Pod,
-        egress: bool,
+        companions: Vec<Companion>,
+        (egress, ready_when): (bool, &'static str),
         replicas: usize,
     ) -> Result<AgentPool> {
+        let mut maps = Vec::new();
+        for companion in companions {
+            match companion {
+                Companion::ConfigMap(name, map) => maps.push((name, map)),
+                _ => {
+                    return Err(Error::spec(
+                        "kubernetes",
+                        "an agent-sandbox pool's pods share their objects: secrets and allow-lists are each pod's own",
+                    ))
+                }
+            }
+        }
         let base = pod.metadata.name.clone().unwrap_or_default();
         let (template_name, pool_name) = (format!("{base}-template"), format!("{base}-pool"));
         let mut labels = pod.metadata.labels.take().unwrap_or_default();
@@ -225,10 +253,19 @@ impl AgentPool {
         let objects = PoolObjects {
             templates: cluster.custom("SandboxTemplate", "sandboxtemplates"),
             pools: cluster.custom("SandboxWarmPool", "sandboxwarmpools"),
+            config_maps: Api::namespaced(cluster.client.clone(), cluster.namespace()),
             template: template_name,
             pool: pool_name,
+            maps: maps.iter().map(|(name, _)| name.clone()).collect(),
             armed: AtomicBool::new(true),
         };
+        let like = ObjectMeta {
+            labels: Some(labels.clone()),
+            ..Default::default()
+        };
+        for (name, map) in maps {
+            cluster.create_companion(&name, map, &like).await?;
+        }
         create(
             &objects.templates,
             "sandboxtemplates",
@@ -250,6 +287,7 @@ impl AgentPool {
             owner,
             labels,
             replicas,
+            ready_when,
             objects,
             ready: AtomicUsize::new(0),
             handed_over: AtomicU64::new(0),
@@ -335,9 +373,10 @@ impl AgentPool {
         }
     }
 
-    /// Waits until the warm pool holds its size of unclaimed pods that take
-    /// inputs (or `timeout` passes). agent-sandbox does not count them as
-    /// ready (they wait in an init container), so they are counted here.
+    /// Waits until the warm pool holds its size of unclaimed pods whose
+    /// `ready_when` container runs (or `timeout` passes). agent-sandbox does
+    /// not count a one-shot's pods as ready (they wait in an init
+    /// container), so they are counted here.
     pub(crate) async fn wait_ready(&self, timeout: Duration) -> bool {
         let until = tokio::time::Instant::now() + timeout;
         let selector = format!("{POOL_LABEL}={}", self.objects.pool);
@@ -356,7 +395,7 @@ impl AgentPool {
                             .labels
                             .as_ref()
                             .is_some_and(|l| l.contains_key(CLAIMED_LABEL));
-                        !claimed && super::PodView::new(p).running("inputs")
+                        !claimed && super::PodView::new(p).running(self.ready_when)
                     })
                     .count();
                 self.ready.store(ready, Ordering::Relaxed);
@@ -374,23 +413,41 @@ impl AgentPool {
     /// Deletes the warm pool (its unclaimed sandboxes go with it) and the
     /// template.
     pub(crate) async fn shutdown(&self) {
-        self.objects.armed.store(false, Ordering::Relaxed);
-        for (api, name, plural) in [
-            (&self.objects.pools, &self.objects.pool, "sandboxwarmpools"),
-            (
-                &self.objects.templates,
-                &self.objects.template,
-                "sandboxtemplates",
-            ),
-        ] {
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => {
-                    let e = Call::new("delete", plural, &self.namespace, name).error(e);
-                    tracing::warn!(error = %e, "deleting an agent-sandbox pool; its owner lease will collect it");
-                }
-            }
+        let objects = &self.objects;
+        objects.armed.store(false, Ordering::Relaxed);
+        // The pool first: its unclaimed sandboxes go with it.
+        delete_now(
+            &objects.pools,
+            "sandboxwarmpools",
+            &self.namespace,
+            &objects.pool,
+        )
+        .await;
+        delete_now(
+            &objects.templates,
+            "sandboxtemplates",
+            &self.namespace,
+            &objects.template,
+        )
+        .await;
+        for map in &objects.maps {
+            delete_now(&objects.config_maps, "configmaps", &self.namespace, map).await;
+        }
+    }
+}
+
+/// Deletes `name`; one already gone is fine, and a failure is logged: the
+/// owner lease collects what is left.
+async fn delete_now<K>(api: &Api<K>, plural: &'static str, namespace: &str, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => {
+            let e = Call::new("delete", plural, namespace, name).error(e);
+            tracing::warn!(error = %e, "deleting an agent-sandbox pool's object; its owner lease will collect it");
         }
     }
 }

@@ -142,7 +142,7 @@ impl Cluster {
 
     /// Makes `object` as `name`, labelled as the pod `like` is and owned
     /// by this process's lease.
-    async fn create_companion<K: CompanionKind>(
+    pub(super) async fn create_companion<K: CompanionKind>(
         &self,
         name: &str,
         mut object: K,

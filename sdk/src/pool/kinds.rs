@@ -5,7 +5,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::warm::{Discard, Fill, PoolStats, WarmPool};
-use super::{PoolConfig, WAIT_LIMIT};
+use super::{PoolConfig, Pooled, WAIT_LIMIT};
 use crate::client::Client;
 use crate::codemode::{CodeHost, CodeHostConfig};
 use crate::error::Result;
@@ -27,13 +27,13 @@ use crate::session::{Session, SessionConfig};
 pub struct SessionPool {
     client: Client,
     config: SessionConfig,
-    warm: WarmPool<Session>,
+    pooled: Pooled<Session>,
 }
 
 impl std::fmt::Debug for SessionPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionPool")
-            .field("stats", &self.warm.stats())
+            .field("stats", &self.pooled.stats())
             .finish()
     }
 }
@@ -70,6 +70,23 @@ impl Client {
         pool: PoolConfig,
     ) -> Result<SessionPool> {
         self.resolve_image(&config.image).await?;
+        // On agent-sandbox, the cluster keeps the pods started and each
+        // session claims one: nothing is held here.
+        #[cfg(feature = "kubernetes")]
+        let claims = match self.cluster() {
+            Some(cluster) if pool.size > 0 && cluster.uses_agent_sandbox().await? => {
+                crate::session::agent_pool(cluster, &config, pool.size)
+                    .await?
+                    .map(Arc::new)
+            }
+            _ => None,
+        };
+        #[cfg(feature = "kubernetes")]
+        let pool = if claims.is_some() {
+            PoolConfig::new(0)
+        } else {
+            pool
+        };
         let fill: Fill<Session> = {
             let (client, config) = (self.clone(), config.clone());
             Arc::new(move || {
@@ -100,7 +117,11 @@ impl Client {
         Ok(SessionPool {
             client: self.clone(),
             config,
-            warm,
+            pooled: Pooled {
+                warm,
+                #[cfg(feature = "kubernetes")]
+                claims,
+            },
         })
     }
 
@@ -149,7 +170,17 @@ impl SessionPool {
     /// It is the caller's from here (close it when done); the pool makes a
     /// new one in its place.
     pub async fn session(&self) -> Result<Session> {
-        if let Some(session) = self.warm.take_or_wait(WAIT_LIMIT).await {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.pooled.claims {
+            // It claims its pod as it starts (or makes one, when none is
+            // bound in time).
+            let session = self
+                .client
+                .session_from(self.config.clone(), Some(claims.clone()));
+            session.start().await?;
+            return Ok(session);
+        }
+        if let Some(session) = self.pooled.warm.take_or_wait(WAIT_LIMIT).await {
             return Ok(session);
         }
         let session = self.client.session(self.config.clone());
@@ -157,7 +188,7 @@ impl SessionPool {
         Ok(session)
     }
 
-    super::pool_methods!("session");
+    super::pool_methods!(pooled "session");
 }
 
 impl CodeHostPool {

@@ -40,8 +40,26 @@
 //! and lazy env values included, when the pool fills.
 
 /// `stats`, `wait_ready` and `shutdown`, alike on every pool type (each
-/// holds its items in a `warm` field).
+/// holds its items in a `warm` field, or with `pooled`, a [`Pooled`] one).
 macro_rules! pool_methods {
+    (pooled $what:literal) => {
+        /// Ready, starting, handed over, misses, fill failures. On
+        /// agent-sandbox: its size, the ready pods last counted by
+        /// `wait_ready`, claims bound and missed.
+        pub fn stats(&self) -> PoolStats {
+            self.pooled.stats()
+        }
+
+        /// Waits until the pool is full (or `timeout` passes); `true` if it is.
+        pub async fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+            self.pooled.wait_ready(timeout).await
+        }
+
+        #[doc = concat!("Stops refilling and removes every ", $what, " the pool holds, waiting for those being made. On agent-sandbox: deletes its warm pool and template (the cluster removes their unclaimed pods).")]
+        pub async fn shutdown(&self) {
+            self.pooled.shutdown().await;
+        }
+    };
     ($what:literal) => {
         /// Ready, starting, handed over, misses, fill failures.
         pub fn stats(&self) -> PoolStats {
@@ -72,12 +90,38 @@ pub use sandbox::SandboxPool;
 pub use warm::PoolStats;
 pub(crate) use warm::WarmPool;
 
-/// Where a sandbox pool's runs take their container or pod from: its warm
-/// items, or on a cluster with agent-sandbox, a claim on its warm pool.
-pub(crate) struct Pooled {
-    pub(crate) warm: WarmPool<crate::sandbox::Warm>,
+/// Where a pool's takes come from: its warm items, or on a cluster with
+/// agent-sandbox, a claim on its warm pool (then it holds no items).
+pub(crate) struct Pooled<T: Send + 'static> {
+    pub(crate) warm: WarmPool<T>,
     #[cfg(feature = "kubernetes")]
-    pub(crate) claims: Option<crate::cluster::AgentPool>,
+    pub(crate) claims: Option<std::sync::Arc<crate::cluster::AgentPool>>,
+}
+
+impl<T: Send + 'static> Pooled<T> {
+    pub(crate) fn stats(&self) -> PoolStats {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.claims {
+            return claims.stats();
+        }
+        self.warm.stats()
+    }
+
+    pub(crate) async fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.claims {
+            return claims.wait_ready(timeout).await;
+        }
+        self.warm.wait_ready(usize::MAX, timeout).await
+    }
+
+    pub(crate) async fn shutdown(&self) {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.claims {
+            claims.shutdown().await;
+        }
+        self.warm.shutdown().await;
+    }
 }
 
 /// How long a take waits for an item being made when none is ready: a

@@ -58,7 +58,7 @@ const FILL_LIMIT: Duration = Duration::from_secs(60);
 pub struct SandboxPool {
     client: Client,
     sandbox: Sandbox,
-    pooled: Pooled,
+    pooled: Pooled<Warm>,
 }
 
 impl std::fmt::Debug for SandboxPool {
@@ -97,10 +97,10 @@ impl Client {
                     && !matches!(sandbox.runtime().network, crate::Network::Egress(_))
                     && cluster.uses_agent_sandbox().await? =>
             {
-                Some(
+                Some(Arc::new(
                     crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size)
                         .await?,
-                )
+                ))
             }
             _ => None,
         };
@@ -266,34 +266,5 @@ impl SandboxPool {
         &self.sandbox
     }
 
-    /// Ready, starting, handed over, misses, fill failures. On
-    /// agent-sandbox: its size, the ready pods last counted by
-    /// [`wait_ready`](Self::wait_ready), claims bound and missed.
-    pub fn stats(&self) -> PoolStats {
-        #[cfg(feature = "kubernetes")]
-        if let Some(claims) = &self.pooled.claims {
-            return claims.stats();
-        }
-        self.pooled.warm.stats()
-    }
-
-    /// Waits until the pool is full (or `timeout` passes); `true` if it is.
-    pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        #[cfg(feature = "kubernetes")]
-        if let Some(claims) = &self.pooled.claims {
-            return claims.wait_ready(timeout).await;
-        }
-        self.pooled.warm.wait_ready(usize::MAX, timeout).await
-    }
-
-    /// Stops refilling and removes every container the pool holds, waiting
-    /// for those being made. On agent-sandbox: deletes its warm pool and
-    /// template (the cluster removes their unclaimed pods).
-    pub async fn shutdown(&self) {
-        #[cfg(feature = "kubernetes")]
-        if let Some(claims) = &self.pooled.claims {
-            claims.shutdown().await;
-        }
-        self.pooled.warm.shutdown().await;
-    }
+    super::pool_methods!(pooled "container");
 }

@@ -14,9 +14,10 @@ use super::launch::Warm;
 use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::runtime::Network;
 use super::spec::Sandbox;
-use crate::cluster::{AgentPool, ClaimGuard, Cluster, PodGuard, PodPlan, PodView};
+use crate::cluster::{AgentPool, Cluster, PodPlan, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
+use crate::held::Held;
 use crate::pool::Pooled;
 
 /// The label of pods the namespace's offline NetworkPolicy selects.
@@ -30,31 +31,9 @@ pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
 /// A pool's pod, waiting in its `inputs` container for a run's attempt
 /// number and inputs archive (see `k8s::warm_one_shot_pod`).
 pub(crate) struct WarmPod {
-    /// Owns the pod: dropping it deletes the pod.
-    guard: PodHolder,
+    /// Owns the pod (or the claim that holds it): dropping it deletes the pod.
+    guard: Held,
     name: String,
-}
-
-/// What owns a run's pod: the pod's own guard, or (on agent-sandbox) the
-/// claim whose sandbox runs it. Dropping it deletes what it owns.
-enum PodHolder {
-    Pod(Box<PodGuard>),
-    Claim(Box<ClaimGuard>),
-}
-
-impl PodHolder {
-    async fn remove(self) -> Result<()> {
-        match self {
-            PodHolder::Pod(guard) => guard.remove().await,
-            PodHolder::Claim(claim) => claim.remove().await,
-        }
-    }
-
-    /// Deletes on a task of its own, so the caller answers now.
-    fn remove_in_background(self) {
-        // The guards' drops do exactly this.
-        drop(self)
-    }
 }
 
 impl WarmPod {
@@ -87,7 +66,7 @@ pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) 
     let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
     match cluster.wait_pod(&plan.name, inputs_ready).await {
         Ok(()) => Ok(WarmPod {
-            guard: PodHolder::Pod(Box::new(guard)),
+            guard: Held::Pod(guard),
             name: plan.name,
         }),
         Err(e) => {
@@ -108,14 +87,8 @@ pub(crate) async fn agent_pool(
     size: usize,
 ) -> Result<AgentPool> {
     let plan = plan_warm_pod(cluster, sandbox, image)?;
-    if !plan.companions.is_empty() {
-        return Err(Error::spec(
-            "kubernetes",
-            "a pooled one-shot's pod needs objects of its own; its runs start cold",
-        ));
-    }
     let egress = sandbox.runtime.network != Network::None;
-    AgentPool::open(cluster, plan.pod, egress, size).await
+    AgentPool::open(cluster, plan.pod, plan.companions, (egress, "inputs"), size).await
 }
 
 /// Whether a one-shot pod's `inputs` container runs, i.e. takes its inputs.
@@ -140,7 +113,7 @@ fn inputs_ready(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Result<()>> {
 /// starts cold.
 async fn take_warm(
     cluster: &Cluster,
-    pool: Option<&Pooled>,
+    pool: Option<&Pooled<Warm>>,
     deadline: Option<(tokio::time::Instant, std::time::Duration)>,
 ) -> Result<Option<WarmPod>> {
     let Some(pool) = pool else {
@@ -154,7 +127,7 @@ async fn take_warm(
         Some(claims) => match claims.claim(wait).await? {
             Some(claim) => WarmPod {
                 name: claim.pod().to_string(),
-                guard: PodHolder::Claim(Box::new(claim)),
+                guard: Held::Claim(Box::new(claim)),
             },
             None => return Ok(None),
         },
@@ -185,7 +158,7 @@ pub(super) async fn attempt(
     prepared: &Prepared,
     number: u32,
     options: &RunOptions,
-    pool: Option<&Pooled>,
+    pool: Option<&Pooled<Warm>>,
 ) -> Result<RunOutput> {
     let started = Instant::now();
     let rt = &sandbox.runtime;
@@ -223,7 +196,7 @@ pub(super) async fn attempt(
             // The values travel in a Secret object only, never in the pod spec.
             let (guard, _uid) =
                 within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;
-            (PodHolder::Pod(Box::new(guard)), plan.name, String::new())
+            (Held::Pod(guard), plan.name, String::new())
         }
     };
     let ran = async {

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::cache;
+use super::launch::Warm;
 use super::run::{Attempt, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
 use crate::client::Client;
@@ -18,7 +19,7 @@ impl Client {
         sandbox: &Sandbox,
         prepared: &mut Prepared,
         options: &RunOptions,
-        pool: Option<&Pooled>,
+        pool: Option<&Pooled<Warm>>,
         key: Option<String>,
         store: std::sync::Arc<cache::Store>,
         started: Instant,

@@ -176,7 +176,7 @@ impl Client {
         sandbox: &Sandbox,
         given: Vec<(String, Value)>,
         options: RunOptions,
-        pool: Option<&Pooled>,
+        pool: Option<&Pooled<Warm>>,
     ) -> Result<RunOutput> {
         let started = Instant::now();
         // Everything about the inputs is checked before any container exists.
@@ -304,7 +304,7 @@ impl Client {
         prepared: &Prepared,
         number: u32,
         options: &RunOptions,
-        pool: Option<&Pooled>,
+        pool: Option<&Pooled<Warm>>,
     ) -> Result<RunOutput> {
         #[cfg(feature = "kubernetes")]
         if let Some(cluster) = self.cluster() {

@@ -35,7 +35,7 @@ pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 pub(crate) use live::Channel;
 #[cfg(feature = "kubernetes")]
-pub(crate) use live::{container_spec, AGENT};
+pub(crate) use live::{agent_pool, container_spec, AGENT};
 pub use live::{ExecEvent, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned};
 pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

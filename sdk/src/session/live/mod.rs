@@ -24,6 +24,8 @@ mod on_cluster;
 mod process;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
+#[cfg(feature = "kubernetes")]
+pub(crate) use on_cluster::agent_pool;
 pub use process::{ProcessControl, SpawnOptions, Spawned};
 
 use super::api::{ExecOptions, ExecResult, SessionApi};
@@ -132,6 +134,9 @@ struct Inner {
     /// Secret names and values of the running container, for redaction.
     secrets: Mutex<Vec<(String, String)>>,
     start_lock: tokio::sync::Mutex<()>,
+    /// The agent-sandbox pool a pooled session claims its pod from.
+    #[cfg(feature = "kubernetes")]
+    claims: Option<Arc<crate::cluster::AgentPool>>,
 }
 
 /// A persistent container an agent works in: shell commands, files, edits,
@@ -167,6 +172,17 @@ impl std::fmt::Debug for Session {
 impl Client {
     /// A session with this configuration, in state `init` (call `start`).
     pub fn session(&self, config: SessionConfig) -> Session {
+        self.session_from(config, None)
+    }
+
+    /// A session that, on a cluster with `claims`, starts in a pod claimed
+    /// from that agent-sandbox pool (or its own pod, when none is bound in time).
+    pub(crate) fn session_from(
+        &self,
+        config: SessionConfig,
+        #[cfg(feature = "kubernetes")] claims: Option<Arc<crate::cluster::AgentPool>>,
+        #[cfg(not(feature = "kubernetes"))] _claims: Option<std::convert::Infallible>,
+    ) -> Session {
         Session {
             inner: Arc::new(Inner {
                 client: self.clone(),
@@ -180,6 +196,8 @@ impl Client {
                 conn: Mutex::new(None),
                 secrets: Mutex::default(),
                 start_lock: tokio::sync::Mutex::new(()),
+                #[cfg(feature = "kubernetes")]
+                claims,
             }),
         }
     }

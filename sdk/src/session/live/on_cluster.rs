@@ -10,6 +10,33 @@ use super::launch::connect;
 use super::*;
 use crate::cluster::{Cluster, PodView};
 
+/// A pool of sessions with `c` on agent-sandbox (see `cluster::AgentPool`):
+/// the pod a session would make, as a template, with the agent's ConfigMap
+/// shared by its pods. Sessions with secrets or an allow-list keep pods of
+/// their own (their objects are each pod's).
+pub(crate) async fn agent_pool(
+    cluster: &Cluster,
+    c: &SessionConfig,
+    size: usize,
+) -> Result<Option<crate::cluster::AgentPool>> {
+    refuse_on_cluster(c)?;
+    if !c.secrets.is_empty() || matches!(c.network, Network::Egress(_)) {
+        return Ok(None);
+    }
+    let image = cluster.resolve_image(&c.image).await?;
+    let plan = cluster.plan_pod(
+        &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
+        &image.reference,
+        &[],
+        c.network == Network::None,
+        |opts| crate::k8s::session(c, opts),
+    )?;
+    let egress = c.network != Network::None;
+    crate::cluster::AgentPool::open(cluster, plan.pod, plan.companions, (egress, "agent"), size)
+        .await
+        .map(Some)
+}
+
 impl Session {
     pub(super) async fn launch_on_cluster(&self, cluster: &Cluster) -> Result<Arc<Conn>> {
         let c = &self.inner.config;
@@ -22,6 +49,16 @@ impl Session {
             .map(|s| Ok((s.name().to_string(), s.resolve()?)))
             .collect::<Result<Vec<_>>>()?;
         *lock(&self.inner.secrets) = resolved.clone();
+        if let Some(claims) = &self.inner.claims {
+            // Half the start's time at most, so one made here still fits.
+            let wait = crate::pool::WAIT_LIMIT.min(c.start_timeout / 2);
+            if let Some(claim) = claims.claim(wait).await? {
+                let name = claim.pod().to_string();
+                let held = Held::Claim(Box::new(claim));
+                return self.attach_agent(cluster, name, async { Ok(held) }).await;
+            }
+            // None bound in time: a pod of its own.
+        }
         let allow = crate::cluster::allow_list(&c.network).await?;
         let mut plan = cluster.plan_pod(
             &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
@@ -34,8 +71,24 @@ impl Session {
             list.apply(&mut plan);
         }
         let name = plan.name.clone();
-        let started = async {
+        let launched = async {
             let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
+            Ok(Held::Pod(guard))
+        };
+        self.attach_agent(cluster, name, launched).await
+    }
+
+    /// Waits for the agent of pod `name` (made by `held`, or already held),
+    /// attaches to it and says hello, all within the start timeout.
+    async fn attach_agent(
+        &self,
+        cluster: &Cluster,
+        name: String,
+        held: impl std::future::Future<Output = Result<Held>>,
+    ) -> Result<Arc<Conn>> {
+        let c = &self.inner.config;
+        let started = async {
+            let held = held.await?;
             cluster
                 .wait_running(&name, "agent", |code, reason| Error::SessionUnavailable {
                     reason: format!(
@@ -69,7 +122,7 @@ impl Session {
                     }
                 }
             };
-            connect(Held::Pod(guard), input, attached.output, exited, None).await
+            connect(held, input, attached.output, exited, None).await
         };
         match tokio::time::timeout(c.start_timeout, started).await {
             Ok(result) => result,
