@@ -42,6 +42,18 @@ fn assert_no_kubelet_containers() {
     panic!("the simulated kubelet's containers were left behind");
 }
 
+/// The kernel config of the tests, its image made on the Docker daemon and
+/// named as a prebuilt one (the simulated nodes run it from there).
+async fn kernel_config() -> dockhand::kernel::KernelConfig {
+    let config = common::kernel_config();
+    let made = common::client()
+        .await
+        .resolve_image(&config.container_image())
+        .await
+        .expect("the kernel image");
+    config.image(prebuilt(&made.reference))
+}
+
 async fn cluster() -> (Client, Shared) {
     with_script(Script::on_docker()).await
 }
@@ -164,14 +176,9 @@ async fn code_host_pod_runs_the_real_bridge_and_calls_a_host_tool() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kernel_pod_runs_a_real_kernel_and_draws_a_chart() {
-    let docker = common::client().await;
-    let config = common::kernel_config();
-    let made = docker
-        .resolve_image(&config.container_image())
-        .await
-        .expect("the kernel image");
+    let config = kernel_config().await;
     let (client, fake) = cluster().await;
-    let kernel = client.kernel(config.image(prebuilt(&made.reference)));
+    let kernel = client.kernel(config);
     kernel.start().await.expect("the kernel starts in its pod");
     kernel.run("x = 20").await.unwrap();
     let sum = kernel.run("x + 22").await.unwrap();
@@ -188,6 +195,40 @@ async fn kernel_pod_runs_a_real_kernel_and_draws_a_chart() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     kernel.session().close().await.unwrap();
     assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+}
+
+/// A kernel pool on agent-sandbox (its controller simulated): the kernel's
+/// session starts in a pod the warm pool made from the template, and the
+/// real agent and kernel run there.
+#[tokio::test(flavor = "multi_thread")]
+async fn kernel_pool_on_agent_sandbox_runs_a_real_kernel_in_a_claimed_pod() {
+    let config = kernel_config().await;
+    let (client, fake) = with_script(Script {
+        agent_sandbox: true,
+        ..Script::on_docker()
+    })
+    .await;
+    let pool = client
+        .kernel_pool(config, dockhand::pool::PoolConfig::new(1))
+        .await
+        .expect("a kernel pool on agent-sandbox");
+    assert!(
+        pool.wait_ready(Duration::from_secs(120)).await,
+        "{:?}",
+        pool.stats()
+    );
+    let warm: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
+    let kernel = pool.kernel().await.expect("a kernel in a claimed pod");
+    let pod = kernel.session().describe().container_id.unwrap();
+    assert!(warm.contains(&pod), "{pod} was warm: {warm:?}");
+    kernel.run("x = 20").await.unwrap();
+    let sum = kernel.run("x + 22").await.unwrap();
+    assert_eq!(sum.text(), Some("42"), "{sum:?}");
+    kernel.session().close().await.unwrap();
+    pool.shutdown().await;
+    assert_no_pods_left(&fake).await;
+    assert!(fake.record(|r| r.custom.is_empty() && r.config_maps.is_empty()));
     assert_no_kubelet_containers();
 }
 

@@ -402,3 +402,56 @@ async fn simulated_agent_sandbox_session_pool_claims_started_pods() {
     assert_no_pods_left(&fake).await;
     assert!(fake.record(|r| r.custom.is_empty() && r.config_maps.is_empty()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_agent_sandbox_code_host_pool_claims_a_started_pod() {
+    use dockhand::codemode::CodeHostConfig;
+    let script = Script {
+        agent_sandbox: true,
+        ..Script::idle()
+    };
+    let (client, fake) = with_agent_sandbox(script, None).await;
+    let client = client.expect("connect");
+    let pool = client
+        .code_host_pool(
+            CodeHostConfig::new().image(ImageSpec::prebuilt(IMAGE)),
+            dockhand::pool::PoolConfig::new(1),
+        )
+        .await
+        .expect("a code host pool on agent-sandbox");
+    assert!(
+        pool.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        pool.stats()
+    );
+    let template = &created(&fake, "sandboxtemplates")[0];
+    let pod = &template["spec"]["podTemplate"];
+    assert_eq!(pod["spec"]["containers"][0]["name"], "bridge");
+    assert_eq!(pod["metadata"]["labels"]["dev.dockhand.network"], "none");
+    let warm_before: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
+
+    let host = pool.host().await.expect("a code host from a claimed pod");
+    let pod = host.describe().container_id.expect("a running host's pod");
+    assert!(
+        warm_before.contains(&pod),
+        "{pod} was warm: {warm_before:?}"
+    );
+    // A tool call crosses the claimed pod's attach stream to the host and back.
+    let done = host
+        .execute(
+            "add(a=a, b=b)",
+            serde_json::json!({"a": 20, "b": 22}),
+            &sim::add_tool(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.value, serde_json::json!(42));
+    assert_eq!(pool.stats().handed_over, 1);
+    host.close().await.unwrap();
+    pool.shutdown().await;
+    assert_no_pods_left(&fake).await;
+    assert!(
+        fake.record(|r| r.custom.is_empty()),
+        "claim, pool and template deleted"
+    );
+}

@@ -134,8 +134,8 @@ impl KubeConfig {
         self
     }
 
-    /// Whether one-shot and session pools use agent-sandbox
-    /// (kubernetes-sigs/agent-sandbox): `true` requires its extensions,
+    /// Whether pools (of one-shots, sessions, kernels and code hosts) use
+    /// agent-sandbox (kubernetes-sigs/agent-sandbox): `true` requires its extensions,
     /// `false` never uses them. Unset (the default), a pool uses them where
     /// the cluster serves `extensions.agents.x-k8s.io/v1beta1`, and makes
     /// its own pods where it does not.
@@ -143,8 +143,8 @@ impl KubeConfig {
     /// On agent-sandbox, a pool is a `SandboxTemplate` of its pod and a
     /// `SandboxWarmPool` keeping its size of them started; each run (or
     /// session) claims one with a `SandboxClaim` and deletes the claim when
-    /// it ends. Sandboxes and sessions with secrets or an allow-list, code
-    /// hosts and kernels keep pools of their own pods.
+    /// it ends. Sandboxes and sessions with secrets or an allow-list keep
+    /// pools of their own pods.
     pub fn agent_sandbox(mut self, use_it: bool) -> Self {
         self.agent_sandbox = Some(use_it);
         self

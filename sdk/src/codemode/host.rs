@@ -39,6 +39,9 @@ struct Inner {
     runner: tokio::sync::Mutex<Option<Runner>>,
     handles: Handles,
     ids: AtomicU64,
+    /// The agent-sandbox pool a pooled host claims its pod from.
+    #[cfg(feature = "kubernetes")]
+    claims: Option<Arc<crate::cluster::AgentPool>>,
 }
 
 /// A long-lived container that runs LLM-written Python against tools.
@@ -107,6 +110,18 @@ impl CodeHost {
 impl Client {
     /// A code host with these settings, in state `init` (nothing started yet).
     pub fn code_host(&self, config: CodeHostConfig) -> CodeHost {
+        self.code_host_from(config, None)
+    }
+
+    /// A code host that, on a cluster with `claims`, starts in a pod
+    /// claimed from that agent-sandbox pool (or its own pod, when none is
+    /// bound in time).
+    pub(crate) fn code_host_from(
+        &self,
+        config: CodeHostConfig,
+        #[cfg(feature = "kubernetes")] claims: Option<Arc<crate::cluster::AgentPool>>,
+        #[cfg(not(feature = "kubernetes"))] _claims: Option<std::convert::Infallible>,
+    ) -> CodeHost {
         CodeHost {
             inner: Arc::new(Inner {
                 client: self.clone(),
@@ -119,6 +134,8 @@ impl Client {
                 runner: tokio::sync::Mutex::new(None),
                 handles: Handles::default(),
                 ids: AtomicU64::new(0),
+                #[cfg(feature = "kubernetes")]
+                claims,
             }),
         }
     }
@@ -188,7 +205,12 @@ impl CodeHost {
     async fn start_locked(&self, slot: &mut Option<Runner>) -> Result<()> {
         lock(&self.inner.status).life.check_startable()?;
         // Bad settings fail the start and leave the host as it was.
-        let how = self.inner.config.launch()?;
+        #[allow(unused_mut)]
+        let mut how = self.inner.config.launch()?;
+        #[cfg(feature = "kubernetes")]
+        {
+            how.claims = self.inner.claims.as_deref();
+        }
         self.set_state(State::Running)?;
         // A start dropped half-way leaves `error`, from which start works again.
         let mut pending = FailUnlessDone {

@@ -67,6 +67,8 @@ mod mounts;
 mod native;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
+#[cfg(feature = "kubernetes")]
+pub(crate) use on_cluster::agent_pool;
 pub(crate) mod protocol;
 mod schema;
 mod session;

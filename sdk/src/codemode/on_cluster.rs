@@ -14,21 +14,39 @@ use crate::held::Held;
 /// Starts a code host's pod and waits for its bridge's `ready`, within
 /// the start timeout. Returns the runner and the image reference.
 pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner, String)> {
-    if !how.mounts.is_empty() {
-        return Err(crate::cluster::unsupported(
-            "mounted directories on a code host",
-            "give the data as inputs or read it through a tool",
-        ));
-    }
+    refuse_mounts(&how)?;
     let reference = cluster.code_host_image(how.image).await?.reference;
-    // Always offline: the code is a model's.
-    let plan = cluster.plan_pod("dockhand-code-host", &reference, &[], true, |opts| {
-        crate::k8s::code_host_pod(&how, opts)
-    })?;
+    if let Some(claims) = how.claims {
+        // Half the start's time at most, so one made here still fits.
+        let wait = crate::pool::WAIT_LIMIT.min(how.start_timeout / 2);
+        if let Some(claim) = claims.claim(wait).await? {
+            let name = claim.pod().to_string();
+            let held = Held::Claim(Box::new(claim));
+            return ready(cluster, &how, name, reference, async { Ok(held) }).await;
+        }
+        // None bound in time: a pod of its own.
+    }
+    let plan = plan(cluster, &how, &reference)?;
     let name = plan.name.clone();
+    let launched = async {
+        let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
+        Ok(Held::Pod(guard))
+    };
+    ready(cluster, &how, name, reference, launched).await
+}
+
+/// Waits for the bridge of pod `name` (made by `held`, or already held),
+/// attaches to it and waits for its `ready`, all within the start timeout.
+async fn ready(
+    cluster: &Cluster,
+    how: &Launch<'_>,
+    name: String,
+    reference: String,
+    held: impl std::future::Future<Output = Result<Held>>,
+) -> Result<(Runner, String)> {
     let limit = how.start_timeout;
     let started = async {
-        let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
+        let held = held.await?;
         cluster
             .wait_running(&name, "bridge", |code, reason| Error::CodeHostUnavailable {
                 reason: format!(
@@ -37,7 +55,7 @@ pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner
             })
             .await?;
         let attached = cluster.attach_interactive(&name, "bridge").await?;
-        let mut runner = Runner::attached(Held::Pod(guard), attached.input, attached.output);
+        let mut runner = Runner::attached(held, attached.input, attached.output);
         runner.send(&ToRunner::Hello).await?;
         loop {
             match runner.next().await {
@@ -57,4 +75,36 @@ pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner
             ),
         }),
     }
+}
+
+/// A pool of code hosts launched as `how` says on agent-sandbox (see
+/// `cluster::AgentPool`): the pod a code host would make, as a template.
+pub(crate) async fn agent_pool(
+    cluster: &Cluster,
+    how: Launch<'_>,
+    size: usize,
+) -> Result<crate::cluster::AgentPool> {
+    refuse_mounts(&how)?;
+    let reference = cluster.code_host_image(how.image).await?.reference;
+    let plan = plan(cluster, &how, &reference)?;
+    crate::cluster::AgentPool::open(cluster, plan.pod, plan.companions, (false, "bridge"), size)
+        .await
+}
+
+/// A node has no path of this machine's to mount.
+fn refuse_mounts(how: &Launch<'_>) -> Result<()> {
+    if how.mounts.is_empty() {
+        return Ok(());
+    }
+    Err(crate::cluster::unsupported(
+        "mounted directories on a code host",
+        "give the data as inputs or read it through a tool",
+    ))
+}
+
+/// The code host's pod from `reference`: always offline (the code is a model's).
+fn plan(cluster: &Cluster, how: &Launch<'_>, reference: &str) -> Result<crate::cluster::PodPlan> {
+    cluster.plan_pod("dockhand-code-host", reference, &[], true, |opts| {
+        crate::k8s::code_host_pod(how, opts)
+    })
 }

@@ -107,7 +107,18 @@ impl fmt::Debug for Kernel {
 impl Client {
     /// A kernel with this configuration; call [`Kernel::start`].
     pub fn kernel(&self, config: KernelConfig) -> Kernel {
-        let session = self.session(config.session_config());
+        self.kernel_from(config, None)
+    }
+
+    /// A kernel whose session, on a cluster with `claims`, starts in a pod
+    /// claimed from that agent-sandbox pool.
+    pub(crate) fn kernel_from(
+        &self,
+        config: KernelConfig,
+        #[cfg(feature = "kubernetes")] claims: Option<Arc<crate::cluster::AgentPool>>,
+        #[cfg(not(feature = "kubernetes"))] claims: Option<std::convert::Infallible>,
+    ) -> Kernel {
+        let session = self.session_from(config.session_config(), claims);
         Kernel {
             inner: Arc::new(Inner {
                 config,

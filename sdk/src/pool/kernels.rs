@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::warm::{Fill, PoolStats, WarmPool};
-use super::{PoolConfig, WAIT_LIMIT};
+use super::{PoolConfig, Pooled, WAIT_LIMIT};
 use crate::client::Client;
 use crate::error::Result;
 use crate::kernel::{Kernel, KernelConfig};
@@ -28,13 +28,13 @@ use crate::kernel::{Kernel, KernelConfig};
 pub struct KernelPool {
     client: Client,
     config: KernelConfig,
-    warm: WarmPool<Kernel>,
+    pooled: Pooled<Kernel>,
 }
 
 impl std::fmt::Debug for KernelPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelPool")
-            .field("stats", &self.warm.stats())
+            .field("stats", &self.pooled.stats())
             .finish()
     }
 }
@@ -44,6 +44,19 @@ impl Client {
     /// The image is resolved (built if need be) first.
     pub async fn kernel_pool(&self, config: KernelConfig, pool: PoolConfig) -> Result<KernelPool> {
         self.resolve_image(&config.session_config().image).await?;
+        // On agent-sandbox, the cluster keeps the kernels' pods started and
+        // each kernel claims one as it starts: nothing is held here.
+        #[cfg(feature = "kubernetes")]
+        let claims = match super::agent_sandbox_cluster(self, pool.size).await? {
+            Some(cluster) => {
+                crate::session::agent_pool(cluster, &config.session_config(), pool.size)
+                    .await?
+                    .map(Arc::new)
+            }
+            None => None,
+        };
+        #[cfg(feature = "kubernetes")]
+        let pool = super::held_by(&claims, pool);
         let fill: Fill<Kernel> = {
             let (client, config) = (self.clone(), config.clone());
             Arc::new(move || {
@@ -73,7 +86,11 @@ impl Client {
         Ok(KernelPool {
             client: self.clone(),
             config,
-            warm,
+            pooled: Pooled {
+                warm,
+                #[cfg(feature = "kubernetes")]
+                claims,
+            },
         })
     }
 }
@@ -83,7 +100,15 @@ impl KernelPool {
     /// It is the caller's from here (close it when done); the pool makes a
     /// new one in its place.
     pub async fn kernel(&self) -> Result<Kernel> {
-        if let Some(kernel) = self.warm.take_or_wait(WAIT_LIMIT).await {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.pooled.claims {
+            let kernel = self
+                .client
+                .kernel_from(self.config.clone(), Some(claims.clone()));
+            kernel.start().await?;
+            return Ok(kernel);
+        }
+        if let Some(kernel) = self.pooled.warm.take_or_wait(WAIT_LIMIT).await {
             return Ok(kernel);
         }
         let kernel = self.client.kernel(self.config.clone());

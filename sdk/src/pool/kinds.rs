@@ -42,13 +42,13 @@ impl std::fmt::Debug for SessionPool {
 pub struct CodeHostPool {
     client: Client,
     config: CodeHostConfig,
-    warm: WarmPool<CodeHost>,
+    pooled: Pooled<CodeHost>,
 }
 
 impl std::fmt::Debug for CodeHostPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeHostPool")
-            .field("stats", &self.warm.stats())
+            .field("stats", &self.pooled.stats())
             .finish()
     }
 }
@@ -73,20 +73,14 @@ impl Client {
         // On agent-sandbox, the cluster keeps the pods started and each
         // session claims one: nothing is held here.
         #[cfg(feature = "kubernetes")]
-        let claims = match self.cluster() {
-            Some(cluster) if pool.size > 0 && cluster.uses_agent_sandbox().await? => {
-                crate::session::agent_pool(cluster, &config, pool.size)
-                    .await?
-                    .map(Arc::new)
-            }
-            _ => None,
+        let claims = match super::agent_sandbox_cluster(self, pool.size).await? {
+            Some(cluster) => crate::session::agent_pool(cluster, &config, pool.size)
+                .await?
+                .map(Arc::new),
+            None => None,
         };
         #[cfg(feature = "kubernetes")]
-        let pool = if claims.is_some() {
-            PoolConfig::new(0)
-        } else {
-            pool
-        };
+        let pool = super::held_by(&claims, pool);
         let fill: Fill<Session> = {
             let (client, config) = (self.clone(), config.clone());
             Arc::new(move || {
@@ -131,6 +125,17 @@ impl Client {
         config: CodeHostConfig,
         pool: PoolConfig,
     ) -> Result<CodeHostPool> {
+        // On agent-sandbox, the cluster keeps the hosts' pods started and
+        // each host claims one as it starts: nothing is held here.
+        #[cfg(feature = "kubernetes")]
+        let claims = match super::agent_sandbox_cluster(self, pool.size).await? {
+            Some(cluster) => Some(Arc::new(
+                crate::codemode::agent_pool(cluster, config.launch()?, pool.size).await?,
+            )),
+            None => None,
+        };
+        #[cfg(feature = "kubernetes")]
+        let pool = super::held_by(&claims, pool);
         let fill: Fill<CodeHost> = {
             let (client, config) = (self.clone(), config.clone());
             Arc::new(move || {
@@ -160,7 +165,11 @@ impl Client {
         Ok(CodeHostPool {
             client: self.clone(),
             config,
-            warm,
+            pooled: Pooled {
+                warm,
+                #[cfg(feature = "kubernetes")]
+                claims,
+            },
         })
     }
 }
@@ -188,13 +197,21 @@ impl SessionPool {
         Ok(session)
     }
 
-    super::pool_methods!(pooled "session");
+    super::pool_methods!("session");
 }
 
 impl CodeHostPool {
     /// A started code host: a warm one if one is ready, else one started now.
     pub async fn host(&self) -> Result<CodeHost> {
-        if let Some(host) = self.warm.take_or_wait(WAIT_LIMIT).await {
+        #[cfg(feature = "kubernetes")]
+        if let Some(claims) = &self.pooled.claims {
+            let host = self
+                .client
+                .code_host_from(self.config.clone(), Some(claims.clone()));
+            host.start().await?;
+            return Ok(host);
+        }
+        if let Some(host) = self.pooled.warm.take_or_wait(WAIT_LIMIT).await {
             return Ok(host);
         }
         let host = self.client.code_host(self.config.clone());

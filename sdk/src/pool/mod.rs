@@ -40,9 +40,9 @@
 //! and lazy env values included, when the pool fills.
 
 /// `stats`, `wait_ready` and `shutdown`, alike on every pool type (each
-/// holds its items in a `warm` field, or with `pooled`, a [`Pooled`] one).
+/// holds a [`Pooled`] in a `pooled` field).
 macro_rules! pool_methods {
-    (pooled $what:literal) => {
+    ($what:literal) => {
         /// Ready, starting, handed over, misses, fill failures. On
         /// agent-sandbox: its size, the ready pods last counted by
         /// `wait_ready`, claims bound and missed.
@@ -58,22 +58,6 @@ macro_rules! pool_methods {
         #[doc = concat!("Stops refilling and removes every ", $what, " the pool holds, waiting for those being made. On agent-sandbox: deletes its warm pool and template (the cluster removes their unclaimed pods).")]
         pub async fn shutdown(&self) {
             self.pooled.shutdown().await;
-        }
-    };
-    ($what:literal) => {
-        /// Ready, starting, handed over, misses, fill failures.
-        pub fn stats(&self) -> PoolStats {
-            self.warm.stats()
-        }
-
-        /// Waits until the pool is full (or `timeout` passes); `true` if it is.
-        pub async fn wait_ready(&self, timeout: std::time::Duration) -> bool {
-            self.warm.wait_ready(usize::MAX, timeout).await
-        }
-
-        #[doc = concat!("Stops refilling and removes every ", $what, " the pool holds, waiting for those being made.")]
-        pub async fn shutdown(&self) {
-            self.warm.shutdown().await;
         }
     };
 }
@@ -121,6 +105,33 @@ impl<T: Send + 'static> Pooled<T> {
             claims.shutdown().await;
         }
         self.warm.shutdown().await;
+    }
+}
+
+/// The cluster a pool of `size` goes through agent-sandbox on, if it does
+/// (see [`KubeConfig::agent_sandbox`](crate::KubeConfig::agent_sandbox)).
+#[cfg(feature = "kubernetes")]
+pub(crate) async fn agent_sandbox_cluster(
+    client: &crate::Client,
+    size: usize,
+) -> crate::Result<Option<&crate::cluster::Cluster>> {
+    match client.cluster() {
+        Some(cluster) if size > 0 && cluster.uses_agent_sandbox().await? => Ok(Some(cluster)),
+        _ => Ok(None),
+    }
+}
+
+/// A pool's config once agent-sandbox holds its items (`claims`): it makes
+/// none of its own.
+#[cfg(feature = "kubernetes")]
+pub(crate) fn held_by(
+    claims: &Option<std::sync::Arc<crate::cluster::AgentPool>>,
+    config: PoolConfig,
+) -> PoolConfig {
+    if claims.is_some() {
+        PoolConfig::new(0)
+    } else {
+        config
     }
 }
 

@@ -87,29 +87,19 @@ impl Client {
             PoolConfig::new(0)
         };
         // On agent-sandbox, the cluster keeps the pods warm and each run
-        // claims one: nothing is held here.
+        // claims one: nothing is held here. An allow-list is a policy of
+        // each pod's own, so such a pool keeps pods of its own.
         #[cfg(feature = "kubernetes")]
-        let claims = match self.cluster() {
-            // An allow-list is a policy of each pod's own, so such a pool
-            // keeps pods of its own.
-            Some(cluster)
-                if config.size > 0
-                    && !matches!(sandbox.runtime().network, crate::Network::Egress(_))
-                    && cluster.uses_agent_sandbox().await? =>
-            {
-                Some(Arc::new(
-                    crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size)
-                        .await?,
-                ))
+        let claims = match super::agent_sandbox_cluster(self, config.size).await? {
+            Some(cluster) if !matches!(sandbox.runtime().network, crate::Network::Egress(_)) => {
+                let pool =
+                    crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size);
+                Some(Arc::new(pool.await?))
             }
             _ => None,
         };
         #[cfg(feature = "kubernetes")]
-        let config = if claims.is_some() {
-            PoolConfig::new(0)
-        } else {
-            config
-        };
+        let config = super::held_by(&claims, config);
         let fill = fill(self, sandbox, image.reference);
         let name = format!("pool:{}", sandbox.name());
         let warm = WarmPool::new(name, config, fill, discard(), self.reporter().clone());
@@ -266,5 +256,5 @@ impl SandboxPool {
         &self.sandbox
     }
 
-    super::pool_methods!(pooled "container");
+    super::pool_methods!("container");
 }
