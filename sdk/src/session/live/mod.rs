@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use serde::Serialize;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -16,12 +15,14 @@ mod channel;
 pub(crate) use channel::Channel;
 mod exec;
 use exec::exec_grace;
+mod describe;
 mod egress;
 mod files;
 mod launch;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
 mod process;
+pub use describe::SessionDescription;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
 #[cfg(feature = "kubernetes")]
@@ -70,30 +71,6 @@ pub enum ExecEvent {
     Stderr(Bytes),
     /// The command ended.
     Exit(ExecResult),
-}
-
-/// What [`Session::describe`] reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct SessionDescription {
-    /// Container id, while there is one.
-    pub container_id: Option<String>,
-    /// Lifecycle state.
-    pub state: State,
-    /// Image reference.
-    pub image: Option<String>,
-    /// Workspace directory.
-    pub workspace: String,
-    /// Memory limit.
-    pub memory_bytes: i64,
-    /// CPU limit.
-    pub cpus: f64,
-    /// Commands run.
-    pub commands: u64,
-    /// Snapshots taken.
-    pub snapshots: Vec<String>,
-    /// Why the session is in `error`.
-    pub last_error: Option<String>,
 }
 
 struct Status {
@@ -231,24 +208,6 @@ impl Session {
     /// The configuration.
     pub fn config(&self) -> &SessionConfig {
         &self.inner.config
-    }
-
-    /// Id, state, image, limits, commands run, snapshots.
-    pub fn describe(&self) -> SessionDescription {
-        let s = lock(&self.inner.status);
-        let c = &self.inner.config;
-        let resources = c.checked_resources().unwrap_or(c.resources);
-        SessionDescription {
-            container_id: s.life.container_id.clone(),
-            state: s.life.state,
-            image: s.life.image.clone(),
-            workspace: c.workspace.clone(),
-            memory_bytes: resources.memory_bytes,
-            cpus: resources.cpus,
-            commands: s.commands,
-            snapshots: s.snapshots.clone(),
-            last_error: s.life.last_error.clone(),
-        }
     }
 
     fn set_state(&self, to: State) -> Result<()> {
