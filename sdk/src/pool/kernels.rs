@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::warm::{Fill, PoolStats, WarmPool};
-use super::{PoolConfig, Pooled, WAIT_LIMIT};
+use super::{PoolConfig, Pooled};
 use crate::client::Client;
 use crate::error::Result;
 use crate::kernel::{Kernel, KernelConfig};
@@ -100,20 +100,13 @@ impl KernelPool {
     /// It is the caller's from here (close it when done); the pool makes a
     /// new one in its place.
     pub async fn kernel(&self) -> Result<Kernel> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(claims) = &self.pooled.claims {
-            let kernel = self
-                .client
-                .kernel_from(self.config.clone(), Some(claims.clone()));
-            kernel.start().await?;
-            return Ok(kernel);
-        }
-        if let Some(kernel) = self.pooled.warm.take_or_wait(WAIT_LIMIT).await {
-            return Ok(kernel);
-        }
-        let kernel = self.client.kernel(self.config.clone());
-        kernel.start().await?;
-        Ok(kernel)
+        self.pooled
+            .take(|claims| async move {
+                let kernel = self.client.kernel_from(self.config.clone(), claims);
+                kernel.start().await?;
+                Ok(kernel)
+            })
+            .await
     }
 
     super::pool_methods!("kernel");

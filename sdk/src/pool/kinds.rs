@@ -5,7 +5,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::warm::{Discard, Fill, PoolStats, WarmPool};
-use super::{PoolConfig, Pooled, WAIT_LIMIT};
+use super::{PoolConfig, Pooled};
 use crate::client::Client;
 use crate::codemode::{CodeHost, CodeHostConfig};
 use crate::error::Result;
@@ -179,22 +179,13 @@ impl SessionPool {
     /// It is the caller's from here (close it when done); the pool makes a
     /// new one in its place.
     pub async fn session(&self) -> Result<Session> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(claims) = &self.pooled.claims {
-            // It claims its pod as it starts (or makes one, when none is
-            // bound in time).
-            let session = self
-                .client
-                .session_from(self.config.clone(), Some(claims.clone()));
-            session.start().await?;
-            return Ok(session);
-        }
-        if let Some(session) = self.pooled.warm.take_or_wait(WAIT_LIMIT).await {
-            return Ok(session);
-        }
-        let session = self.client.session(self.config.clone());
-        session.start().await?;
-        Ok(session)
+        self.pooled
+            .take(|claims| async move {
+                let session = self.client.session_from(self.config.clone(), claims);
+                session.start().await?;
+                Ok(session)
+            })
+            .await
     }
 
     super::pool_methods!("session");
@@ -203,20 +194,13 @@ impl SessionPool {
 impl CodeHostPool {
     /// A started code host: a warm one if one is ready, else one started now.
     pub async fn host(&self) -> Result<CodeHost> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(claims) = &self.pooled.claims {
-            let host = self
-                .client
-                .code_host_from(self.config.clone(), Some(claims.clone()));
-            host.start().await?;
-            return Ok(host);
-        }
-        if let Some(host) = self.pooled.warm.take_or_wait(WAIT_LIMIT).await {
-            return Ok(host);
-        }
-        let host = self.client.code_host(self.config.clone());
-        host.start().await?;
-        Ok(host)
+        self.pooled
+            .take(|claims| async move {
+                let host = self.client.code_host_from(self.config.clone(), claims);
+                host.start().await?;
+                Ok(host)
+            })
+            .await
     }
 
     super::pool_methods!("code host");
