@@ -56,6 +56,39 @@ async fn cli_run(image: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Busy and total CPU time of the whole host so far, in clock ticks
+/// (`/proc/stat`), or `None` off Linux: what a job costs the machine, the
+/// daemon's and the runtime's share included, not only this process's.
+fn host_cpu() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
+    let total: u64 = ticks.iter().take(8).sum();
+    Some((total - idle, total))
+}
+
+/// Host CPU milliseconds per job between two `host_cpu` readings, and how
+/// busy the host was (share of all cores).
+fn cpu_per_job(before: Option<(u64, u64)>, after: Option<(u64, u64)>, jobs: usize) -> String {
+    match (before, after) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+            // USER_HZ is 100 on every Linux this runs on.
+            let busy_ms = (b1 - b0) as f64 * 10.0;
+            format!(
+                "{:.0} ms of host CPU per job, cores {:.0}% busy",
+                busy_ms / jobs as f64,
+                100.0 * (b1 - b0) as f64 / (t1 - t0) as f64
+            )
+        }
+        _ => "host CPU not measured".into(),
+    }
+}
+
 /// Jobs per second running `jobs` calls of `one` with `concurrency` in flight.
 async fn throughput<F, Fut>(jobs: usize, concurrency: usize, one: F) -> f64
 where
@@ -217,20 +250,27 @@ async fn sustained(
         "
 sustained: {jobs} jobs at {concurrency} concurrent"
     );
+    let cpu = host_cpu();
     let cold_rate = throughput(jobs, concurrency, || async {
         client.run(double, [("x", 21)]).await.expect("cold run");
     })
     .await;
+    let cold_cpu = cpu_per_job(cpu, host_cpu(), jobs);
     let pool = client
         .pool(double, PoolConfig::new(16).max_size(32))
         .await?;
     pool.wait_ready(FILL).await;
+    let cpu = host_cpu();
     let pool_rate = throughput(jobs, concurrency, || async {
         pool.run([("x", 21)]).await.expect("pooled run");
     })
     .await;
+    // The refills still under way belong to the jobs that emptied the pool.
+    pool.wait_ready(FILL).await;
+    let pool_cpu = cpu_per_job(cpu, host_cpu(), jobs);
     let stats = pool.stats();
     pool.shutdown().await;
+    println!("cold: {cold_cpu}; pooled: {pool_cpu}");
     let asked = stats.handed_over + stats.misses;
     println!(
         "cold {cold_rate:.2} jobs/s, pooled {pool_rate:.2} jobs/s ({:.2}x); \
