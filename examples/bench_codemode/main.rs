@@ -281,11 +281,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ratio(p_loops[3], p_loops[2])
     );
     let plain_ms = |name: &str| plain.iter().find(|(n, _)| n == name).map(|(_, ms)| *ms);
-    if let (Some(feed), Some(iter)) = (plain_ms(PLAIN_FEED), plain_ms(PLAIN_ITER)) {
+    if let (Some(feed), Some(iter), Some(call)) = (
+        plain_ms(PLAIN_FEED),
+        plain_ms(PLAIN_ITER),
+        plain_ms(PLAIN_CALL),
+    ) {
         println!(
-            "beside plain Monty: a trivial execution {:.2}x a feed on a held session; the guarded iterator loop {:.2}x plain Monty's",
+            "beside plain Monty: a trivial execution {:.2}x a feed on a held session; \
+             the guarded iterator loop {:.2}x plain Monty's; a tool-call round trip {:.2}x an external call's",
             p_trivial.as_secs_f64() * 1e3 / feed,
-            p_loops[3].as_secs_f64() * 1e3 / iter
+            p_loops[3].as_secs_f64() * 1e3 / iter,
+            p_rt.as_secs_f64() * 1e3 / call
         );
     }
     host.close().await?;
@@ -348,6 +354,7 @@ async fn loop_times(
 
 const PLAIN_FEED: &str = "trivial, a feed on a held session";
 const PLAIN_ITER: &str = "an iterator loop of 10,000";
+const PLAIN_CALL: &str = "an external call's round trip";
 
 /// Plain Monty's figures, measured by `plain_monty.py` with pydantic-monty
 /// inside a container of the code host's image (with the package added),
