@@ -13,7 +13,7 @@ use dockhand::codemode::{
     run_agent, CodeError, CodeGenerator, CodeHost, CodeHostConfig, CodePolicy, ParamType, State,
     Tool, Toolset,
 };
-use dockhand::{Error, Sandbox, Type};
+use dockhand::Error;
 use serde_json::{json, Value};
 
 async fn host() -> CodeHost {
@@ -333,111 +333,6 @@ async fn tools_sync_awaited_gathered_and_failing() {
         "{err:?}"
     );
     host.close().await.unwrap();
-}
-
-#[tokio::test]
-async fn sandboxes_as_tools_pass_file_handles() {
-    let host = host().await;
-    let make_report = Sandbox::code(
-        "make_report",
-        "open('/var/outputs/report', 'w').write('n=%d' % n)\nsize = n",
-    )
-    .input("n", Type::Int)
-    .output("report", Type::File)
-    .output("size", Type::Int)
-    .build()
-    .unwrap();
-    let read_report = Sandbox::code("read_report", "text = open(report).read().upper()")
-        .input("report", Type::File)
-        .output("text", Type::Str)
-        .build()
-        .unwrap();
-    let tools = Toolset::new().sandbox(make_report).sandbox(read_report);
-    let run = host
-        .execute(
-            "r = make_report(n=7)\nh = r['report']\n[r['size'], h['kind'], read_report(h)]",
-            json!({}),
-            &tools,
-        )
-        .await
-        .unwrap();
-    assert_eq!(run.value, json!([7, "File", "N=7"]));
-    // A handle is opaque: the code cannot read the file itself.
-    let err = code_error(
-        host.execute("r = make_report(n=1)\nopen(r['report'])", json!({}), &tools)
-            .await,
-    );
-    assert!(matches!(err, CodeError::Runtime { .. }), "{err:?}");
-    // What the code returns leaves code mode: kept for the application, to
-    // download, and usable by later executions until released.
-    let run = host
-        .execute(
-            "r = make_report(n=3)\nunused = make_report(n=4)\n{'chart': r['report']}",
-            json!({}),
-            &tools,
-        )
-        .await
-        .unwrap();
-    assert_eq!(run.files.len(), 1, "only the returned one: {:?}", run.files);
-    let file = &run.files[0];
-    assert_eq!(run.value["chart"]["$handle"], json!(file.handle));
-    assert_eq!(
-        (file.name.as_str(), file.is_dir, file.bytes),
-        ("report", false, 3)
-    );
-    assert_eq!(
-        host.describe().held_results,
-        0,
-        "the execution's own are gone"
-    );
-    let dest = tempfile::tempdir().unwrap();
-    host.download(&file.handle, dest.path().join("report.txt"))
-        .await
-        .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(dest.path().join("report.txt")).unwrap(),
-        "n=3"
-    );
-    let kept = run.value["chart"].clone();
-    let again = host
-        .execute("read_report(kept)", json!({ "kept": kept }), &tools)
-        .await
-        .unwrap();
-    assert_eq!(again.value, json!("N=3"));
-    assert_eq!(host.result_files(), run.files);
-    // Released: gone for the code and for the application, typed.
-    assert!(host.release(&file.handle));
-    let err = code_error(
-        host.execute("read_report(kept)", json!({ "kept": kept }), &tools)
-            .await,
-    );
-    assert!(
-        matches!(err, CodeError::Tool { ref message, .. } if message.contains("no longer held")),
-        "{err:?}"
-    );
-    let err = host
-        .download(&file.handle, dest.path().join("again"))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::UnknownHandle { .. }), "{err:?}");
-    assert!(host.result_files().is_empty());
-    // A REPL session keeps its results until it closes.
-    let session = host.session();
-    session
-        .execute("h = make_report(n=5)['report']", json!({}), &tools)
-        .await
-        .unwrap();
-    let again = session
-        .execute("read_report(h)", json!({}), &tools)
-        .await
-        .unwrap();
-    assert_eq!(again.value, json!("N=5"));
-    assert_eq!(host.describe().held_results, 1);
-    session.close().await.unwrap();
-    assert_eq!(host.describe().held_results, 0);
-    host.close().await.unwrap();
-    common::assert_no_container("make_report");
-    common::assert_no_container("read_report");
 }
 
 #[tokio::test]

@@ -8,16 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use monty_pool::{on_print_sync, Checkout, PoolError, ResumeValue, TurnEvent};
-use monty_types::{ExcType, MontyException, MontyObject, NameLookupResult};
+use monty_types::{ExcType, MontyObject, NameLookupResult};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use crate::calls::Waiting;
 use crate::failures::{frame_of, runtime_error, typing_error, Failed};
 use crate::fanout::FANOUT_FUNCTION;
 use crate::oscalls::os_call;
 use crate::printed::Printed;
 use crate::rules::{self, thousands, Prepared};
-use crate::values::{from_wire, to_wire, wire_args};
+use crate::values::{from_wire, to_wire};
 use crate::{lock, Bridge};
 
 /// How an execution ended other than with a value.
@@ -37,9 +38,9 @@ impl From<Failed> for Outcome {
 
 pub struct Execution {
     pub(crate) bridge: Arc<Bridge>,
-    id: String,
+    pub(crate) id: String,
     pub(crate) code: String,
-    inputs: Map<String, Value>,
+    pub(crate) inputs: Map<String, Value>,
     pub(crate) tools: HashSet<String>,
     /// Tools whose calls stop the execution until the host approves them.
     pub(crate) approval: HashSet<String>,
@@ -47,19 +48,19 @@ pub struct Execution {
     pub(crate) prepared: Option<Prepared>,
     pub(crate) tool_errors: HashSet<String>,
     pub(crate) calls: u64,
-    inbox_tx: mpsc::UnboundedSender<(u64, Value)>,
-    inbox: mpsc::UnboundedReceiver<(u64, Value)>,
+    pub(crate) inbox_tx: mpsc::UnboundedSender<(u64, Value)>,
+    pub(crate) inbox: mpsc::UnboundedReceiver<(u64, Value)>,
     /// Host call number -> reply not consumed yet.
     pub(crate) answered: HashMap<u64, Value>,
     /// Monty call id -> the host calls its future stands for.
     pub(crate) waiting: HashMap<u32, Waiting>,
     /// Whether gathers of tool calls may fan out (see `fanout`).
-    fan_out: bool,
+    pub(crate) fan_out: bool,
     /// Host call number -> the fan-out it belongs to, until it is answered.
-    fan_of: HashMap<u64, u32>,
+    pub(crate) fan_of: HashMap<u64, u32>,
     /// Tool calls not sent to the host yet, and since when the oldest waits.
-    held: Vec<u8>,
-    held_since: Option<Instant>,
+    pub(crate) held: Vec<u8>,
+    pub(crate) held_since: Option<Instant>,
 }
 
 /// How long a tool call may wait to go out with the ones after it while the
@@ -67,7 +68,7 @@ pub struct Execution {
 /// list) makes one suspension per call; sending each on its own costs the
 /// host a wake-up per call and delays the last one. Code that blocks sends
 /// what it holds at once.
-const HOLD: Duration = Duration::from_millis(1);
+pub(crate) const HOLD: Duration = Duration::from_millis(1);
 
 impl Execution {
     pub fn new(bridge: Arc<Bridge>, request: &Value) -> Self {
@@ -223,7 +224,10 @@ impl Execution {
 
     /// Awaits `turn` (the code running on); held tool calls go out once the
     /// oldest has waited [`HOLD`], whether or not the code suspends again.
-    async fn sending_held_calls_meanwhile<T>(&mut self, turn: impl Future<Output = T>) -> T {
+    pub(crate) async fn sending_held_calls_meanwhile<T>(
+        &mut self,
+        turn: impl Future<Output = T>,
+    ) -> T {
         let Some(since) = self.held_since else {
             return turn.await;
         };
@@ -238,7 +242,7 @@ impl Execution {
         }
     }
 
-    fn finish(&self, value: &MontyObject) -> Result<Value, Outcome> {
+    pub(crate) fn finish(&self, value: &MontyObject) -> Result<Value, Outcome> {
         let wire =
             to_wire(value, self.bridge.config.encoding).map_err(|e| Failed::new("value", e.0))?;
         let size = serde_json::to_vec(&wire).map_or(usize::MAX, |v| v.len());
@@ -286,7 +290,7 @@ impl Execution {
         }
     }
 
-    fn answer(&mut self, event: TurnEvent) -> Result<Answer, Outcome> {
+    pub(crate) fn answer(&mut self, event: TurnEvent) -> Result<Answer, Outcome> {
         match event {
             TurnEvent::NameLookup { .. } => Ok(Answer::Lookup),
             TurnEvent::ResolveFutures {
@@ -319,265 +323,6 @@ impl Execution {
             TurnEvent::Complete(_) => Err(Failed::new("crash", "completed twice").into()),
         }
     }
-
-    fn tool_call(
-        &mut self,
-        name: &str,
-        args: &monty_types::CallArgs,
-        call_id: u32,
-        at: u32,
-    ) -> Result<Answer, Outcome> {
-        if !self.tools.contains(name) {
-            return Ok(Answer::Resume(ResumeValue::Error(MontyException::new(
-                ExcType::NameError,
-                Some(format!("name '{name}' is not defined")),
-            ))));
-        }
-        self.count_calls(1)?;
-        let (positional, keywords) =
-            match wire_args(args.args(), args.kwargs(), self.bridge.config.encoding) {
-                Ok(parts) => parts,
-                Err(e) => return Ok(Answer::Resume(self.bad_arguments(name, &e))),
-            };
-        let number = self.call_host(name, positional, keywords);
-        self.hold_or_send();
-        let sync = self
-            .prepared
-            .as_ref()
-            .is_some_and(|p| p.sync_calls.contains(&at));
-        if sync {
-            return Ok(Answer::Wait(number));
-        }
-        self.waiting.insert(call_id, Waiting::One(number));
-        Ok(Answer::Resume(ResumeValue::Future))
-    }
-
-    /// `_dh_fanout(packs)`: every `(name, (args, kwargs))` pack becomes a
-    /// host call, all answered by one future. They go out at once: they are
-    /// a batch already, and the code is about to wait for them.
-    fn fan(&mut self, args: &monty_types::CallArgs, call_id: u32) -> Result<Answer, Outcome> {
-        let packs = args
-            .args()
-            .next()
-            .and_then(|p| p.items())
-            .unwrap_or_default();
-        self.count_calls(packs.len() as u64)?;
-        let mut calls = Vec::with_capacity(packs.len());
-        for pack in packs {
-            let parts = pack.items().unwrap_or_default();
-            let call = parts.get(1).and_then(|c| c.items()).unwrap_or_default();
-            let ([name, _], [positional, keywords]) = (parts.as_slice(), call.as_slice()) else {
-                return Err(Failed::new("crash", "a fan-out call came malformed").into());
-            };
-            let name = name.as_str().unwrap_or_default().to_string();
-            if !self.tools.contains(&name) {
-                return Err(Failed::new("crash", "a fan-out named no tool").into());
-            }
-            let positional = positional.items().unwrap_or_default();
-            let keywords = keywords.pairs().unwrap_or_default();
-            match wire_args(
-                positional.into_iter(),
-                keywords.into_iter(),
-                self.bridge.config.encoding,
-            ) {
-                Ok((positional, keywords)) => calls.push((name, positional, keywords)),
-                // As the call itself would have raised: before any went out.
-                Err(e) => return Ok(Answer::Resume(self.bad_arguments(&name, &e))),
-            }
-        }
-        let numbers: Vec<u64> = calls
-            .into_iter()
-            .map(|(name, positional, keywords)| self.call_host(&name, positional, keywords))
-            .collect();
-        self.send_held();
-        self.fan_of.extend(numbers.iter().map(|n| (*n, call_id)));
-        let fan = FanCalls {
-            remaining: numbers.len(),
-            numbers,
-            failed: None,
-        };
-        self.waiting.insert(call_id, Waiting::Fan(fan));
-        Ok(Answer::Resume(ResumeValue::Future))
-    }
-
-    /// `time.sleep` waits here (Monty already capped the delay at the time
-    /// limit); `asyncio.sleep` becomes a future, so gathered sleeps overlap.
-    /// The execution's deadline or cancellation ends the wait: the timer
-    /// then has no one to tell.
-    fn sleep(&mut self, delay: Duration, call_id: u32, as_future: bool) -> Answer {
-        let number = self.bridge.next_call_number();
-        let inbox = self.inbox_tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = inbox.send((number, serde_json::json!({"ok": true, "value": null})));
-        });
-        if as_future {
-            self.waiting.insert(call_id, Waiting::One(number));
-            Answer::Resume(ResumeValue::Future)
-        } else {
-            Answer::Wait(number)
-        }
-    }
-
-    /// Counts `n` more tool calls against the limit.
-    pub(crate) fn count_calls(&mut self, n: u64) -> Result<(), Outcome> {
-        self.calls += n;
-        let limit = self.bridge.config.max_tool_calls;
-        if self.calls > limit {
-            return Err(Failed::new(
-                "tool_limit",
-                format!(
-                    "the code made more than {} tool calls",
-                    thousands(limit as usize)
-                ),
-            )
-            .into());
-        }
-        Ok(())
-    }
-
-    /// Registers a host call and holds its line; returns its number.
-    fn call_host(
-        &mut self,
-        name: &str,
-        positional: Vec<Value>,
-        keywords: Map<String, Value>,
-    ) -> u64 {
-        let (number, line) =
-            self.bridge
-                .tool_call(&self.id, &self.inbox_tx, name, positional, keywords);
-        self.held.extend_from_slice(&line);
-        self.held_since.get_or_insert_with(Instant::now);
-        number
-    }
-
-    /// Sends the held calls if the oldest has waited long enough.
-    fn hold_or_send(&mut self) {
-        if self.held_since.is_some_and(|since| since.elapsed() >= HOLD) {
-            self.send_held();
-        }
-    }
-
-    /// The reply to the host call `number`.
-    pub(crate) async fn wait_for(&mut self, number: u64) -> Result<Value, Outcome> {
-        loop {
-            if let Some(reply) = self.answered.remove(&number) {
-                return Ok(reply);
-            }
-            self.receive().await?;
-        }
-    }
-
-    /// Waits for at least one reply, and takes every other one queued, so
-    /// gathered calls resume together.
-    pub(crate) async fn receive(&mut self) -> Result<(), Outcome> {
-        let Some((number, reply)) = self.inbox.recv().await else {
-            return Err(Outcome::Cancelled);
-        };
-        self.file(number, reply);
-        while let Ok((number, reply)) = self.inbox.try_recv() {
-            self.file(number, reply);
-        }
-        Ok(())
-    }
-
-    /// Results for at least one of the `pending` futures, and every other
-    /// one that can be settled.
-    async fn settle(&mut self, pending: &[u32]) -> Result<Vec<(u32, ResumeValue)>, Outcome> {
-        if !pending.iter().any(|id| self.waiting.contains_key(id)) {
-            return Err(
-                Failed::new("crash", "the code waits on a call the bridge never made").into(),
-            );
-        }
-        loop {
-            let settled: Vec<(u32, ResumeValue)> = pending
-                .iter()
-                .filter_map(|id| self.settled(*id).map(|result| (*id, result)))
-                .collect();
-            if !settled.is_empty() {
-                return Ok(settled);
-            }
-            self.receive().await?;
-        }
-    }
-
-    /// The result of future `id`, if its replies are in.
-    fn settled(&mut self, id: u32) -> Option<ResumeValue> {
-        let waiting = self.waiting.remove(&id)?;
-        let result = match &waiting {
-            Waiting::One(number) => self
-                .answered
-                .remove(number)
-                .map(|reply| self.result_of(&reply)),
-            Waiting::Fan(fan) => self.fan_result(fan),
-        };
-        if result.is_none() {
-            self.waiting.insert(id, waiting);
-        }
-        result
-    }
-
-    /// A fan-out's values in order once all are in, or its first failure as
-    /// soon as it is in, as gather gives them.
-    fn fan_result(&mut self, fan: &FanCalls) -> Option<ResumeValue> {
-        if let Some(number) = fan.failed {
-            let reply = self.answered.remove(&number)?;
-            return Some(self.result_of(&reply));
-        }
-        if fan.remaining > 0 {
-            return None;
-        }
-        let mut values = Vec::with_capacity(fan.numbers.len());
-        for number in &fan.numbers {
-            let reply = self.answered.remove(number).unwrap_or_default();
-            match self.result_of(&reply) {
-                ResumeValue::Return(value) => values.push(value),
-                failed => return Some(failed),
-            }
-        }
-        Some(ResumeValue::Return(MontyObject::list(values)))
-    }
-
-    /// Files a reply; a fan-out's count and first failure are kept as they
-    /// come, so a large one is not scanned at every reply.
-    fn file(&mut self, number: u64, reply: Value) {
-        if let Some(id) = self.fan_of.remove(&number) {
-            if let Some(Waiting::Fan(fan)) = self.waiting.get_mut(&id) {
-                fan.remaining -= 1;
-                if fan.failed.is_none() && reply["ok"] != Value::Bool(true) {
-                    fan.failed = Some(number);
-                }
-            }
-        }
-        self.answered.insert(number, reply);
-    }
-
-    pub(crate) fn result_of(&mut self, reply: &Value) -> ResumeValue {
-        if reply["ok"].as_bool() == Some(true) {
-            return match from_wire(&reply["value"]) {
-                Ok(v) => ResumeValue::Return(v),
-                Err(e) => self.tool_failed(format!("the tool's result could not be read: {e}")),
-            };
-        }
-        let message = reply["error"]
-            .as_str()
-            .filter(|m| !m.is_empty())
-            .unwrap_or("the tool failed")
-            .to_string();
-        self.tool_failed(message)
-    }
-
-    /// Arguments that cannot reach the host (not JSON: bytes, NaN, an int
-    /// past 64 bits) fail as the host fails every other bad argument (a
-    /// wrong type, an unknown name): the catchable `ToolError`.
-    pub(crate) fn bad_arguments(&mut self, name: &str, problem: &str) -> ResumeValue {
-        self.tool_failed(format!("{name}(): {problem}"))
-    }
-
-    fn tool_failed(&mut self, message: String) -> ResumeValue {
-        self.tool_errors.insert(message.clone());
-        ResumeValue::Error(MontyException::new(ExcType::RuntimeError, Some(message)))
-    }
 }
 
 /// What a suspension needs before the session can go on.
@@ -592,22 +337,6 @@ pub(crate) enum Answer {
     Settle(Vec<u32>),
     /// An undefined name.
     Lookup,
-}
-
-/// What a future handed to Monty stands for.
-pub(crate) enum Waiting {
-    One(u64),
-    Fan(FanCalls),
-}
-
-/// The host calls of a fan-out.
-pub(crate) struct FanCalls {
-    /// In the order of the code's comprehension.
-    numbers: Vec<u64>,
-    /// How many have no reply yet.
-    pub(crate) remaining: usize,
-    /// The first that failed.
-    pub(crate) failed: Option<u64>,
 }
 
 enum Step {

@@ -48,6 +48,7 @@
 //! state comes back in the result's `suspended` and a `resume` request may
 //! go on from it, in this bridge or another (see `suspend`).
 
+mod calls;
 mod checks;
 mod config;
 mod execution;

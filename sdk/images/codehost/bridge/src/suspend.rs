@@ -17,7 +17,8 @@ use monty_pool::{on_print_sync, Checkout, ResumeValue, TurnEvent};
 use monty_types::CallArgs;
 use serde_json::{json, Map, Value};
 
-use crate::execution::{Execution, Outcome, Waiting};
+use crate::calls::Waiting;
+use crate::execution::{Execution, Outcome};
 use crate::failures::Failed;
 use crate::lock;
 use crate::rules::thousands;
