@@ -13,7 +13,7 @@
 //! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 17] = [
+pub const SOURCES: [(&str, &str); 19] = [
     (
         "Cargo.toml",
         include_str!("../../images/codehost/bridge/Cargo.toml.in"),
@@ -57,6 +57,14 @@ pub const SOURCES: [(&str, &str); 17] = [
     (
         "src/execution.rs",
         include_str!("../../images/codehost/bridge/src/execution.rs"),
+    ),
+    (
+        "src/calls.rs",
+        include_str!("../../images/codehost/bridge/src/calls.rs"),
+    ),
+    (
+        "src/outbox.rs",
+        include_str!("../../images/codehost/bridge/src/outbox.rs"),
     ),
     (
         "src/failures.rs",

@@ -56,6 +56,7 @@ mod failures;
 mod fanout;
 mod guards;
 mod oscalls;
+mod outbox;
 mod prelude;
 mod printed;
 mod rules;
@@ -71,7 +72,7 @@ use std::time::Duration;
 use monty_pool::{on_print_sync, Checkout, Pool, PoolConfig, ReplConfig, TurnEvent};
 use monty_types::{TypeCheckingConfig, TypeCheckingFormat};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Notify};
 
 pub use crate::config::Config;
@@ -91,7 +92,7 @@ type SessionSlot = Arc<tokio::sync::Mutex<Option<Checkout>>>;
 pub struct Bridge {
     pub config: Config,
     pool: Pool,
-    out: mpsc::UnboundedSender<Vec<u8>>,
+    out: outbox::Outbox,
     calls: AtomicU64,
     /// Host call number -> (execution id, the execution's inbox).
     owners: Mutex<HashMap<u64, (String, Inbox)>>,
@@ -110,8 +111,7 @@ impl Bridge {
     pub fn send(&self, message: &Value) {
         let mut line = serde_json::to_vec(message).unwrap_or_default();
         line.push(b'\n');
-        // Only fails once the writer is gone, when nobody is listening anyway.
-        let _ = self.out.send(line);
+        self.out.send(line);
     }
 
     fn repl_config(&self, type_stubs: Option<String>) -> ReplConfig {
@@ -189,7 +189,7 @@ impl Bridge {
 
     /// Sends complete protocol lines as they are.
     pub fn send_lines(&self, lines: Vec<u8>) {
-        let _ = self.out.send(lines);
+        self.out.send(lines);
     }
 
     fn deliver(&self, message: Value) {
@@ -374,22 +374,6 @@ async fn keep_spares(bridge: Arc<Bridge>, ready: mpsc::Sender<Checkout>) {
     }
 }
 
-async fn write_lines(
-    mut out: impl AsyncWrite + Unpin,
-    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
-) {
-    while let Some(line) = lines.recv().await {
-        let mut batch = line;
-        // Whatever else is queued goes out in the same write.
-        while let Ok(more) = lines.try_recv() {
-            batch.extend_from_slice(&more);
-        }
-        if out.write_all(&batch).await.is_err() || out.flush().await.is_err() {
-            std::process::exit(0);
-        }
-    }
-}
-
 async fn serve(bridge: Arc<Bridge>, input: impl AsyncRead + Unpin) {
     let mut input = BufReader::new(input);
     let mut line = Vec::new();
@@ -456,22 +440,17 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    let (out, lines) = mpsc::unbounded_channel();
     let socket = match (&config.socket, &config.token) {
         (Some(path), Some(token)) => connect(path, token).await,
         _ => None,
     };
-    let input: Box<dyn AsyncRead + Unpin + Send> = match socket {
+    let (input, out): (Box<dyn AsyncRead + Unpin + Send>, _) = match socket {
         Some(stream) => {
             let (read, write) = stream.into_split();
-            tokio::spawn(write_lines(write, lines));
             tokio::spawn(exit_when_stdin_closes());
-            Box::new(read)
+            (Box::new(read), outbox::Outbox::socket(write))
         }
-        None => {
-            tokio::spawn(write_lines(tokio::io::stdout(), lines));
-            Box::new(tokio::io::stdin())
-        }
+        None => (Box::new(tokio::io::stdin()), outbox::Outbox::stdout()),
     };
     let (ready, spares) = mpsc::channel(SPARES);
     let bridge = Arc::new(Bridge {
