@@ -65,6 +65,9 @@ impl Server {
             .env("E2B_API_KEY", KEY)
             .env("OTHER_KEY", OTHER_KEY)
             .env_remove("E2B_DOMAIN")
+            // A crash of the client (a signal, say, at exit) prints every
+            // thread's Python stack to the test's output.
+            .env("PYTHONFAULTHANDLER", "1")
             .stderr(Stdio::inherit());
         cmd
     }
@@ -116,7 +119,7 @@ fn json_output(mut cmd: Command) -> Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "the SDK script failed ({}); stdout: {stdout}\nstderr: {stderr}",
+        "the SDK script failed ({}); stdout: {stdout}\nstderr (when captured; else printed above): {stderr}",
         out.status
     );
     serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one JSON line")
