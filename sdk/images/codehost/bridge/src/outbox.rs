@@ -55,6 +55,7 @@ impl Outbox {
     }
 }
 
+/// The host's socket and what it has not taken yet.
 pub struct SocketOut {
     stream: OwnedWriteHalf,
     queue: Mutex<Queue>,
