@@ -20,10 +20,8 @@ async fn kernels_running(k: &Kernel) -> usize {
         .count()
 }
 
-#[tokio::test]
-async fn killing_the_relay_is_typed_and_the_next_run_starts_afresh() {
-    let k = kernel(config()).await;
-    k.run("x = 1").await.unwrap();
+/// Kills the relay from the kernel's own code: the run fails typed.
+async fn kill_the_relay(k: &Kernel) {
     let kill = "import os, signal\n\
         for p in os.listdir('/proc'):\n    \
             if p.isdigit():\n        \
@@ -35,12 +33,91 @@ async fn killing_the_relay_is_typed_and_the_next_run_starts_afresh() {
         matches!(err, Error::Kernel(KernelError::Unavailable { .. })),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn killing_the_relay_is_typed_and_the_next_run_starts_afresh() {
+    let k = kernel(config()).await;
+    k.run("x = 1").await.unwrap();
+    kill_the_relay(&k).await;
     // The next run gets a new relay and kernel; the old state is gone, and
     // so is the old kernel.
     let ex = k.run("'x' in globals()").await.unwrap();
     assert_eq!(ex.text(), Some("False"));
     assert_eq!(kernels_running(&k).await, 1);
     assert_eq!(k.run("6 * 7").await.unwrap().text(), Some("42"));
+    k.close().await.unwrap();
+}
+
+/// Code that plants modules where a Python started after it might import
+/// them (the user site, the relay's own directory, the directory the relay
+/// used to run from), each one marking that it was loaded by the relay,
+/// tries to change the relay itself, then kills the relay. The relay that replaces
+/// it must load none of them, and its results must be real.
+#[tokio::test]
+async fn a_relay_started_after_hostile_code_loads_nothing_it_wrote() {
+    let k = kernel(config()).await;
+    let plant = r#"
+import os, site, sys, signal
+marker = "/tmp/relay-loaded-planted-code"
+payload = ("import sys\n"
+           "if any('relay' in a for a in sys.argv):\n"
+           "    open(%r, 'a').write(__name__ + ' ')\n" % marker)
+refused, planted = [], []
+helpers = "/var/inputs/.dockhand"
+# (Only where the kernel's own next start would not trip over them: a
+# zmq.py on the kernel's path would break the kernel, not the relay.)
+targets = {
+    helpers: ["usercustomize.py", "sitecustomize.py", "secrets.py", "zmq.py"],
+    site.getusersitepackages(): ["usercustomize.py", "sitecustomize.py"],
+    "/tmp/.dockhand-kernel": ["secrets.py", "zmq.py", "usercustomize.py"],
+}
+for d, names in targets.items():
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError:
+        pass
+    for name in names:
+        path = os.path.join(d, name)
+        try:
+            with open(path, "w") as f:
+                f.write(payload)
+            planted.append(path)
+        except OSError:
+            refused.append(path)
+for name in os.listdir(helpers):
+    path = os.path.join(helpers, name)
+    try:
+        with open(path, "a") as f:
+            f.write("\nraise SystemExit('tampered')\n")
+        planted.append(path)
+    except OSError:
+        refused.append(path)
+try:
+    os.rename(helpers, "/var/inputs/moved")
+    planted.append("renamed")
+except OSError:
+    refused.append("rename")
+str(sorted(set(p for p in planted if p.startswith(helpers) or p == "renamed")))
+"#;
+    let ex = k.run(plant).await.unwrap();
+    assert_eq!(
+        ex.text(),
+        Some("'[]'"),
+        "the helpers' directory must not be writable: {ex:?}"
+    );
+    kill_the_relay(&k).await;
+    let ex = k.run("6 * 7").await.unwrap();
+    assert_eq!(ex.text(), Some("42"), "{ex:?}");
+    let ex = k
+        .run("import os\nos.path.exists('/tmp/relay-loaded-planted-code') and open('/tmp/relay-loaded-planted-code').read()")
+        .await
+        .unwrap();
+    assert_eq!(
+        ex.text(),
+        Some("False"),
+        "the new relay loaded planted code: {ex:?}"
+    );
     k.close().await.unwrap();
 }
 
@@ -89,7 +166,24 @@ async fn forged_protocol_lines_never_become_results() {
 
 #[tokio::test]
 async fn floods_are_capped_and_memory_exhaustion_is_reported() {
-    let k = kernel(config().text_limit(64 << 10).session(|s| s.memory("512Mi"))).await;
+    let k = kernel(
+        config()
+            .text_limit(64 << 10)
+            .payload_limit(1 << 20)
+            .session(|s| s.memory("512Mi")),
+    )
+    .await;
+    // A result over the payload limit says which of its types were cut.
+    let ex = k
+        .run("from IPython.display import HTML\nHTML('<p>' + 'x' * (2 << 20) + '</p>')")
+        .await
+        .unwrap();
+    assert_eq!(ex.results.len(), 1, "{:?}", ex.results.len());
+    assert!(
+        ex.results[0].cut.contains(&"text/html".to_string()),
+        "{:?}",
+        ex.results[0].cut
+    );
     let ex = k
         .run("for i in range(20000):\n    print('x' * 1000)\n'end'")
         .await

@@ -1,163 +1,18 @@
 //! `dockhand serve` driven by the E2B SDKs themselves (`e2b` and
-//! `e2b-code-interpreter` from PyPI, pinned below), against real containers:
+//! `e2b-code-interpreter` from PyPI, pinned in `common/serve_server.rs`),
+//! against real containers:
 //! the SDKs' public calls sync and async, tenants, traversal attempts, a
 //! bounded load, and SIGKILL of the server.
 
 mod common;
+#[path = "common/serve_server.rs"]
+mod serve_server;
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-/// The SDK versions tested (the README names them).
-const SDKS: [&str; 2] = ["e2b==2.63.0", "e2b-code-interpreter==2.11.5"];
-const KEY: &str = "dockhand-test-key-one-0123456789";
-const OTHER_KEY: &str = "dockhand-test-key-two-0123456789";
-
-/// One server at a time: each test's containers load the machine enough.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(pool: usize) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_dockhand"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--pool", &pool.to_string()])
-            .args(["--max-upload", &(8 << 20).to_string()])
-            .env("DOCKHAND_SERVE_API_KEYS", format!("{KEY},{OTHER_KEY}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("dockhand serve starts");
-        let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "serve never listened"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Server {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    fn python(&self, script: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(venv());
-        cmd.arg(script_path(script))
-            .args(args)
-            .env("E2B_API_URL", &self.url)
-            .env("E2B_SANDBOX_URL", &self.url)
-            .env("E2B_API_KEY", KEY)
-            .env("OTHER_KEY", OTHER_KEY)
-            .env_remove("E2B_DOMAIN")
-            // A crash of the client (a signal, say, at exit) prints every
-            // thread's Python stack to the test's output.
-            .env("PYTHONFAULTHANDLER", "1")
-            .stderr(Stdio::inherit());
-        cmd
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SIGTERM: the server kills its sandboxes and exits.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn venv() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("venv-e2b-sdks");
-    let python = dir.join("bin/python");
-    if !dir.join(".ready").exists() {
-        let run = |cmd: &mut Command| assert!(cmd.status().expect("runs").success(), "{cmd:?}");
-        run(Command::new("python3").args(["-m", "venv"]).arg(&dir));
-        run(Command::new(&python)
-            .args(["-m", "pip", "install", "-q"])
-            .args(SDKS));
-        std::fs::write(dir.join(".ready"), b"").unwrap();
-    }
-    python
-}
-
-fn script_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/e2b")
-        .join(name)
-}
-
-fn json_output(mut cmd: Command) -> Value {
-    let out = cmd.output().expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // The script's stderr is the test's own (see `Server::python`), above.
-    assert!(
-        out.status.success(),
-        "the SDK script failed ({}); its stderr is above; stdout: {stdout}",
-        out.status
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one JSON line")
-}
-
-/// The containers `pid` owns: its sandboxes (`kind=session`) or all.
-fn owned(pid: u32, sandboxes_only: bool) -> Vec<String> {
-    let mut cmd = Command::new("docker");
-    cmd.args([
-        "ps",
-        "-aq",
-        "--filter",
-        &format!("label=dev.dockhand.owner-pid={pid}"),
-    ]);
-    if sandboxes_only {
-        cmd.args(["--filter", "label=dev.dockhand.kind=session"]);
-    }
-    let out = cmd.output().expect("docker CLI");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-fn owned_containers(pid: u32) -> Vec<String> {
-    owned(pid, true)
-}
-
-fn wait_until_none(pid: u32, limit: Duration) -> Vec<String> {
-    let started = Instant::now();
-    loop {
-        let left = owned_containers(pid);
-        if left.is_empty() || started.elapsed() > limit {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
+use serve_server::{json_output, owned, owned_containers, wait_until_none, Server, SERIAL};
 
 #[test]
 fn the_e2b_sdks_work_unchanged_against_serve() {

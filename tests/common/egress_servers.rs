@@ -11,15 +11,41 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 /// What the server answers: the Host it was asked for, whether it was
 /// reached over TLS, and a hash of the Authorization header (never the
 /// header itself, so a test can check a secret without the sandbox seeing it).
+/// Under `/echo` it is a hostile host instead: it sends the Authorization
+/// header back verbatim, in a header and in a body chunked so that the
+/// value is split across chunks (`/echo/gzip`: compressed, whatever the
+/// request asked for).
 const SERVER: &str = r#"
-import hashlib, http.server, json, ssl, threading
+import gzip, hashlib, http.server, json, ssl, threading
 class Echo(http.server.BaseHTTPRequestHandler):
     # Keep-alive, as real APIs do; one write per response, no Nagle wait.
     protocol_version = "HTTP/1.1"
     wbufsize = -1
     disable_nagle_algorithm = True
+    def echo(self, auth):
+        body = ("you sent: " + auth + " | again: " + auth + " | json: " + json.dumps({"auth": auth})).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("X-Echo-Auth", auth)
+        self.send_header("X-Accept-Encoding", self.headers.get("Accept-Encoding", ""))
+        if self.path == "/echo/gzip":
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(0, len(body), 7):
+            piece = body[i:i + 7]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
     def do_GET(self):
         auth = self.headers.get("Authorization", "")
+        if self.path.startswith("/echo"):
+            return self.echo(auth)
         body = json.dumps({
             "host": self.headers.get("Host", ""),
             "path": self.path,

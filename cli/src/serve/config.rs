@@ -148,13 +148,20 @@ pub fn serve_session(session: SessionConfig) -> SessionConfig {
 }
 
 /// The built-in templates, then those of the file (which may replace them).
-pub fn templates(file: Option<&Path>, pool: usize) -> anyhow::Result<BTreeMap<String, Template>> {
+/// `transfer_limit` is the largest file a download reads (an upload's limit
+/// is checked as it streams in).
+pub fn templates(
+    file: Option<&Path>,
+    pool: usize,
+    transfer_limit: u64,
+) -> anyhow::Result<BTreeMap<String, Template>> {
+    let prepare = move |session: SessionConfig| serve_session(session).read_limit(transfer_limit);
     let mut out = BTreeMap::new();
     // Images trust the host's CA bundle, as the CLI's do: builds then work
     // behind a TLS-intercepting proxy.
     let science = KernelConfig::data_science();
     let image = science.image_spec().clone().trust_host_certificates();
-    let kernel = science.image(image).session(serve_session);
+    let kernel = science.image(image).session(prepare);
     out.insert(
         CODE_INTERPRETER.to_string(),
         Template {
@@ -169,7 +176,7 @@ pub fn templates(file: Option<&Path>, pool: usize) -> anyhow::Result<BTreeMap<St
         BASE.to_string(),
         Template {
             name: BASE.into(),
-            kind: TemplateKind::Session(Box::new(serve_session(
+            kind: TemplateKind::Session(Box::new(prepare(
                 SessionConfig::new().image(ImageSpec::default().trust_host_certificates()),
             ))),
             pool,
@@ -203,11 +210,11 @@ pub fn templates(file: Option<&Path>, pool: usize) -> anyhow::Result<BTreeMap<St
             .validate()
             .with_context(|| format!("template `{name}` in {}", path.display()))?;
         let kind = match t.kind.as_str() {
-            "kernel" => TemplateKind::Kernel(Box::new(
-                KernelConfig::new().image(image).session(serve_session),
-            )),
+            "kernel" => {
+                TemplateKind::Kernel(Box::new(KernelConfig::new().image(image).session(prepare)))
+            }
             "session" => {
-                TemplateKind::Session(Box::new(serve_session(SessionConfig::new().image(image))))
+                TemplateKind::Session(Box::new(prepare(SessionConfig::new().image(image))))
             }
             other => bail!("template `{name}`: kind `{other}` is neither `kernel` nor `session`"),
         };
@@ -237,7 +244,7 @@ mod tests {
 
     #[test]
     fn the_built_in_templates_are_the_sdks_defaults() {
-        let t = templates(None, 3).unwrap();
+        let t = templates(None, 3, 1 << 20).unwrap();
         assert!(matches!(t[CODE_INTERPRETER].kind, TemplateKind::Kernel(_)));
         assert!(matches!(t[BASE].kind, TemplateKind::Session(_)));
         assert_eq!(t[BASE].pool, 3);
@@ -251,7 +258,7 @@ mod tests {
                 "base": {"apt": ["jq"], "cpus": 4}
             }}"#,
         );
-        let t = templates(Some(f.path()), 2).unwrap();
+        let t = templates(Some(f.path()), 2, 1 << 20).unwrap();
         assert!(matches!(t["analysis"].kind, TemplateKind::Kernel(_)));
         assert_eq!(t["analysis"].pool, 0);
         assert_eq!((t["base"].cpus, t["base"].pool), (4, 2));
@@ -264,10 +271,15 @@ mod tests {
     #[test]
     fn bad_template_files_are_refused_with_the_reason() {
         let kind = file(r#"{"templates": {"x": {"kind": "vm"}}}"#);
-        let e = templates(Some(kind.path()), 1).unwrap_err().to_string();
+        let e = templates(Some(kind.path()), 1, 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("kind `vm`"), "{e}");
         let unknown = file(r#"{"templates": {"x": {"packages": ["a"]}}}"#);
-        let e = format!("{:#}", templates(Some(unknown.path()), 1).unwrap_err());
+        let e = format!(
+            "{:#}",
+            templates(Some(unknown.path()), 1, 1 << 20).unwrap_err()
+        );
         assert!(e.contains("packages"), "{e}");
     }
 

@@ -13,13 +13,22 @@ use serde_json::{json, Value};
 
 use super::interpreter::env_update_code;
 use super::query_pairs;
-use super::registry::{sandbox_id, NewSandbox, Sandbox};
+use super::registry::{sandbox_id, Full, NewSandbox, Sandbox};
 use super::{Server, ENVD_VERSION};
 
 /// E2B's error body.
 pub fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = json!({"code": status.as_u16(), "message": message.into()});
     (status, axum::Json(body)).into_response()
+}
+
+/// A JSON body, or the type's defaults for an empty one; a body that is
+/// not the JSON asked for is the caller's error (400), never ignored.
+pub fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("bad request body: {e}"))
 }
 
 /// The answer for a sandbox the key cannot see (missing or another's).
@@ -169,15 +178,25 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         Ok(n) => n,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("network: {e}")),
     };
-    if server.registry.count(tenant) >= server.limits.max_per_key {
-        return api_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "this key already has {} sandboxes running, the server's limit; kill some first",
-                server.limits.max_per_key
-            ),
-        );
-    }
+    let limits = &server.limits;
+    let slot = match server
+        .registry
+        .reserve(tenant, limits.max_per_key, limits.max_total)
+    {
+        Ok(slot) => slot,
+        Err(Full::Key(n)) => {
+            return api_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("this key already has {n} sandboxes running or starting, the server's limit per key; kill some first"),
+            )
+        }
+        Err(Full::Server(n)) => {
+            return api_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("the server runs {n} sandboxes (running or starting), its limit; try again later"),
+            )
+        }
+    };
     let timeout = seconds(
         request.timeout,
         server.limits.default_timeout,
@@ -216,7 +235,7 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
             );
         }
     }
-    server.registry.insert(sandbox.clone());
+    slot.fill(sandbox.clone());
     (StatusCode::CREATED, axum::Json(created(&sandbox))).into_response()
 }
 
@@ -278,7 +297,10 @@ pub fn timeout(server: &Server, tenant: usize, id: &str, body: &[u8], set: bool)
     let Some(sandbox) = server.registry.owned(tenant, id) else {
         return not_found(id);
     };
-    let request: TimeoutRequest = serde_json::from_slice(body).unwrap_or_default();
+    let request: TimeoutRequest = match json_or_default(body) {
+        Ok(r) => r,
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
+    };
     let limits = &server.limits;
     let asked = request.timeout.or(request.duration);
     if set {
@@ -307,7 +329,10 @@ pub fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Respons
     let Some(sandbox) = server.registry.owned(tenant, id) else {
         return not_found(id);
     };
-    let request: TimeoutRequest = serde_json::from_slice(body).unwrap_or_default();
+    let request: TimeoutRequest = match json_or_default(body) {
+        Ok(r) => r,
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
+    };
     if let Some(asked) = request.timeout {
         let limits = &server.limits;
         sandbox.extend(seconds(

@@ -238,7 +238,8 @@ fn query_path(query: Option<&str>) -> Option<String> {
         .map(|(_, v)| v)
 }
 
-/// `GET /files?path=`: a file's bytes.
+/// `GET /files?path=`: a file's bytes, at most the server's transfer limit (the
+/// session's read limit, set from it, refuses a larger one).
 pub async fn download(sandbox: &Sandbox, query: Option<&str>) -> Response {
     let Some(path) = query_path(query) else {
         return http_error(StatusCode::BAD_REQUEST, "the path parameter is missing");

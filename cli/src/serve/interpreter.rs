@@ -75,7 +75,10 @@ pub async fn create_context(sandbox: &Sandbox, body: &[u8]) -> Response {
         Ok(k) => k,
         Err(r) => return r,
     };
-    let request: ContextRequest = serde_json::from_slice(body).unwrap_or_default();
+    let request: ContextRequest = match super::control::json_or_default(body) {
+        Ok(r) => r,
+        Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
+    };
     if let Err(r) = check_language(request.language.as_deref()) {
         return r;
     }

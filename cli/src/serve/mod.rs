@@ -25,6 +25,7 @@ use dockhand::pool::{KernelPool, PoolConfig, SessionPool};
 use dockhand::Network;
 use tokio::sync::OnceCell;
 
+mod caller;
 mod config;
 mod connect;
 mod control;
@@ -34,6 +35,7 @@ mod process;
 mod registry;
 mod watch;
 
+use caller::{Caller, Tenant};
 use config::{same_secret, Keys, Template, TemplateKind};
 use control::{api_error, Parts};
 use registry::{Registry, Sandbox};
@@ -70,10 +72,13 @@ pub struct ServeArgs {
     /// The longest timeout a request may set, in seconds.
     #[arg(long, default_value_t = 86_400)]
     max_timeout: u64,
-    /// The most sandboxes one key may have at once.
+    /// The most sandboxes one key may have at once (creating ones count).
     #[arg(long, default_value_t = 100)]
     max_sandboxes_per_key: usize,
-    /// The largest upload, in bytes.
+    /// The most sandboxes the server runs at once, all keys together.
+    #[arg(long, default_value_t = 1000)]
+    max_sandboxes: usize,
+    /// The largest upload and download, in bytes.
     #[arg(long, default_value_t = 100 << 20)]
     max_upload: usize,
     /// Longest run of one `run_code`, in seconds.
@@ -90,6 +95,7 @@ pub struct Limits {
     default_timeout: Duration,
     max_timeout: Duration,
     max_per_key: usize,
+    max_total: usize,
     max_upload: usize,
     run_timeout: Duration,
     internet_default: bool,
@@ -224,7 +230,8 @@ pub fn query_pairs(raw: &str) -> Vec<(String, String)> {
 pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
     let client = crate::connect(host, true).await?;
     let keys = Keys::load(args.api_keys.as_deref(), args.api_keys_file.as_deref())?;
-    let templates = config::templates(args.templates.as_deref(), args.pool)?;
+    let templates =
+        config::templates(args.templates.as_deref(), args.pool, args.max_upload as u64)?;
     let pools = templates
         .keys()
         .map(|name| (name.clone(), OnceCell::new()))
@@ -239,6 +246,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             default_timeout: Duration::from_secs(args.default_timeout),
             max_timeout: Duration::from_secs(args.max_timeout),
             max_per_key: args.max_sandboxes_per_key,
+            max_total: args.max_sandboxes,
             max_upload: args.max_upload,
             run_timeout: Duration::from_secs(args.run_timeout),
             internet_default: args.internet_by_default,
@@ -254,6 +262,14 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
                 tracing::warn!(template = %template.name, error = %e, "preparing a template's pool");
             }
         });
+    }
+    if !args.listen.ip().is_loopback() {
+        eprintln!(
+            "dockhand serve: warning: listening on {}, beyond this machine, in plain HTTP: \
+             API keys and sandbox tokens cross the network readable; put a TLS-terminating \
+             proxy in front (see docs/serve.md)",
+            args.listen
+        );
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     eprintln!(
@@ -295,8 +311,15 @@ async fn shutdown_signal() {
     }
 }
 
+/// The largest body of a call that is not an upload: JSON and Connect
+/// messages are small, and a body is read only once its caller is known.
+const MAX_CALL_BODY: usize = 8 << 20;
+
 fn router(server: Arc<Server>) -> Router {
-    let limit = server.limits.max_upload;
+    // Uploads stream in bounded memory and check their own limit.
+    let files = Router::new()
+        .route("/files", get(files_get).post(files_post))
+        .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/sandboxes", post(create).get(list))
         .route("/v2/sandboxes", post(create).get(list))
@@ -310,14 +333,14 @@ fn router(server: Arc<Server>) -> Router {
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
-        .route("/files", get(files_get).post(files_post))
         .route("/health", get(health))
         .route("/execute", post(execute))
         .route("/contexts", get(contexts_list).post(contexts_create))
         .route("/contexts/{id}", axum::routing::delete(contexts_remove))
         .route("/contexts/{id}/restart", post(contexts_restart))
         .fallback(unknown_endpoint)
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(MAX_CALL_BODY))
+        .merge(files)
         .with_state(server)
 }
 
@@ -331,85 +354,62 @@ async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> R
     )
 }
 
-macro_rules! tenant {
-    ($server:expr, $headers:expr) => {
-        match $server.tenant(&$headers) {
-            Ok(t) => t,
-            Err(r) => return r,
-        }
-    };
-}
-
-macro_rules! sandbox {
-    ($server:expr, $headers:expr) => {
-        match $server.sandbox(&$headers) {
-            Ok(s) => s,
-            Err(r) => return r,
-        }
-    };
-}
-
-async fn create(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let tenant = tenant!(s, headers);
+async fn create(State(s): Shared, Tenant(tenant): Tenant, body: Bytes) -> Response {
     control::create(s.clone(), tenant, &body).await
 }
 
 async fn list(
     State(s): Shared,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let tenant = tenant!(s, headers);
     control::list(&s, tenant, &query)
 }
 
-async fn sandbox_get(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let tenant = tenant!(s, headers);
+async fn sandbox_get(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {
     control::get(&s, tenant, &id)
 }
 
-async fn sandbox_kill(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let tenant = tenant!(s, headers);
+async fn sandbox_kill(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Response {
     control::kill(&s, tenant, &id).await
 }
 
 async fn set_timeout(
     State(s): Shared,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let tenant = tenant!(s, headers);
     control::timeout(&s, tenant, &id, &body, true)
 }
 
 async fn refresh(
     State(s): Shared,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let tenant = tenant!(s, headers);
     control::timeout(&s, tenant, &id, &body, false)
 }
 
 async fn connect_sandbox(
     State(s): Shared,
-    headers: HeaderMap,
+    Tenant(tenant): Tenant,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let tenant = tenant!(s, headers);
     control::connect(&s, tenant, &id, &body)
 }
 
-async fn pause(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let tenant = tenant!(s, headers);
+async fn pause(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {
     control::pause_refused(&s, tenant, &id)
 }
 
-async fn metrics(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let tenant = tenant!(s, headers);
+async fn metrics(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {
     match s.registry.owned(tenant, &id) {
         Some(_) => axum::Json(serde_json::json!([])).into_response(),
         None => control::not_found(&id),
@@ -417,12 +417,11 @@ async fn metrics(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -
 }
 
 async fn process_rpc(
-    State(s): Shared,
+    Caller(sandbox): Caller,
     headers: HeaderMap,
     Path(method): Path<String>,
     body: Bytes,
 ) -> Response {
-    let sandbox = sandbox!(s, headers);
     match method.as_str() {
         "Start" => process::start(sandbox, &headers, &body).await,
         "Connect" => process::attach(&sandbox, &headers, &body),
@@ -440,12 +439,11 @@ async fn process_rpc(
 }
 
 async fn filesystem_rpc(
-    State(s): Shared,
+    Caller(sandbox): Caller,
     headers: HeaderMap,
     Path(method): Path<String>,
     body: Bytes,
 ) -> Response {
-    let sandbox = sandbox!(s, headers);
     match method.as_str() {
         "WatchDir" => watch::stream(sandbox, &headers, &body).await,
         "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
@@ -455,13 +453,11 @@ async fn filesystem_rpc(
     }
 }
 
-async fn files_get(State(s): Shared, headers: HeaderMap, request: Request) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn files_get(Caller(sandbox): Caller, request: Request) -> Response {
     files::download(&sandbox, request.uri().query()).await
 }
 
-async fn files_post(State(s): Shared, headers: HeaderMap, request: Request) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn files_post(State(s): Shared, Caller(sandbox): Caller, request: Request) -> Response {
     files::upload(sandbox, request, s.limits.max_upload).await
 }
 
@@ -474,31 +470,22 @@ async fn health(State(s): Shared, headers: HeaderMap) -> Response {
     }
 }
 
-async fn execute(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn execute(State(s): Shared, Caller(sandbox): Caller, body: Bytes) -> Response {
     interpreter::execute(sandbox, &body, s.limits.run_timeout).await
 }
 
-async fn contexts_list(State(s): Shared, headers: HeaderMap) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn contexts_list(Caller(sandbox): Caller) -> Response {
     interpreter::list_contexts(&sandbox)
 }
 
-async fn contexts_create(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn contexts_create(Caller(sandbox): Caller, body: Bytes) -> Response {
     interpreter::create_context(&sandbox, &body).await
 }
 
-async fn contexts_remove(State(s): Shared, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn contexts_remove(Caller(sandbox): Caller, Path(id): Path<String>) -> Response {
     interpreter::remove_context(&sandbox, &id).await
 }
 
-async fn contexts_restart(
-    State(s): Shared,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    let sandbox = sandbox!(s, headers);
+async fn contexts_restart(Caller(sandbox): Caller, Path(id): Path<String>) -> Response {
     interpreter::restart_context(&sandbox, &id).await
 }

@@ -139,21 +139,90 @@ pub fn sandbox_id() -> String {
     format!("i{}", &raw[..19])
 }
 
-/// Every live sandbox by id.
+/// Every live sandbox by id, and the slots of those being created.
 #[derive(Default)]
 pub struct Registry {
-    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
+    sandboxes: Mutex<Live>,
+}
+
+#[derive(Default)]
+struct Live {
+    by_id: HashMap<String, Arc<Sandbox>>,
+    /// Slots taken by creates not finished yet, by tenant.
+    creating: HashMap<usize, usize>,
+}
+
+/// Why a create was refused a slot.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Full {
+    /// The key has its limit of sandboxes (running and being created).
+    Key(usize),
+    /// The server has its limit, all keys together.
+    Server(usize),
+}
+
+/// A place for one sandbox, counted from before its container exists: two
+/// creates racing for a key's last place cannot both get it. Dropped
+/// unfilled (the create failed, or its request went away), it is free again.
+pub struct Slot<'a> {
+    registry: &'a Registry,
+    tenant: usize,
+    filled: bool,
+}
+
+impl Slot<'_> {
+    /// Puts the created sandbox in its place.
+    pub fn fill(mut self, sandbox: Arc<Sandbox>) {
+        let mut live = lock(&self.registry.sandboxes);
+        release(&mut live, self.tenant);
+        live.by_id.insert(sandbox.id.clone(), sandbox);
+        self.filled = true;
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.filled {
+            release(&mut lock(&self.registry.sandboxes), self.tenant);
+        }
+    }
+}
+
+fn release(live: &mut Live, tenant: usize) {
+    if let Some(n) = live.creating.get_mut(&tenant) {
+        *n -= 1;
+        if *n == 0 {
+            live.creating.remove(&tenant);
+        }
+    }
 }
 
 impl Registry {
-    /// Adds a sandbox.
-    pub fn insert(&self, sandbox: Arc<Sandbox>) {
-        lock(&self.sandboxes).insert(sandbox.id.clone(), sandbox);
+    /// Takes a slot for one more sandbox of `tenant`, if neither the key's
+    /// limit nor the server's is reached (creates in flight count).
+    pub fn reserve(&self, tenant: usize, per_key: usize, total: usize) -> Result<Slot<'_>, Full> {
+        let mut live = lock(&self.sandboxes);
+        let creating: usize = live.creating.values().sum();
+        if live.by_id.len() + creating >= total {
+            return Err(Full::Server(total));
+        }
+        let mine = live.by_id.values().filter(|s| s.tenant == tenant).count()
+            + live.creating.get(&tenant).copied().unwrap_or(0);
+        if mine >= per_key {
+            return Err(Full::Key(per_key));
+        }
+        *live.creating.entry(tenant).or_default() += 1;
+        Ok(Slot {
+            registry: self,
+            tenant,
+            filled: false,
+        })
     }
 
     /// The sandbox `id` if `tenant` owns it.
     pub fn owned(&self, tenant: usize, id: &str) -> Option<Arc<Sandbox>> {
         lock(&self.sandboxes)
+            .by_id
             .get(id)
             .filter(|s| s.tenant == tenant)
             .cloned()
@@ -162,12 +231,13 @@ impl Registry {
     /// The sandbox `id`, whoever owns it (in-sandbox calls prove access
     /// with its token instead).
     pub fn get(&self, id: &str) -> Option<Arc<Sandbox>> {
-        lock(&self.sandboxes).get(id).cloned()
+        lock(&self.sandboxes).by_id.get(id).cloned()
     }
 
     /// Takes the sandbox `id` out if `tenant` owns it.
     pub fn remove_owned(&self, tenant: usize, id: &str) -> Option<Arc<Sandbox>> {
-        let mut map = lock(&self.sandboxes);
+        let mut live = lock(&self.sandboxes);
+        let map = &mut live.by_id;
         if map.get(id).is_some_and(|s| s.tenant == tenant) {
             return map.remove(id);
         }
@@ -177,6 +247,7 @@ impl Registry {
     /// `tenant`'s sandboxes.
     pub fn of(&self, tenant: usize) -> Vec<Arc<Sandbox>> {
         let mut list: Vec<_> = lock(&self.sandboxes)
+            .by_id
             .values()
             .filter(|s| s.tenant == tenant)
             .cloned()
@@ -185,18 +256,11 @@ impl Registry {
         list
     }
 
-    /// How many sandboxes `tenant` has.
-    pub fn count(&self, tenant: usize) -> usize {
-        lock(&self.sandboxes)
-            .values()
-            .filter(|s| s.tenant == tenant)
-            .count()
-    }
-
     /// Takes out every sandbox past its end.
     pub fn take_expired(&self) -> Vec<Arc<Sandbox>> {
         let now = Utc::now();
-        let mut map = lock(&self.sandboxes);
+        let mut live = lock(&self.sandboxes);
+        let map = &mut live.by_id;
         let expired: Vec<String> = map
             .values()
             .filter(|s| s.end_at() <= now)
@@ -207,7 +271,11 @@ impl Registry {
 
     /// Takes out every sandbox.
     pub fn take_all(&self) -> Vec<Arc<Sandbox>> {
-        lock(&self.sandboxes).drain().map(|(_, s)| s).collect()
+        lock(&self.sandboxes)
+            .by_id
+            .drain()
+            .map(|(_, s)| s)
+            .collect()
     }
 }
 
@@ -220,5 +288,27 @@ pub async fn reap_forever(registry: Arc<Registry>) {
             tracing::info!(sandbox = %sandbox.id, "timeout reached: killing the sandbox");
             tokio::spawn(async move { sandbox.close().await });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_count_creates_in_flight_and_free_when_dropped() {
+        let registry = Registry::default();
+        let a1 = registry.reserve(1, 2, 3).unwrap();
+        let a2 = registry.reserve(1, 2, 3).unwrap();
+        // The key's places are taken by creates that have not finished.
+        assert_eq!(registry.reserve(1, 2, 3).err(), Some(Full::Key(2)));
+        let b1 = registry.reserve(2, 2, 3).unwrap();
+        // The server's are too, whoever asks.
+        assert_eq!(registry.reserve(2, 2, 3).err(), Some(Full::Server(3)));
+        drop(a1);
+        let a3 = registry.reserve(1, 2, 3).unwrap();
+        drop((a2, a3, b1));
+        assert!(lock(&registry.sandboxes).creating.is_empty());
+        assert!(registry.reserve(1, 2, 3).is_ok());
     }
 }

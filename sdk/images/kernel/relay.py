@@ -207,7 +207,8 @@ class Context:
         elif kind in ("execute_result", "display_data", "update_display_data"):
             cut = cap_bundle(content.setdefault("data", {}), self.payload_limit)
             if cut:
-                msg.setdefault("metadata", {})["dockhand_cut"] = cut
+                # On the bundle's own metadata, which is what the host reads.
+                content.setdefault("metadata", {})["dockhand_cut"] = cut
         elif kind == "error":
             tb = content.get("traceback") or []
             content["traceback"] = [cap_text(line, self.text_limit)[0] for line in tb[:200]]

@@ -240,15 +240,20 @@ impl SuspensionStore {
         }
         let dir = self.dir.join("resumed");
         let id = suspended.body.id.clone();
-        let ttl = self.ttl;
+        let expires = suspended.body.expires;
         let claimed = tokio::task::spawn_blocking(move || {
             make_private_dir(&dir)?;
-            forget_expired(&dir, ttl);
-            std::fs::OpenOptions::new()
+            forget_expired(&dir);
+            let mut record = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .open(dir.join(&id))
-                .map(drop)
+                .open(dir.join(&id))?;
+            // The record guards the blob until the blob's own expiry, not
+            // this store's ttl: a store with a shorter ttl over the same
+            // directory must not forget it early. A record left empty (a
+            // crash here) is never forgotten, which only refuses more.
+            use std::io::Write;
+            record.write_all(expires.to_string().as_bytes())
         })
         .await
         .map_err(|e| Error::io("recording a resumed suspension", std::io::Error::other(e)))?;
@@ -324,18 +329,18 @@ fn make_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Removes records of resumptions older than any suspension may live: their
 /// blobs are refused as expired anyway.
-fn forget_expired(dir: &Path, ttl: Duration) {
+/// Removes the records of suspensions whose blobs have expired (with an
+/// hour's grace for clocks that disagree): such a blob is refused anyway.
+fn forget_expired(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let now = unix_now();
     for entry in entries.flatten() {
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
+        let expires = std::fs::read_to_string(entry.path())
             .ok()
-            .and_then(|m| m.elapsed().ok())
-            .is_some_and(|age| age > ttl + Duration::from_secs(3600));
-        if old {
+            .and_then(|text| text.trim().parse::<u64>().ok());
+        if expires.is_some_and(|at| now > at.saturating_add(EXPIRY_GRACE.as_secs())) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -347,6 +352,9 @@ fn tag_of(key: &[u8], bytes: &[u8]) -> [u8; TAG_LEN] {
     mac.update(bytes);
     mac.finalize().into_bytes().into()
 }
+
+/// How long past its blob's expiry a resumed record is kept.
+const EXPIRY_GRACE: Duration = Duration::from_secs(3600);
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -565,6 +573,42 @@ mod tests {
             assert_eq!(mode & 0o777, 0o700);
         }
         assert!(!format!("{sealed:?}").contains("AAAA"));
+    }
+
+    #[tokio::test]
+    async fn a_store_with_a_short_ttl_does_not_forget_a_resumed_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = SuspensionStore::at(dir.path()).ttl(Duration::from_secs(7 * 86_400));
+        let sealed = long.seal(body()).await.unwrap();
+        long.claim(&sealed).await.unwrap();
+        // Its record looks old, as after a day of waiting for approval.
+        let record = dir.path().join("resumed").join("x1");
+        let day_ago = SystemTime::now() - Duration::from_secs(86_400);
+        std::fs::File::options()
+            .write(true)
+            .open(&record)
+            .unwrap()
+            .set_modified(day_ago)
+            .unwrap();
+        // A store over the same directory with a short ttl prunes as it
+        // claims something else, then is handed the same blob again.
+        let short = SuspensionStore::at(dir.path()).ttl(Duration::from_secs(1));
+        let mut other = body();
+        other.id = "x2".into();
+        let other = short.seal(other).await.unwrap();
+        short.claim(&other).await.unwrap();
+        let replayed = short.open(&sealed.to_bytes()).await.unwrap();
+        let err = short.claim(&replayed).await.unwrap_err();
+        assert!(err.to_string().contains("resumed already"), "{err}");
+        // Past the blob's own expiry and the grace, the record goes.
+        std::fs::write(&record, "1").unwrap();
+        let mut third = body();
+        third.id = "x3".into();
+        short
+            .claim(&short.seal(third).await.unwrap())
+            .await
+            .unwrap();
+        assert!(!record.exists(), "an expired blob's record is pruned");
     }
 
     #[tokio::test]

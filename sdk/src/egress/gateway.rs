@@ -23,7 +23,7 @@ use crate::image::program::ProgramImage;
 use crate::progress::Reporter;
 
 /// The gateway crate's files, by path inside the crate.
-const SOURCES: [(&str, &str); 11] = [
+const SOURCES: [(&str, &str); 12] = [
     (
         "Cargo.toml",
         include_str!("../../images/gateway/Cargo.toml.in"),
@@ -51,6 +51,10 @@ const SOURCES: [(&str, &str); 11] = [
     (
         "src/proxy.rs",
         include_str!("../../images/gateway/src/proxy.rs"),
+    ),
+    (
+        "src/redact.rs",
+        include_str!("../../images/gateway/src/redact.rs"),
     ),
     (
         "src/secrets.rs",

@@ -302,21 +302,6 @@ impl Engine {
             .map_err(|e| docker_err("upload archive", e))
     }
 
-    /// Puts one file at `dir/path` in a container (its parent directories
-    /// created world-readable), e.g. a program its main process runs.
-    pub async fn upload_file(
-        &self,
-        id: &str,
-        dir: &str,
-        path: &str,
-        data: impl Into<Vec<u8>>,
-    ) -> Result<()> {
-        let parents: Vec<&str> = path.rmatch_indices('/').map(|(i, _)| &path[..i]).collect();
-        let dirs: Vec<(&str, u32)> = parents.iter().rev().map(|p| (*p, 0o755)).collect();
-        let tar = crate::archive::build_tar(&dirs, &[crate::archive::TarFile::new(path, data)])?;
-        self.upload_archive(id, dir, bytes::Bytes::from(tar)).await
-    }
-
     /// Starts a created container.
     pub async fn start_container(&self, id: &str) -> Result<()> {
         self.docker

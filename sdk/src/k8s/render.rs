@@ -425,6 +425,14 @@ pub(crate) fn code_host_pod(
 
 /// A session as a Pod: the session agent (mounted from a ConfigMap) in the
 /// workspace, spoken to over its attach stream as on Docker.
+/// The session agent and its helpers, as the programs ConfigMap holds them
+/// (mounted read-only: the session's code changes none of them).
+fn programs_of(config: &SessionConfig) -> Vec<(&'static str, &'static str)> {
+    let mut programs = vec![("session-agent.py", crate::session::AGENT)];
+    programs.extend(config.helpers.iter().copied());
+    programs
+}
+
 pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> {
     let spec = crate::session::container_spec(config, &opts.image)?;
     let naming = Naming::new(
@@ -459,7 +467,7 @@ pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> 
         &spec,
         main,
         volumes,
-        &[("session-agent.py", crate::session::AGENT)],
+        &programs_of(config),
         egress,
         opts,
     ))

@@ -142,8 +142,13 @@ impl KernelConfig {
         }
     }
 
-    /// The session configuration with the kernel's image.
+    /// The session configuration with the kernel's image, and its relay
+    /// installed where the kernel's code cannot change it.
     pub(crate) fn session_config(&self) -> SessionConfig {
-        self.session.clone().image(self.container_image())
+        self.session
+            .clone()
+            .image(self.container_image())
+            .helper(super::link::RELAY_FILE, super::link::RELAY)
+            .helper(super::link::STARTUP_FILE, super::link::KERNEL_STARTUP)
     }
 }

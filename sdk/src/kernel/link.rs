@@ -11,15 +11,17 @@ use super::wire::{Event, Lines, Op};
 use super::KernelError;
 use crate::error::Result;
 use crate::session::protocol::{unb64, Reply};
-use crate::session::{Channel, Session, SessionApi};
+use crate::session::{Channel, Session};
 use crate::util::{lock, push_tail};
 
-/// Where the relay and the kernel's startup file live in the container.
-const RELAY_DIR: &str = "/tmp/.dockhand-kernel";
 /// The relay program.
 pub const RELAY: &str = include_str!("../../images/kernel/relay.py");
 /// Run by every kernel at start: chart and DataFrame formatters.
 pub const KERNEL_STARTUP: &str = include_str!("../../images/kernel/kernel_startup.py");
+/// Their names among the session's helpers (the relay finds the startup
+/// file beside itself).
+pub(crate) const RELAY_FILE: &str = "kernel-relay.py";
+pub(crate) const STARTUP_FILE: &str = "kernel_startup.py";
 /// How long the relay may take to say it is up.
 const READY_LIMIT: Duration = Duration::from_secs(30);
 /// The longest line the relay may send: its payload cap, base64 and JSON.
@@ -55,20 +57,14 @@ impl Drop for Link {
 }
 
 impl Link {
-    /// Uploads the relay and starts it in `session`'s container.
+    /// Starts the relay in `session`'s container. It runs from the
+    /// session's helpers (root-owned, read-only) in isolated mode (`-I`: no
+    /// user site, no `PYTHON*` variables, not its own directory on the
+    /// path), so nothing the kernel's code writes is ever loaded by it.
     pub(crate) async fn open(session: &Session) -> Result<Arc<Link>> {
-        session
-            .write_file(&format!("{RELAY_DIR}/relay.py"), RELAY.as_bytes())
-            .await?;
-        session
-            .write_file(
-                &format!("{RELAY_DIR}/kernel_startup.py"),
-                KERNEL_STARTUP.as_bytes(),
-            )
-            .await?;
-        let env = BTreeMap::from([("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string())]);
+        let relay = format!("{}/{RELAY_FILE}", crate::session::HELPERS_DIR);
         let Channel { id, replies } = session
-            .open_channel(&format!("exec python3 -u {RELAY_DIR}/relay.py"), env)
+            .open_channel(&format!("exec python3 -I -B -u {relay}"), BTreeMap::new())
             .await?;
         let routes = Arc::new(Mutex::new(Routes {
             alive: true,

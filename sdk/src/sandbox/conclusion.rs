@@ -34,7 +34,12 @@ pub(super) fn conclude(
         program: &sandbox.program,
         secrets: &prepared.redactions,
     })?;
-    let outputs = outputs::parse(collected, &sandbox.outputs)?;
+    let mut outputs = outputs::parse(collected, &sandbox.outputs)?;
+    // A secret the program was given (or that a bound host echoed back)
+    // leaves in its typed outputs no more than in its printed text.
+    for value in outputs.values_mut() {
+        super::secret::redact_value(value, &prepared.redactions);
+    }
     Ok(RunOutput {
         outputs,
         exit_code: status.code,

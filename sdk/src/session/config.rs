@@ -75,6 +75,10 @@ pub struct SessionConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) name: Option<String>,
+    /// Programs installed beside the agent (root-owned, read-only, where
+    /// the session's code cannot write), by file name: what a capability
+    /// runs in the container to judge the code there (a kernel's relay).
+    pub(crate) helpers: Vec<(&'static str, &'static str)>,
 }
 
 impl fmt::Debug for SessionConfig {
@@ -119,11 +123,19 @@ impl Default for SessionConfig {
             request_timeout: Duration::from_secs(30),
             start_timeout: Duration::from_secs(60),
             name: None,
+            helpers: Vec::new(),
         }
     }
 }
 
 impl SessionConfig {
+    /// Installs `text` as `HELPERS_DIR/<name>` beside the agent.
+    pub(crate) fn helper(mut self, name: &'static str, text: &'static str) -> Self {
+        self.helpers.retain(|(n, _)| *n != name);
+        self.helpers.push((name, text));
+        self
+    }
+
     /// Defaults: the Python base image, `/workspace`, no network, 1 CPU, 1 GiB,
     /// the unprivileged user, all capabilities dropped, 120 s per command.
     pub fn new() -> Self {

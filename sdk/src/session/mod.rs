@@ -33,9 +33,9 @@ mod tools;
 pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
-pub(crate) use live::Channel;
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{agent_pool, container_spec, AGENT};
+pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{ExecEvent, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned};
 pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

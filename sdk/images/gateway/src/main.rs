@@ -23,6 +23,7 @@ mod dns;
 mod policy;
 mod prefixed;
 mod proxy;
+mod redact;
 mod secrets;
 mod state;
 mod tls;

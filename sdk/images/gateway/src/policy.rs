@@ -2,7 +2,7 @@
 //! gateway puts into its requests to which hosts. The SDK parses and checks
 //! the user's text; what arrives here is already structured.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -37,14 +37,100 @@ pub enum Target {
 }
 
 impl Target {
-    /// A host as a client wrote it (`Example.COM.`, `10.0.0.1`, `[::1]`).
+    /// A host as a client wrote it (`Example.COM.`, `10.0.0.1`, `[::1]`,
+    /// `0x7f.1`, `[::ffff:10.0.0.1]`). Every spelling of an address becomes
+    /// the address itself, an IPv4 address carried inside an IPv6 one
+    /// becomes that IPv4 address: rules are written for what the connection
+    /// reaches, not for how the client spelled it.
     pub fn parse(host: &str) -> Target {
         let trimmed = host.trim_start_matches('[').trim_end_matches(']');
-        match trimmed.parse::<IpAddr>() {
-            Ok(ip) => Target::Ip(ip),
-            Err(_) => Target::Name(normalize(host)),
+        let trimmed = trimmed.strip_suffix('.').unwrap_or(trimmed);
+        match trimmed
+            .parse::<IpAddr>()
+            .ok()
+            .or_else(|| legacy_ipv4(trimmed).map(IpAddr::V4))
+        {
+            Some(ip) => Target::Ip(canonical(ip)),
+            None => Target::Name(normalize(host)),
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries, where it carries one a
+/// network would deliver to: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible
+/// (`::a.b.c.d`), NAT64 (`64:ff9b::/96`, `64:ff9b:1::/48`) and 6to4
+/// (`2002:AABB:CCDD::/16`). Other addresses are returned as they are.
+pub fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => embedded_ipv4(v6).map_or(address, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let low = |hi: u16, lo: u16| Ipv4Addr::from(((hi as u32) << 16) | lo as u32);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    // `::` and `::1` are IPv6's own, not IPv4-compatible spellings.
+    if s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1) {
+        return Some(low(s[6], s[7]));
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(low(s[6], s[7]));
+    }
+    if s[..3] == [0x64, 0xff9b, 1] {
+        return Some(low(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        return Some(low(s[1], s[2]));
+    }
+    None
+}
+
+/// An IPv4 address in the spellings `inet_aton` accepts and
+/// `Ipv4Addr::from_str` does not: one to four parts, each decimal, `0x`
+/// hexadecimal or `0`-prefixed octal, the last part filling the bytes left
+/// (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1`). Resolvers and
+/// HTTP clients accept them, so the policy must read them as addresses.
+fn legacy_ipv4(text: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<&str> = text.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut values = Vec::with_capacity(parts.len());
+    for part in &parts {
+        let lower = part.to_ascii_lowercase();
+        let value = if let Some(hex) = lower.strip_prefix("0x") {
+            if hex.is_empty() {
+                0
+            } else {
+                u64::from_str_radix(hex, 16).ok()?
+            }
+        } else if lower.len() > 1 && lower.starts_with('0') {
+            u64::from_str_radix(&lower[1..], 8).ok()?
+        } else {
+            if lower.is_empty() || !lower.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            lower.parse::<u64>().ok()?
+        };
+        values.push(value);
+    }
+    let (last, head) = values.split_last()?;
+    if head.iter().any(|v| *v > 0xff) {
+        return None;
+    }
+    let room = 8 * (4 - head.len() as u32);
+    if *last >= 1u64 << room {
+        return None;
+    }
+    let mut address = 0u64;
+    for (i, v) in head.iter().enumerate() {
+        address |= v << (24 - 8 * i as u32);
+    }
+    Some(Ipv4Addr::from((address | last) as u32))
 }
 
 /// Lowercase, without the root's trailing dot: how names are compared.
@@ -96,11 +182,12 @@ impl Policy {
     /// resolved to: an address rule that denies it wins (so an allowed name
     /// cannot be pointed at a denied network).
     pub fn allows_address(&self, ip: IpAddr, port: u16) -> bool {
-        let target = Target::Ip(ip);
+        // Both spellings: a deny entry written for the IPv6 form holds too.
+        let forms = [Target::Ip(ip), Target::Ip(canonical(ip))];
         !self
             .deny
             .iter()
-            .any(|r| matches!(r.hosts, Hosts::Net(_)) && r.matches(&target, port))
+            .any(|r| matches!(r.hosts, Hosts::Net(_)) && forms.iter().any(|t| r.matches(t, port)))
     }
 
     /// Whether DNS should answer for this name: some port of it is allowed.
@@ -178,6 +265,80 @@ mod tests {
         assert!(!policy.allows(&name("10.2.0.1"), 80));
         assert!(!policy.allows(&name("ten.example"), 80));
         assert!(!policy.answers("10.1.2.3.nip.io"));
+    }
+
+    #[test]
+    fn every_spelling_of_a_denied_address_is_denied() {
+        let policy = Policy {
+            allow: vec![rule(Hosts::Any, None)],
+            deny: vec![
+                rule(Hosts::Net("10.9.0.0/16".parse().unwrap()), None),
+                rule(Hosts::Net("127.0.0.0/8".parse().unwrap()), None),
+            ],
+        };
+        let spellings = [
+            "10.9.1.2",
+            "[::ffff:10.9.1.2]",
+            "::ffff:a09:102",
+            "[::ffff:0a09:0102]",
+            "[::10.9.1.2]",
+            "[64:ff9b::10.9.1.2]",
+            "[64:ff9b::a09:102]",
+            "[64:ff9b:1::a09:102]",
+            "[2002:a09:102::1]",
+            "[2002:0a09:0102:ffff::]",
+            "168362242",
+            "0xa090102",
+            "0XA090102",
+            "012.011.01.02",
+            "10.9.258",
+            "10.0x90102",
+            "0xa.0x9.0x1.0x2",
+            "10.9.1.2.",
+            "2130706433",
+            "0x7f000001",
+            "0177.0.0.1",
+            "127.1",
+            "0x7f.1",
+            "[::ffff:127.0.0.1]",
+        ];
+        for spelling in spellings {
+            let target = Target::parse(spelling);
+            assert!(
+                matches!(target, Target::Ip(IpAddr::V4(_))),
+                "{spelling}: {target:?}"
+            );
+            assert!(
+                !policy.allows(&target, 80),
+                "{spelling} passed the deny entry"
+            );
+        }
+        for (raw, port) in [
+            ("::ffff:10.9.1.2", 443),
+            ("2002:a09:102::1", 80),
+            ("64:ff9b::a09:102", 80),
+        ] {
+            assert!(!policy.allows_address(raw.parse().unwrap(), port), "{raw}");
+        }
+        // Neighbours stay allowed, and what is not an address stays a name.
+        for open in ["10.10.0.1", "[::ffff:10.10.0.1]", "[2001:db8::1]", "[::1]"] {
+            assert!(policy.allows(&Target::parse(open), 80), "{open}");
+        }
+        for name in [
+            "1.2.3.4.5",
+            "08.1.1.1",
+            "0xg1",
+            "256.1.1.1",
+            "1.2.3.256",
+            "example.com",
+            "1e3",
+            "-1",
+            "1..2",
+        ] {
+            assert!(matches!(Target::parse(name), Target::Name(_)), "{name}");
+        }
+        assert_eq!(Target::parse("[::]"), Target::Ip("::".parse().unwrap()));
+        assert_eq!(Target::parse("[::1]"), Target::Ip("::1".parse().unwrap()));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderValue, HOST};
+use hyper::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, HOST};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 
 use crate::policy::Target;
 use crate::prefixed::Prefixed;
+use crate::redact;
 use crate::secrets;
 use crate::state::{Sandbox, State};
 use crate::tls::{self, Hello};
@@ -170,12 +171,16 @@ async fn forward(
         }
     }
     let policy = sandbox.policy();
-    secrets::substitute(
-        &mut parts.headers,
-        &sandbox.secrets(),
-        &Target::parse(host),
-        port,
-    );
+    let bound = sandbox.secrets();
+    let target = Target::parse(host);
+    secrets::substitute(&mut parts.headers, &bound, &target, port);
+    let swaps = secrets::swaps_for(&bound, &target, port);
+    if swaps.is_some() {
+        // A compressed answer could not be searched for the values.
+        parts
+            .headers
+            .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
     let key = (host.to_string(), port, tls);
     let mut reused = senders.lock().await.remove(&key);
     if let Some(s) = &mut reused {
@@ -200,13 +205,39 @@ async fn forward(
     };
     let answer = sender.send_request(Request::from_parts(parts, body)).await;
     senders.lock().await.insert(key, sender);
-    match answer {
-        Ok(response) => response.map(|b| b.boxed()),
-        Err(e) => refuse(
+    match (answer, swaps) {
+        (Ok(response), None) => response.map(|b| b.boxed()),
+        (Ok(response), Some(swaps)) => redacted(response, swaps, host),
+        (Err(e), _) => refuse(
             StatusCode::BAD_GATEWAY,
             &format!("dockhand egress gateway: {host}: {e}"),
         ),
     }
+}
+
+/// A bound host's answer with its secrets' values swapped for their
+/// placeholders, in headers and body. An answer in an encoding the gateway
+/// did not ask for cannot be searched: it is refused, not passed on.
+fn redacted(response: Response<Incoming>, swaps: redact::Swaps, host: &str) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    if let Some(encoding) = parts.headers.get(CONTENT_ENCODING) {
+        let encoding = String::from_utf8_lossy(encoding.as_bytes())
+            .trim()
+            .to_ascii_lowercase();
+        if !encoding.is_empty() && encoding != "identity" {
+            return refuse(
+                StatusCode::BAD_GATEWAY,
+                &format!(
+                    "dockhand egress gateway: {host} answered in the {encoding} encoding \
+                     (identity was asked for); the answer is not passed on because the \
+                     secrets sent to it could not be taken out of it"
+                ),
+            );
+        }
+    }
+    swaps.headers(&mut parts.headers);
+    parts.headers.remove(CONTENT_LENGTH);
+    Response::from_parts(parts, redact::RedactedBody::new(body, swaps).boxed())
 }
 
 /// CONNECT: a tunnel to an allowed host, or TLS terminated here when the

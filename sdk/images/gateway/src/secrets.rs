@@ -1,6 +1,7 @@
 //! Secrets bound to hosts: the sandbox holds a placeholder, and the gateway
 //! puts the real value in its place in the headers of requests to those
-//! hosts only. Bodies are passed on as they are.
+//! hosts only. Request bodies are passed on as they are; what those hosts
+//! send back has the values swapped back for placeholders (`redact`).
 
 use hyper::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
@@ -34,6 +35,17 @@ impl Secret {
 /// here so that the headers can be read.
 pub fn any_for(secrets: &[Secret], target: &Target, port: u16) -> bool {
     secrets.iter().any(|s| s.applies_to(target, port))
+}
+
+/// The values to take back out of what `target` answers: those of every
+/// secret bound to it (none: nothing to redact).
+pub fn swaps_for(secrets: &[Secret], target: &Target, port: u16) -> Option<crate::redact::Swaps> {
+    crate::redact::Swaps::new(
+        secrets
+            .iter()
+            .filter(|s| s.applies_to(target, port))
+            .map(|s| (s.value.as_str(), s.placeholder.as_str())),
+    )
 }
 
 /// Replaces the placeholders of the secrets that are for `target` in every

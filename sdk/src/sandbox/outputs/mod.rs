@@ -74,6 +74,11 @@ impl Outputs {
         self.values.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
+    /// Each typed value, to change in place (redaction).
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Value> {
+        self.values.iter_mut().map(|(_, v)| v)
+    }
+
     /// `(name, value)` pairs in declared order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.values.iter().map(|(n, v)| (n.as_str(), v))

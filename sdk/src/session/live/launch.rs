@@ -62,7 +62,7 @@ impl Session {
             let container = engine.create_container(&spec).await?;
             let id = container.id().to_string();
             engine
-                .upload_file(&id, AGENT_DIR, ".dockhand/session-agent.py", AGENT)
+                .upload_archive(&id, AGENT_DIR, Bytes::from(programs_tar(&c.helpers)?))
                 .await?;
             if !h.read_only_root {
                 engine
@@ -200,7 +200,14 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
     }
     let mut spec = ContainerSpec {
         image: image.to_string(),
-        cmd: vec!["python3".into(), "-u".into(), AGENT_PATH.into()],
+        // Isolated (`-I`): a restarted or snapshotted session's agent loads
+        // nothing its code wrote (no user site, no `PYTHON*` variables).
+        cmd: vec![
+            "python3".into(),
+            "-I".into(),
+            "-u".into(),
+            AGENT_PATH.into(),
+        ],
         entrypoint: Some(Vec::new()),
         env,
         working_dir: Some(c.workspace.clone()),
@@ -217,6 +224,22 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
     confine(&mut spec, &resources, &c.hardening, &c.network);
     spec.runtime = c.isolation.runtime_name().map(String::from);
     Ok(spec)
+}
+
+/// The agent and the helpers as a tar to extract at `/var/inputs`: all
+/// root-owned, files 0644 in a 0755 directory, so the session's user can
+/// run them and change none of them.
+fn programs_tar(helpers: &[(&'static str, &'static str)]) -> Result<Vec<u8>> {
+    let mut files = vec![crate::archive::TarFile::new(
+        ".dockhand/session-agent.py",
+        AGENT,
+    )];
+    files.extend(
+        helpers
+            .iter()
+            .map(|(name, text)| crate::archive::TarFile::new(format!(".dockhand/{name}"), *text)),
+    );
+    crate::archive::build_tar(&[(".dockhand", 0o755)], &files)
 }
 
 /// The workspace directory as a tar to extract at `/`: parents root-owned,

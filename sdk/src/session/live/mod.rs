@@ -61,6 +61,9 @@ pub const AGENT: &str = concat!(
 );
 const AGENT_DIR: &str = "/var/inputs";
 const AGENT_PATH: &str = "/var/inputs/.dockhand/session-agent.py";
+/// Where the agent and the session's helpers are installed: root-owned and
+/// read-only to the session's user, on the container's own volume.
+pub(crate) const HELPERS_DIR: &str = "/var/inputs/.dockhand";
 
 /// One event of a streaming command.
 #[derive(Debug, Clone, PartialEq, Eq)]

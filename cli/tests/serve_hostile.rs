@@ -1,0 +1,155 @@
+//! `dockhand serve` against hostile clients, over raw HTTP as they would
+//! send it: floods of large bodies with no key or token (refused before a
+//! byte of body is read: the server's memory stays flat), creates racing
+//! for a key's last places and the server's (never more than the limits,
+//! and 429 in E2B's shape past them), malformed JSON (400), and nothing
+//! left behind.
+
+mod common;
+#[path = "common/serve_server.rs"]
+mod serve_server;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use serve_server::{script_path, venv, wait_until_none, Server, KEY, OTHER_KEY, SERIAL};
+
+/// A field of `/proc/<pid>/status`, in KiB.
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server runs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in {status}"))
+}
+
+fn flood(args: &[&str]) -> Value {
+    let mut cmd = Command::new(venv());
+    cmd.arg(script_path("flood.py")).args(args);
+    let out = cmd.output().expect("python runs");
+    assert!(
+        out.status.success(),
+        "flood.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("one JSON line")
+}
+
+#[test]
+fn hostile_clients_get_typed_refusals_and_the_limits_hold() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let server = Server::start_with(
+        0,
+        &["--max-sandboxes-per-key", "10", "--max-sandboxes", "15"],
+    );
+    let pid = server.pid();
+    let url = server.url.clone();
+
+    // Token-less and key-less calls with 100 MiB bodies, eight at once on
+    // each of three routes: each is refused from its headers.
+    let rss_before = proc_kib(pid, "VmRSS:");
+    let started = Instant::now();
+    let r = flood(&["unauth", &url, "8", "100"]);
+    let took = started.elapsed();
+    let peak = proc_kib(pid, "VmHWM:");
+    for result in r["results"].as_array().unwrap() {
+        let status = result["status"].as_i64();
+        assert!(
+            matches!(status, Some(401 | 404) | None),
+            "a refusal, or the connection closed after it: {result}"
+        );
+        if status.is_none() {
+            assert_ne!(
+                result["ended"], "sent",
+                "no answer to a whole body: {result}"
+            );
+        }
+    }
+    assert!(
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["status"].as_i64().is_some()),
+        "some refusals are read: {r}"
+    );
+    let grew_mib = peak.saturating_sub(rss_before) / 1024;
+    eprintln!("unauthenticated flood: {took:?}, server RSS {rss_before} KiB, peak {peak} KiB (+{grew_mib} MiB)");
+    assert!(
+        grew_mib <= 64,
+        "the server grew by {grew_mib} MiB reading bodies of strangers"
+    );
+
+    // Malformed JSON is the caller's error.
+    let bad = flood(&["raw", &url, KEY, "POST", "/sandboxes", "{not json"]);
+    assert_eq!(bad["status"], 400, "{bad}");
+
+    // 200 creates, 40 at once, for a key with a limit of 10.
+    let r = flood(&["creates", &url, KEY, "200", "40"]);
+    eprintln!("creates racing for 10 places: {r}");
+    assert_eq!(r["statuses"]["201"], 10, "{r}");
+    assert_eq!(r["statuses"]["429"], 190, "{r}");
+    assert_eq!(
+        r["statuses"].as_object().unwrap().len(),
+        2,
+        "only 201 and 429: {r}"
+    );
+    assert_eq!(
+        r["shapes"],
+        serde_json::json!([["429", "('code', 'message')", "429"]]),
+        "{r}"
+    );
+    let mine: Vec<String> = r["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let set = flood(&[
+        "raw",
+        &url,
+        KEY,
+        "POST",
+        &format!("/sandboxes/{}/timeout", mine[0]),
+        "{bad",
+    ]);
+    assert_eq!(set["status"], 400, "{set}");
+
+    // Another key reaches the server's limit (15 in all), not its own.
+    let r = flood(&["creates", &url, OTHER_KEY, "10", "10"]);
+    eprintln!("a second key against the server's limit: {r}");
+    assert_eq!(r["statuses"]["201"], 5, "{r}");
+    assert_eq!(r["statuses"]["429"], 5, "{r}");
+    assert!(
+        r["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m.as_str().unwrap().contains("the server runs 15")),
+        "{r}"
+    );
+    let listed = flood(&["raw", &url, KEY, "GET", "/v2/sandboxes", ""]);
+    let listed: Value = serde_json::from_str(listed["body"].as_str().unwrap()).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 10, "{listed}");
+
+    // A killed sandbox frees its place.
+    let killed = flood(&[
+        "raw",
+        &url,
+        KEY,
+        "DELETE",
+        &format!("/sandboxes/{}", mine[0]),
+        "",
+    ]);
+    assert_eq!(killed["status"], 204, "{killed}");
+    let r = flood(&["creates", &url, KEY, "3", "3"]);
+    assert_eq!(r["statuses"]["201"], 1, "{r}");
+
+    drop(server);
+    assert_eq!(
+        wait_until_none(pid, Duration::from_secs(60)),
+        Vec::<String>::new()
+    );
+}

@@ -1,0 +1,220 @@
+//! The gateway against hostile code: every spelling of a denied address
+//! (IPv4 inside IPv6, decimal, hexadecimal, octal, short forms), through the
+//! proxy, the Host header and CONNECT; and a bound host that echoes the
+//! secret back, in headers and in a body that splits it across chunks.
+//! Each case asserts the typed outcome and that nothing of the gateway is
+//! left.
+
+mod common;
+#[path = "common/egress_probe.rs"]
+mod egress_probe;
+#[path = "common/egress_servers.rs"]
+mod egress_servers;
+
+use std::time::Duration;
+
+use dockhand::{Egress, Sandbox, Secret, Type};
+use egress_probe::{assert_nothing_left, setup, sha256_hex, status, PROBE, SERIAL};
+use serde_json::Value;
+
+/// CONNECT to `host:port` through the proxy; the proxy's status line.
+const CONNECT: &str = r#"
+def connect(host, port):
+    import os, urllib.parse
+    proxy = urllib.parse.urlsplit(os.environ.get("HTTPS_PROXY") or os.environ["https_proxy"])
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+    s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
+    return {"line": s.recv(4096).split(b"\r\n")[0].decode(errors="replace")}
+"#;
+
+/// The IPv4 address `a.b.c.d` spelled every way a resolver or an HTTP
+/// client would still take it to mean that address.
+fn spellings(address: &str) -> Vec<String> {
+    let o: Vec<u32> = address.split('.').map(|p| p.parse().unwrap()).collect();
+    let n = (o[0] << 24) | (o[1] << 16) | (o[2] << 8) | o[3];
+    vec![
+        format!("[::ffff:{address}]"),
+        format!("[::ffff:{:x}:{:x}]", n >> 16, n & 0xffff),
+        format!("[64:ff9b::{address}]"),
+        format!("[2002:{:x}:{:x}::1]", n >> 16, n & 0xffff),
+        format!("[::{address}]"),
+        n.to_string(),
+        format!("0x{n:x}"),
+        format!("0{:o}.0{:o}.0{:o}.0{:o}", o[0], o[1], o[2], o[3]),
+        format!("{}.{}.{}", o[0], o[1], (o[2] << 8) | o[3]),
+        format!("{}.{}", o[0], n & 0xff_ffff),
+    ]
+}
+
+#[tokio::test]
+async fn no_spelling_of_a_denied_address_gets_through() {
+    let _serial = SERIAL.lock().await;
+    let (client, servers) = setup().await;
+    let hosts = spellings(&servers.address);
+    let hosts_json = serde_json::to_string(&hosts).unwrap();
+    let body = format!(
+        r#"{{
+        "plain": fetch("http://%s/" % server),
+        "named": fetch("http://api.example.test/"),
+        "proxied": {{h: fetch("http://%s/" % h) for h in {hosts_json}}},
+        "host_header": {{h: fetch("http://api.example.test/", proxy=False, headers={{"Host": h}}) for h in {hosts_json}}},
+        "connect": {{h: connect(h, 443) for h in {hosts_json}}},
+    }}"#
+    );
+    let code_body = format!("{CONNECT}\n{body}");
+    // The probe's body is one expression: the CONNECT helper goes in front.
+    let r = probe_with(&client, &servers.address, &code_body).await;
+    assert_eq!(
+        status(&r["plain"]),
+        403,
+        "the address itself: {}",
+        r["plain"]
+    );
+    // The names point at the same server: the name is allowed, the address
+    // it resolves to is not.
+    assert_eq!(status(&r["named"]), 502, "{}", r["named"]);
+    assert!(
+        r["named"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no address the policy allows"),
+        "{}",
+        r["named"]
+    );
+    for host in &hosts {
+        let proxied = &r["proxied"][host];
+        assert_eq!(status(proxied), 403, "proxy to {host}: {proxied}");
+        let header = &r["host_header"][host];
+        assert_eq!(status(header), 403, "Host: {host}: {header}");
+        let line = r["connect"][host]["line"].as_str().unwrap_or_default();
+        assert!(
+            line.contains(" 403 "),
+            "CONNECT {host}: {}",
+            r["connect"][host]
+        );
+    }
+    drop(client);
+    assert_nothing_left().await;
+
+    async fn probe_with(client: &dockhand::Client, server: &str, code: &str) -> Value {
+        let (helper, expression) = code.split_once("\n{").unwrap();
+        let policy = Egress::allow(["*"]).deny([server]);
+        let code = format!("{PROBE}\n{helper}\nresult = json.dumps({{{expression})");
+        let sandbox = Sandbox::code("egress-spellings", code)
+            .input("server", Type::Str)
+            .output("result", Type::Str)
+            .network(policy)
+            .timeout(Duration::from_secs(240))
+            .build()
+            .expect("a sandbox");
+        let out = client
+            .run(&sandbox, [("server", server)])
+            .await
+            .expect("runs");
+        serde_json::from_str(&out.get::<String>("result").unwrap()).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_bound_host_that_echoes_the_secret_gives_back_only_the_placeholder() {
+    let _serial = SERIAL.lock().await;
+    let (client, _servers) = setup().await;
+    const REAL: &str = "sk-test-echoed-value-51d0c7";
+    let code = format!(
+        "{PROBE}\nimport os\nkey = os.environ['API_KEY']\nauth = {{'Authorization': 'Bearer ' + key}}\n\
+         def echo(url, **kw):\n    \
+             opener = urllib.request.build_opener() if kw.get('proxy', True) else urllib.request.build_opener(urllib.request.ProxyHandler({{}}))\n    \
+             req = urllib.request.Request(url, headers=dict(auth, **{{'Accept-Encoding': kw.get('enc', 'identity')}}))\n    \
+             try:\n        \
+                 with opener.open(req, timeout=10) as r:\n            \
+                     return {{'status': r.status, 'headers': {{k.lower(): v for k, v in r.headers.items()}}, 'body': r.read().decode(errors='replace')}}\n    \
+             except urllib.error.HTTPError as e:\n        \
+                 return {{'status': e.code, 'headers': {{k.lower(): v for k, v in e.headers.items()}}, 'body': e.read().decode(errors='replace')}}\n\
+         https = echo('https://api.example.test/echo')\n\
+         http = echo('http://api.example.test/echo', proxy=False, enc='gzip, br')\n\
+         gz = echo('https://api.example.test/echo/gzip')\n\
+         got = https['headers'].get('x-echo-auth', '')\n\
+         relay = fetch('https://other.example.test/', headers={{'Authorization': got}})\n\
+         result = json.dumps({{'key': key, 'https': https, 'http': http, 'gzip': gz, 'relay': relay}})\n\
+         echoed = got"
+    );
+    let sandbox = Sandbox::code("egress-echo", code)
+        .output("result", Type::Str)
+        .output("echoed", Type::Str)
+        .network(Egress::allow(["*.example.test"]))
+        .secret(Secret::for_hosts("API_KEY", REAL, ["api.example.test"]))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("a sandbox");
+    let out = client
+        .run(&sandbox, dockhand::NO_INPUTS)
+        .await
+        .expect("runs");
+    let text = out.get::<String>("result").unwrap();
+    assert!(
+        !text.contains(REAL),
+        "the value reached the sandbox: {text}"
+    );
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let placeholder = r["key"].as_str().unwrap();
+    for key in ["https", "http"] {
+        let echo = &r[key];
+        assert_eq!(status(echo), 200, "{key}: {echo}");
+        assert_eq!(
+            echo["headers"]["x-echo-auth"],
+            format!("Bearer {placeholder}").as_str(),
+            "{key}: the header echo"
+        );
+        assert_eq!(echo["headers"]["x-accept-encoding"], "identity", "{key}");
+        let body = echo["body"].as_str().unwrap();
+        assert_eq!(
+            body.matches(placeholder).count(),
+            3,
+            "{key}: every echo in the chunked body: {body}"
+        );
+    }
+    // A host that compresses anyway is refused, not passed on unsearched.
+    assert_eq!(status(&r["gzip"]), 502, "{}", r["gzip"]);
+    assert!(
+        r["gzip"]["body"].as_str().unwrap().contains("gzip"),
+        "{}",
+        r["gzip"]
+    );
+    // What it got back is worth nothing elsewhere.
+    assert_eq!(status(&r["relay"]), 200, "{}", r["relay"]);
+    assert_ne!(
+        r["relay"]["body"]["auth_sha256"],
+        sha256_hex(&format!("Bearer {REAL}")).as_str(),
+        "the real value reached another host"
+    );
+    assert_eq!(
+        out.get::<String>("echoed").unwrap(),
+        format!("Bearer {placeholder}")
+    );
+    drop(client);
+    assert_nothing_left().await;
+}
+
+/// A secret the program does get (in its environment) is redacted from
+/// its typed outputs, as from its printed text.
+#[tokio::test]
+async fn typed_outputs_are_redacted_of_secret_values() {
+    let client = common::client().await;
+    const REAL: &str = "sk-test-typed-output-9a3e";
+    let sandbox = Sandbox::code(
+        "typed-redaction",
+        "import os\nk = os.environ['TOKEN']\ntext = 'k=' + k\ndata = {'k': k, k: [k]}\nprint(k)",
+    )
+    .output("text", Type::Str)
+    .output("data", Type::Json)
+    .secret(Secret::value("TOKEN", REAL))
+    .build()
+    .unwrap();
+    let out = client.run(&sandbox, dockhand::NO_INPUTS).await.unwrap();
+    let text = out.get::<String>("text").unwrap();
+    assert_eq!(text, "k=[redacted:TOKEN]");
+    let data = out.get::<Value>("data").unwrap();
+    assert!(!data.to_string().contains(REAL), "{data}");
+    assert_eq!(data["k"], "[redacted:TOKEN]");
+    assert!(!out.stdout.text.contains(REAL), "{}", out.stdout.text);
+}
