@@ -12,23 +12,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::interpreter::env_update_code;
-use super::query_pairs;
 use super::registry::{sandbox_id, Full, NewSandbox, Sandbox};
+use super::{json_or_default, query_pairs};
 use super::{Server, ENVD_VERSION};
 
 /// E2B's error body.
 pub fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = json!({"code": status.as_u16(), "message": message.into()});
     (status, axum::Json(body)).into_response()
-}
-
-/// A JSON body, or the type's defaults for an empty one; a body that is
-/// not the JSON asked for is the caller's error (400), never ignored.
-pub fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, String> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| format!("bad request body: {e}"))
 }
 
 /// The answer for a sandbox the key cannot see (missing or another's).

@@ -75,7 +75,7 @@ pub async fn create_context(sandbox: &Sandbox, body: &[u8]) -> Response {
         Ok(k) => k,
         Err(r) => return r,
     };
-    let request: ContextRequest = match super::control::json_or_default(body) {
+    let request: ContextRequest = match super::json_or_default(body) {
         Ok(r) => r,
         Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
     };

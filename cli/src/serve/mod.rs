@@ -226,6 +226,15 @@ pub fn query_pairs(raw: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// A JSON body, or the type's defaults for an empty one; a body that is
+/// not the JSON asked for is the caller's error (400), never ignored.
+pub fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("bad request body: {e}"))
+}
+
 /// Runs the server until SIGINT or SIGTERM, then kills every sandbox.
 pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
     let client = crate::connect(host, true).await?;
