@@ -360,6 +360,49 @@ async fn tampered_foreign_and_replayed_suspensions_are_refused_and_never_run() {
     host.close().await.unwrap();
 }
 
+/// A store over the same directory with a shorter ttl (another process's,
+/// say) does not forget that a blob was resumed: a replay of it through
+/// that store is refused, however old the record looks.
+#[tokio::test]
+async fn a_replay_through_a_store_with_a_short_ttl_is_refused() {
+    let store = tempfile::tempdir().unwrap();
+    let host = host_with(config(store.path())).await;
+    let counts = Arc::new(Counts::default());
+    let stopped = host
+        .execute(CODE, json!({}), &tools(&counts, true))
+        .await
+        .unwrap();
+    let kept = stopped.suspended.unwrap().to_bytes();
+    let opened = host.open_suspended(&kept).await.unwrap();
+    host.resume(&opened, Decision::Approve, &tools(&counts, true))
+        .await
+        .unwrap();
+    host.close().await.unwrap();
+    // A day passes before the replay.
+    let day_ago = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    for record in std::fs::read_dir(store.path().join("resumed")).unwrap() {
+        std::fs::File::options()
+            .write(true)
+            .open(record.unwrap().path())
+            .unwrap()
+            .set_modified(day_ago)
+            .unwrap();
+    }
+    let short = host_with(
+        CodeHostConfig::new()
+            .suspensions(SuspensionStore::at(store.path()).ttl(Duration::from_secs(1))),
+    )
+    .await;
+    let replayed = short.open_suspended(&kept).await.unwrap();
+    let err = short
+        .resume(&replayed, Decision::Approve, &tools(&counts, true))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("resumed already"), "{err}");
+    assert_eq!(counts.delete.load(Ordering::SeqCst), 1, "the tool ran once");
+    short.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn state_over_the_limit_fails_typed_and_sessions_refuse_approval_tools() {
     let store = tempfile::tempdir().unwrap();

@@ -245,3 +245,48 @@ async fn dropped_session_and_code_host_calls_return_at_once() {
     host.close().await.unwrap();
     nothing_left().await;
 }
+
+/// A large write dropped while its request is still going out (a client
+/// that hangs up mid-upload) leaves the session's channel whole: the next
+/// request is answered at once, and a streamed write dropped midway leaves
+/// neither the file nor its temporary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_dropped_mid_request_leaves_the_session_usable() {
+    let client = common::client().await;
+    let session = client.session(SessionConfig::new());
+    session.start().await.unwrap();
+    let big = vec![b'x'; 48 << 20];
+    for wait in [1, 5, 20] {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(wait),
+            session.write_file("big.bin", &big),
+        )
+        .await;
+        let started = Instant::now();
+        let out = tokio::time::timeout(Duration::from_secs(20), session.exec("echo fine"))
+            .await
+            .expect("answered")
+            .expect("the session still works");
+        assert_eq!(out.stdout.trim(), "fine");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    let pieces = futures::stream::iter(
+        (0..64).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'y'; 1 << 20]))),
+    );
+    let _ = tokio::time::timeout(
+        Duration::from_millis(300),
+        session.write_file_from("streamed.bin", pieces, 1 << 30),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let listed = session.exec("ls -a").await.unwrap().stdout;
+    assert!(
+        !listed.contains("streamed.bin") && !listed.contains("dockhand-upload"),
+        "{listed}"
+    );
+    session.close().await.unwrap();
+}

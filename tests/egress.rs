@@ -16,7 +16,8 @@ use std::time::Duration;
 use dockhand::session::{SessionApi, SessionConfig};
 use dockhand::{Egress, Sandbox, Secret, Type};
 use egress_probe::{
-    assert_nothing_left, gateway_of_this_process, probe, setup, sha256_hex, status, PROBE, SERIAL,
+    assert_nothing_left, gateway_of_this_process, probe, setup, sha256_hex, status, the_gateway,
+    PROBE, SERIAL,
 };
 use serde_json::Value;
 
@@ -341,17 +342,8 @@ async fn when_the_gateway_dies_sandboxes_reach_nothing_and_the_next_gets_a_new_o
     session.start().await.expect("starts");
     let fetch = "python3 -c \"import urllib.request as u\ntry:\n print(u.urlopen('http://api.example.test/', timeout=5).status)\nexcept Exception as e:\n print('failed', e)\"";
     assert!(session.exec(fetch).await.unwrap().stdout.contains("200"));
-    let gateway = common::docker(&[
-        "ps",
-        "-q",
-        "--filter",
-        "label=dev.dockhand.kind=egress-gateway",
-        "--filter",
-        &format!("label=dev.dockhand.owner-pid={}", std::process::id()),
-    ]);
-    let gateway = gateway.trim();
-    assert_eq!(gateway.lines().count(), 1, "one gateway: {gateway}");
-    common::docker(&["kill", gateway]);
+    let gateway = the_gateway().await;
+    common::docker(&["kill", &gateway]);
     // Fail closed: nothing answers, neither the proxy nor DNS, and no route
     // goes anywhere else.
     let after = session.exec(fetch).await.expect("exec");

@@ -14,7 +14,9 @@ mod egress_servers;
 use std::time::Duration;
 
 use dockhand::{Egress, Sandbox, Secret, Type};
-use egress_probe::{assert_nothing_left, setup, sha256_hex, status, PROBE, SERIAL};
+use egress_probe::{
+    assert_nothing_left, probe, setup, sha256_hex, status, the_gateway, PROBE, SERIAL,
+};
 use serde_json::Value;
 
 /// CONNECT to `host:port` through the proxy; the proxy's status line.
@@ -217,4 +219,47 @@ async fn typed_outputs_are_redacted_of_secret_values() {
     assert!(!data.to_string().contains(REAL), "{data}");
     assert_eq!(data["k"], "[redacted:TOKEN]");
     assert!(!out.stdout.text.contains(REAL), "{}", out.stdout.text);
+}
+
+/// A one-shot whose gateway is killed while it runs does not pass for a
+/// run that went as written: it fails typed, and the next run gets a new
+/// gateway.
+#[tokio::test]
+async fn a_run_whose_gateway_dies_under_it_fails_typed() {
+    let _serial = SERIAL.lock().await;
+    let (client, servers) = setup().await;
+    let policy = Egress::allow(["api.example.test"]);
+    let code = format!(
+        "{PROBE}\nimport time\ngot = []\nuntil = time.time() + 8\nwhile time.time() < until:\n    \
+             got.append(fetch('http://api.example.test/').get('status'))\n    \
+             time.sleep(0.2)\nresult = json.dumps(got)"
+    );
+    let sandbox = Sandbox::code("egress-gateway-dies", code)
+        .output("result", Type::Str)
+        .network(policy.clone())
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let running = {
+        let client = client.clone();
+        tokio::spawn(async move { client.run(&sandbox, dockhand::NO_INPUTS).await })
+    };
+    let gateway = the_gateway().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    common::docker(&["kill", &gateway]);
+    let outcome = running.await.unwrap();
+    assert!(
+        matches!(outcome, Err(dockhand::Error::EgressGateway { .. })),
+        "{outcome:?}"
+    );
+    let r = probe(
+        &client,
+        policy,
+        &servers.address,
+        r#"{"fetch": fetch("http://api.example.test/")}"#,
+    )
+    .await;
+    assert_eq!(status(&r["fetch"]), 200, "{}", r["fetch"]);
+    drop(client);
+    assert_nothing_left().await;
 }

@@ -257,3 +257,111 @@ async fn a_fork_bomb_in_a_kernel_is_typed_and_the_kernel_recovers() {
     );
     k.close().await.unwrap();
 }
+
+/// Output of a thread an earlier run left running is not the later run's;
+/// floods of text and of displays are cut in the kernel, answered at once,
+/// and the context keeps its state.
+#[tokio::test]
+async fn a_runs_output_is_its_own_and_floods_are_cut_in_the_kernel() {
+    let k = kernel(config().text_limit(64 << 10).session(|s| s.memory("512Mi"))).await;
+    let leave = "import threading, time\nfrom IPython.display import display\n\
+        kept = 'state'\n\
+        def chatter():\n    \
+            while True:\n        \
+                print('left behind', flush=True)\n        \
+                display({'text/plain': 'left behind'}, raw=True)\n        \
+                time.sleep(0.02)\n\
+        threading.Thread(target=chatter, daemon=True).start()\n\
+        time.sleep(0.1)";
+    let first = k.run(leave).await.unwrap();
+    assert!(first.stdout.contains("left behind"), "{first:?}");
+    let ex = k
+        .run("import time\ntime.sleep(1)\nprint('mine')")
+        .await
+        .unwrap();
+    assert_eq!(ex.stdout, "mine\n", "{ex:?}");
+    assert!(ex.results.is_empty(), "{:?}", ex.results);
+    // Threads and executor tasks of this run are this run's.
+    let ex = k
+        .run(
+            "import threading, concurrent.futures\n\
+             t = threading.Thread(target=lambda: print('from a thread')); t.start(); t.join()\n\
+             with concurrent.futures.ThreadPoolExecutor(2) as pool:\n    \
+                 pool.submit(print, 'from a task').result()",
+        )
+        .await
+        .unwrap();
+    assert!(
+        ex.stdout.contains("from a thread") && ex.stdout.contains("from a task"),
+        "{ex:?}"
+    );
+
+    // 10,000 displays: the run's first 500 come back, the rest are dropped
+    // in the kernel (said on stderr), promptly.
+    let started = std::time::Instant::now();
+    let ex = k
+        .run_with(
+            "from IPython.display import display\nfor i in range(10000):\n    display({'text/plain': 'x' * 32768}, raw=True)",
+            RunOptions::new().timeout(Duration::from_secs(120)),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(ex.results.len(), 500, "{}", ex.stderr);
+    assert!(
+        ex.stderr.contains("further displays are dropped"),
+        "{}",
+        ex.stderr
+    );
+    assert!(took < Duration::from_secs(60), "{took:?}");
+
+    // A GiB printed a MiB at a time under 512 MiB: cut at the text limit,
+    // and the kernel lives with its state.
+    let ex = k
+        .run_with(
+            "chunk = 'y' * (1 << 20)\nfor i in range(1024):\n    print(chunk)\n'printed'",
+            RunOptions::new().timeout(Duration::from_secs(120)),
+        )
+        .await
+        .unwrap();
+    assert!(ex.stdout_truncated, "{}", ex.stdout.len());
+    assert!(ex.stdout.len() <= 64 << 10, "{}", ex.stdout.len());
+    assert_eq!(ex.text(), Some("'printed'"));
+    assert_eq!(k.run("kept").await.unwrap().text(), Some("'state'"));
+    k.close().await.unwrap();
+}
+
+/// A dropped run whose code ignores the interrupt costs the next run the
+/// interrupt's grace and a restart, not the next run's whole timeout.
+#[tokio::test]
+async fn a_dropped_run_that_ignores_its_interrupt_holds_the_next_for_the_grace_only() {
+    let k = kernel(config()).await;
+    let stubborn = k.run(
+        "import time\nwhile True:\n    try:\n        time.sleep(100)\n    except KeyboardInterrupt:\n        pass",
+    );
+    assert!(tokio::time::timeout(Duration::from_millis(1500), stubborn)
+        .await
+        .is_err());
+    let started = std::time::Instant::now();
+    let ex = k.run("6 * 7").await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(ex.text(), Some("42"));
+    assert!(
+        took < Duration::from_secs(15),
+        "the next run waited {took:?}"
+    );
+    // A dropped run that takes its interrupt costs nothing more.
+    k.run("x = 1").await.unwrap();
+    let polite = k.run("import time\ntime.sleep(100)");
+    assert!(tokio::time::timeout(Duration::from_millis(500), polite)
+        .await
+        .is_err());
+    let started = std::time::Instant::now();
+    assert_eq!(k.run("x").await.unwrap().text(), Some("1"));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    k.close().await.unwrap();
+}

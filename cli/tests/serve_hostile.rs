@@ -153,3 +153,126 @@ fn hostile_clients_get_typed_refusals_and_the_limits_hold() {
         Vec::<String>::new()
     );
 }
+
+/// The sandbox container of a server's sandbox, found by its labels.
+fn container_of(pid: u32) -> String {
+    let out = Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=dev.dockhand.owner-pid={pid}"))
+        .args(["--filter", "label=dev.dockhand.kind=session"])
+        .output()
+        .expect("docker CLI");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<&str> = text.lines().collect();
+    assert_eq!(ids.len(), 1, "one sandbox: {ids:?}");
+    ids[0].to_string()
+}
+
+fn in_container(id: &str, script: &str) -> String {
+    let out = Command::new("docker")
+        .args(["exec", id, "sh", "-c", script])
+        .output()
+        .expect("docker exec");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Four 100 MiB uploads at once stream into the sandbox: all arrive whole,
+/// the server's memory stays within 64 MiB of where it was, one past the
+/// limit is 413 and leaves nothing behind. The time of one upload is
+/// printed beside `docker cp` of the same bytes.
+#[test]
+fn large_uploads_stream_in_bounded_memory() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let limit = (100u64 << 20).to_string();
+    let server = Server::start_with(0, &["--max-upload", &limit]);
+    let pid = server.pid();
+    let url = server.url.clone();
+    let made = flood(&[
+        "raw",
+        &url,
+        KEY,
+        "POST",
+        "/sandboxes",
+        r#"{"templateID": "base"}"#,
+    ]);
+    assert_eq!(made["status"], 201, "{made}");
+    let made: Value = serde_json::from_str(made["body"].as_str().unwrap()).unwrap();
+    let (id, token) = (
+        made["sandboxID"].as_str().unwrap(),
+        made["envdAccessToken"].as_str().unwrap(),
+    );
+    let container = container_of(pid);
+
+    let rss_before = proc_kib(pid, "VmRSS:");
+    let started = Instant::now();
+    let one = flood(&["uploads", &url, id, token, "1", "100"]);
+    let one_took = started.elapsed();
+    assert_eq!(one["results"][0]["status"], 200, "{one}");
+    let r = flood(&["uploads", &url, id, token, "4", "100"]);
+    let peak = proc_kib(pid, "VmHWM:");
+    for result in r["results"].as_array().unwrap() {
+        assert_eq!(result["status"], 200, "{result}");
+    }
+    let grew_mib = peak.saturating_sub(rss_before) / 1024;
+    // Whole, and the bytes in order (a known pattern).
+    let sums = in_container(
+        &container,
+        "for n in 0 1 2 3; do wc -c < /home/user/up-$n; done; \
+         cmp -s /home/user/up-0 /home/user/up-3 && echo same; \
+         head -c 512 /home/user/up-1 | od -An -tu1 | tr -s ' \\n' ' ' | cut -c1-24",
+    );
+    let lines: Vec<&str> = sums.lines().collect();
+    assert_eq!(&lines[..4], &["104857600"; 4], "{sums}");
+    assert_eq!(lines[4], "same", "{sums}");
+    assert!(lines[5].starts_with(" 0 1 2 3 4 5 6 7"), "{sums}");
+
+    // The same bytes through `docker cp`, for scale.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let block: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    for _ in 0..100 {
+        std::io::Write::write_all(&mut file.as_file(), &block).unwrap();
+    }
+    let started = Instant::now();
+    let copied = Command::new("docker")
+        .arg("cp")
+        .arg(file.path())
+        .arg(format!("{container}:/home/user/cp-copy"))
+        .status()
+        .unwrap();
+    let cp_took = started.elapsed();
+    assert!(copied.success());
+    eprintln!(
+        "upload of 100 MiB: {one_took:?} (docker cp of the same: {cp_took:?}); four at once: {:?}; \
+         server RSS {rss_before} KiB, peak {peak} KiB (+{grew_mib} MiB)",
+        r["results"].as_array().unwrap().iter().map(|x| x["secs"].clone()).collect::<Vec<_>>()
+    );
+    assert!(
+        grew_mib <= 64,
+        "four uploads grew the server by {grew_mib} MiB"
+    );
+
+    // One byte over the limit: 413, the old file untouched, no temporary left.
+    let over = flood(&["uploads", &url, id, token, "1", "101"]);
+    let over = &over["results"][0];
+    // 413, or (the server having answered and closed before the client
+    // finished sending) the connection ended early.
+    assert!(
+        over["status"] == 413 || (over["status"].is_null() && over["ended"] != "sent"),
+        "{over}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let left = in_container(
+        &container,
+        "wc -c < /home/user/up-0; ls -a /home/user | grep -c dockhand-upload",
+    );
+    assert_eq!(
+        left, "104857600\n0",
+        "the old file stays and nothing is left"
+    );
+
+    drop(server);
+    assert_eq!(
+        wait_until_none(pid, Duration::from_secs(60)),
+        Vec::<String>::new()
+    );
+}

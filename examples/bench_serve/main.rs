@@ -1,7 +1,10 @@
 //! Benchmark of `dockhand serve` through the real E2B Python SDK: time to
 //! interactive (create, then the first command's first output), cold (no
 //! warm pool) and pooled, p50 and p95; beside it the same two requests made
-//! by hand (httpx, no SDK) so the SDK's own share shows; and `run_code("1+1")`.
+//! by hand (httpx, no SDK) so the SDK's own share shows; `run_code("1+1")`;
+//! and 100 MiB uploads through the SDK (one at a time and four at once)
+//! beside `docker cp` of the same bytes into the same sandbox, with the
+//! server's peak memory.
 //!
 //! ```text
 //! cargo run --release --example bench_serve -- [N]
@@ -74,6 +77,79 @@ fn serve(bin: &Path, port: u16, pool: usize) -> Server {
     Server(child)
 }
 
+/// A field of `/proc/<pid>/status`, in KiB.
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Uploads through the SDK, then `docker cp` of the same bytes into the
+/// same sandbox's container, `n` of each.
+fn uploads(python: &Path, port: u16, server: &Server, n: usize) {
+    use std::io::{BufRead, Write};
+    let url = format!("http://127.0.0.1:{port}");
+    let before = proc_kib(server.0.id(), "VmRSS:");
+    let mut child = Command::new(python)
+        .arg(root().join("examples/bench_serve/upload_timing.py"))
+        .arg(n.to_string())
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", KEY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python runs");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    out.read_line(&mut line).expect("the upload samples");
+    let samples: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    let peak = proc_kib(server.0.id(), "VmHWM:");
+    let listed = Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=dev.dockhand.owner-pid={}", server.0.id()))
+        .args(["--filter", "label=dev.dockhand.kind=session"])
+        .output()
+        .expect("docker ps");
+    let container = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .next()
+        .expect("the sandbox's container")
+        .to_string();
+    let file = tempfile::NamedTempFile::new().expect("a temporary file");
+    let block: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    for _ in 0..100 {
+        file.as_file().write_all(&block).expect("written");
+    }
+    let mut copies = Vec::new();
+    for i in 0..n {
+        let started = Instant::now();
+        run(Command::new("docker")
+            .arg("cp")
+            .arg(file.path())
+            .arg(format!("{container}:/home/user/cp-{i}")));
+        copies.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let _ = child.stdin.take().expect("stdin").write_all(b"done\n");
+    let _ = child.wait();
+    println!("uploads of 100 MiB into one sandbox:");
+    report("  SDK: files.write, one at a time", &samples["one"]);
+    report("  SDK: files.write, four at once (each)", &samples["four"]);
+    report(
+        "  docker cp of the same file (baseline)",
+        &serde_json::json!(copies),
+    );
+    println!(
+        "  server memory: {} MiB before, {} MiB at its peak",
+        before / 1024,
+        peak / 1024
+    );
+}
+
 fn report(name: &str, samples: &serde_json::Value) {
     let mut v: Vec<f64> = samples
         .as_array()
@@ -141,5 +217,9 @@ fn main() {
         );
         report("  raw HTTP: create -> first output", &pooled["raw_tti"]);
         report("  SDK: run_code(\"1+1\")", &pooled["run_code"]);
+    }
+    {
+        let server = serve(&bin, port(2), 0);
+        uploads(&python, port(2), &server, n.min(5));
     }
 }

@@ -112,6 +112,28 @@ pub async fn assert_nothing_left() {
     );
 }
 
+/// The id of this process's gateway container, once one runs (within 60 s).
+pub async fn the_gateway() -> String {
+    let since = Instant::now();
+    loop {
+        let found = common::docker(&[
+            "ps",
+            "-q",
+            "--filter",
+            "label=dev.dockhand.kind=egress-gateway",
+            "--filter",
+            &format!("label=dev.dockhand.owner-pid={}", std::process::id()),
+        ]);
+        let found = found.trim();
+        if !found.is_empty() {
+            assert_eq!(found.lines().count(), 1, "one gateway: {found}");
+            return found.to_string();
+        }
+        assert!(since.elapsed() < Duration::from_secs(60), "no gateway runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub fn gateway_of_this_process() -> usize {
     let out = common::docker(&[
         "ps",

@@ -226,6 +226,10 @@ pub fn venv_python(packages: &[&str]) -> std::path::PathBuf {
         .join(format!("venv-{}", packages.join("-")));
     let python = dir.join("bin/python");
     let ready = dir.join(".ready");
+    // One maker at a time: two tests of a binary making the same venv at
+    // once break each other's pip (seen: a missing .pyc assertion).
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MAKING.lock().unwrap_or_else(|p| p.into_inner());
     if !ready.exists() {
         let run = |cmd: &mut std::process::Command| {
             let status = cmd.status().expect("python3 runs");

@@ -15,6 +15,8 @@ const BRIDGE_ADDR: &str = "172.31.250.1/24";
 pub struct SecondDaemon {
     dir: PathBuf,
     child: std::process::Child,
+    /// dockerd's arguments, to start it again after [`SecondDaemon::kill`].
+    args: Vec<String>,
     /// `unix:///...` for `Client::builder().endpoint(..)`.
     pub endpoint: String,
 }
@@ -51,41 +53,32 @@ impl SecondDaemon {
         run("ip", &["link", "set", BRIDGE, "up"]);
         std::fs::write(dir.join("daemon.json"), daemon_json).expect("daemon.json");
         let socket = dir.join("sock");
-        let log = std::fs::File::create(dir.join("log")).expect("log");
         let p = |name: &str| dir.join(name).display().to_string();
-        let child = Command::new("dockerd")
-            .args(["--config-file", &p("daemon.json")])
-            .args(["--data-root", &p("data"), "--exec-root", &p("exec")])
-            .args([
-                "--pidfile",
-                &p("pid"),
-                "-H",
-                &format!("unix://{}", socket.display()),
-            ])
-            .args(extra_args)
-            .args([
-                "--iptables=false",
-                "--ip6tables=false",
-                &format!("--bridge={BRIDGE}"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("starting a second dockerd");
-        let daemon = SecondDaemon {
-            child,
+        let mut args: Vec<String> = vec![
+            "--config-file".into(),
+            p("daemon.json"),
+            "--data-root".into(),
+            p("data"),
+            "--exec-root".into(),
+            p("exec"),
+            "--pidfile".into(),
+            p("pid"),
+            "-H".into(),
+            format!("unix://{}", socket.display()),
+        ];
+        args.extend(extra_args.iter().cloned());
+        args.extend([
+            "--iptables=false".into(),
+            "--ip6tables=false".into(),
+            format!("--bridge={BRIDGE}"),
+        ]);
+        let mut daemon = SecondDaemon {
+            child: spawn(&dir, &args),
+            args,
             endpoint: format!("unix://{}", socket.display()),
             dir,
         };
-        let started = Instant::now();
-        while !daemon.docker(&["info"]) {
-            if started.elapsed() > Duration::from_secs(60) {
-                let log = std::fs::read_to_string(daemon.dir.join("log")).unwrap_or_default();
-                panic!("the second dockerd did not answer: {log}");
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        daemon.wait_for_answer();
         daemon.load(image);
         // The watchdog's image (a megabyte), so the second daemon does not
         // compile its own while the tests run.
@@ -102,6 +95,37 @@ impl SecondDaemon {
             daemon.load(watchdog);
         }
         daemon
+    }
+
+    /// Kills dockerd outright (SIGKILL), as a crash would: its containers
+    /// and their shims stay as they are until it starts again.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Its containerd goes too (the shims stay, as in a crash); a zombie
+        // left under its pid file would read as still running and hold up
+        // the next start.
+        let containerd = format!("containerd --config {}", self.dir.display());
+        run("pkill", &["-KILL", "-f", &containerd]);
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::fs::remove_file(self.dir.join("exec/containerd/containerd.pid"));
+    }
+
+    /// Starts dockerd again on the same files, after [`Self::kill`].
+    pub fn restart(&mut self) {
+        self.child = spawn(&self.dir, &self.args);
+        self.wait_for_answer();
+    }
+
+    fn wait_for_answer(&mut self) {
+        let started = Instant::now();
+        while !self.docker(&["info"]) {
+            if started.elapsed() > Duration::from_secs(60) {
+                let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+                panic!("the second dockerd did not answer: {log}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     /// Copies `image` from the main daemon into this one (it has no registry either).
@@ -131,6 +155,16 @@ impl SecondDaemon {
         run("docker", &all)
     }
 
+    /// How many volumes of the second daemon carry `label`.
+    pub fn volumes_with_label(&self, label: &str) -> usize {
+        let out = Command::new("docker")
+            .args(["-H", &self.endpoint, "volume", "ls", "-q", "--filter"])
+            .arg(format!("label={label}"))
+            .output()
+            .expect("docker CLI");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+
     /// How many containers of the second daemon carry `label`.
     pub fn containers_with_label(&self, label: &str) -> usize {
         let out = Command::new("docker")
@@ -146,6 +180,21 @@ impl SecondDaemon {
             .expect("docker CLI");
         String::from_utf8_lossy(&out.stdout).lines().count()
     }
+}
+
+fn spawn(dir: &std::path::Path, args: &[String]) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("log"))
+        .expect("log");
+    Command::new("dockerd")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("starting a second dockerd")
 }
 
 impl Drop for SecondDaemon {

@@ -255,7 +255,9 @@ pub async fn download(sandbox: &Sandbox, query: Option<&str>) -> Response {
 }
 
 /// `POST /files`: one file as the body (`?path=`), or several as
-/// multipart parts named by their file name.
+/// multipart parts named by their file name. Each streams into the sandbox
+/// as it arrives (a MiB at a time), so an upload costs the server little
+/// memory whatever its size.
 pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Response {
     let query = request.uri().query().map(str::to_string);
     let path = query_path(query.as_deref());
@@ -264,13 +266,20 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut written = Vec::new();
+    let mut total = 0u64;
+    let mut put = |path: &str| {
+        let path = absolute(path);
+        let name = path.rsplit('/').next().unwrap_or("").to_string();
+        written.push(json!({"name": name, "type": "file", "path": path}));
+        path
+    };
     if is_multipart {
         let mut parts = match Multipart::from_request(request, &()).await {
             Ok(m) => m,
             Err(e) => return http_error(StatusCode::BAD_REQUEST, e.body_text()),
         };
-        let mut total = 0usize;
+        let mut first = true;
         loop {
             let field = match parts.next_field().await {
                 Ok(Some(f)) => f,
@@ -278,39 +287,42 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
                 Err(e) => return http_error(e.status(), e.body_text()),
             };
             let name = field.file_name().map(str::to_string);
-            let bytes = match field.bytes().await {
-                Ok(b) => b,
-                Err(e) => return http_error(e.status(), e.body_text()),
-            };
-            total += bytes.len();
-            if total > limit {
-                return too_large(limit);
-            }
-            let Some(target) = path.clone().filter(|_| files.is_empty()).or(name) else {
+            let Some(target) = path.clone().filter(|_| first).or(name) else {
                 return http_error(StatusCode::BAD_REQUEST, "a part names no file");
             };
-            files.push((target, bytes.to_vec()));
+            first = false;
+            let target = put(&target);
+            let room = (limit as u64).saturating_sub(total);
+            match sandbox.session.write_file_from(&target, field, room).await {
+                Ok(n) => total += n,
+                Err(e) => return upload_error(&e, limit),
+            }
         }
     } else {
         let Some(path) = path else {
             return http_error(StatusCode::BAD_REQUEST, "the path parameter is missing");
         };
-        let bytes = match axum::body::to_bytes(request.into_body(), limit).await {
-            Ok(b) => b,
-            Err(_) => return too_large(limit),
-        };
-        files.push((path, bytes.to_vec()));
-    }
-    let mut written = Vec::new();
-    for (path, bytes) in files {
-        let path = absolute(&path);
-        if let Err(e) = sandbox.session.write_file(&path, &bytes).await {
-            return http_file_error(&e);
+        let target = put(&path);
+        let body = request.into_body().into_data_stream();
+        if let Err(e) = sandbox
+            .session
+            .write_file_from(&target, body, limit as u64)
+            .await
+        {
+            return upload_error(&e, limit);
         }
-        let name = path.rsplit('/').next().unwrap_or("").to_string();
-        written.push(json!({"name": name, "type": "file", "path": path}));
     }
     axum::Json(Value::Array(written)).into_response()
+}
+
+fn upload_error(e: &Error, limit: usize) -> Response {
+    match e {
+        Error::SessionFile {
+            kind: FileErrorKind::TooLarge,
+            ..
+        } => too_large(limit),
+        _ => http_file_error(e),
+    }
 }
 
 fn too_large(limit: usize) -> Response {

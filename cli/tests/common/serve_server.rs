@@ -30,6 +30,12 @@ impl Server {
 
     /// A server with these extra options.
     pub fn start_with(pool: usize, extra: &[&str]) -> Server {
+        let small_uploads = ["--max-upload", "8388608"];
+        let extra: Vec<&str> = if extra.contains(&"--max-upload") {
+            extra.to_vec()
+        } else {
+            extra.iter().chain(&small_uploads).copied().collect()
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -37,7 +43,6 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_dockhand"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--pool", &pool.to_string()])
-            .args(["--max-upload", &(8 << 20).to_string()])
             .args(extra)
             .env("DOCKHAND_SERVE_API_KEYS", format!("{KEY},{OTHER_KEY}"))
             .stdout(Stdio::null())

@@ -4,6 +4,8 @@
                                   of three routes, with no key or token
   flood.py creates URL KEY N AT   N creates, AT at a time, with KEY
   flood.py raw URL KEY METHOD PATH BODY   one call; its status and body
+  flood.py uploads URL ID TOKEN COUNT MIB   COUNT uploads of MIB MiB at once
+                                  to one sandbox (`/home/user/up-<n>`)
 
 Prints one JSON line.
 """
@@ -58,6 +60,43 @@ def unauth(url, count, mib):
     return {"results": results}
 
 
+def upload(url, sandbox, token, path, mib):
+    """Streams `mib` MiB (a known pattern) as an octet-stream upload."""
+    u = urllib.parse.urlsplit(url)
+    started = time.time()
+    s = socket.create_connection((u.hostname, u.port), timeout=600)
+    head = ("POST /files?path=%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n"
+            "Content-Type: application/octet-stream\r\nE2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n\r\n"
+            % (urllib.parse.quote(path), u.netloc, mib << 20, sandbox, token))
+    block = bytes(range(256)) * 4096
+    try:
+        s.sendall(head.encode())
+        for _ in range(mib):
+            s.sendall(block)
+        ended = "sent"
+    except OSError as e:
+        ended = type(e).__name__
+    reply = b""
+    try:
+        while b"\r\n\r\n" not in reply:
+            got = s.recv(65536)
+            if not got:
+                break
+            reply += got
+    except OSError as e:
+        ended += "/" + type(e).__name__
+    s.close()
+    text = reply.decode(errors="replace")
+    status = int(text.split(" ", 2)[1]) if text.startswith("HTTP/") else None
+    return {"path": path, "status": status, "ended": ended, "secs": round(time.time() - started, 2)}
+
+
+def uploads(url, sandbox, token, count, mib):
+    with ThreadPoolExecutor(count) as pool:
+        results = list(pool.map(lambda n: upload(url, sandbox, token, "up-%d" % n, mib), range(count)))
+    return {"results": results}
+
+
 def call(url, key, method, path, body):
     req = urllib.request.Request(url + path, data=body.encode() if body is not None else None, method=method)
     req.add_header("Content-Type", "application/json")
@@ -96,6 +135,8 @@ def main():
         out = unauth(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "creates":
         out = creates(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "uploads":
+        out = uploads(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
     elif mode == "raw":
         status, text = call(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6])
         out = {"status": status, "body": text}

@@ -7,6 +7,14 @@ Adds two MIME types to what the kernel displays:
   index and rows (the first 1000), beside its HTML.
 Both are registered lazily, so a kernel without pandas or matplotlib pays
 nothing for them.
+
+And it keeps each run's output its own, and bounded where it is made:
+- a thread's output belongs to the run that started it (an executor task's
+  to the run that submitted it), so what threads a run left behind print or
+  display later is dropped by the host, not taken for the later run's;
+- printed text past the text limit and displays past a run's budget are
+  dropped in the kernel, so a flood neither fills the kernel's buffers nor
+  crosses the relay.
 """
 
 
@@ -125,5 +133,110 @@ def _dh_setup():
             display.active_types = list(display.active_types) + [instance.format_type]
 
 
+def _dh_own_output():
+    import concurrent.futures
+    import os
+    import sys
+    import threading
+
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is None:
+        return
+    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "set_thread_parent")]
+    publisher = getattr(ip, "display_pub", None)
+    stamped = streams + ([publisher] if hasattr(publisher, "set_thread_parent") else [])
+    if not streams:
+        return
+
+    def current():
+        return streams[0].parent_header
+
+    def adopt(parent, fn):
+        def run(*args, **kwargs):
+            tokens = [(t, t.set_thread_parent(parent)) for t in stamped]
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                for t, token in reversed(tokens):
+                    try:
+                        t.reset_thread_parent(token)
+                    except ValueError:
+                        pass
+
+        return run
+
+    start = threading.Thread.start
+
+    def start_in_this_run(self, *args, **kwargs):
+        self.run = adopt(current(), self.run)
+        return start(self, *args, **kwargs)
+
+    threading.Thread.start = start_in_this_run
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+
+    def submit_in_this_run(self, fn, /, *args, **kwargs):
+        return submit(self, adopt(current(), fn), *args, **kwargs)
+
+    concurrent.futures.ThreadPoolExecutor.submit = submit_in_this_run
+
+    text_limit = int(os.environ.get("DOCKHAND_TEXT_LIMIT") or 0)
+    payload_limit = int(os.environ.get("DOCKHAND_PAYLOAD_LIMIT") or (8 << 20))
+    max_displays = int(os.environ.get("DOCKHAND_MAX_DISPLAYS") or 500)
+    display_budget = 4 * payload_limit
+    # By run (the parent's msg_id); a run's count starts afresh with it.
+    used = {}
+    ip.events.register("pre_run_cell", lambda *_: used.clear())
+
+    def run_of(stream):
+        return (stream.parent_header or {}).get("msg_id")
+
+    if text_limit > 0:
+        for stream in streams:
+            write = stream.write
+
+            # One character past the limit goes on, so the relay sees the
+            # stream was cut; the rest never leaves the kernel.
+            def capped(text, _write=write, _name=stream.name, _stream=stream):
+                if not isinstance(text, str):
+                    return _write(text)
+                key = (_name, run_of(_stream))
+                before = used.get(key, 0)
+                room = text_limit + 1 - before
+                if room <= 0:
+                    return len(text)
+                used[key] = before + min(len(text), room)
+                if len(text) > room:
+                    _write(text[:room])
+                    return len(text)
+                return _write(text)
+
+            stream.write = capped
+
+    if publisher is not None:
+        publish = publisher.publish
+        note = sys.stderr.write
+
+        def bounded(data, metadata=None, *args, **kwargs):
+            key = ("display", run_of(streams[0]))
+            count, size = used.get(key, (0, 0))
+            size += sum(len(v) if isinstance(v, (str, bytes)) else 64 for v in (data or {}).values())
+            count += 1
+            used[key] = (count, size)
+            if count > max_displays or size > display_budget:
+                if not used.get(key + ("noted",)):
+                    used[key + ("noted",)] = True
+                    note(
+                        "[dockhand: this run's further displays are dropped: past %d displays or %d bytes]\n"
+                        % (max_displays, display_budget)
+                    )
+                return None
+            return publish(data, metadata, *args, **kwargs)
+
+        publisher.publish = bounded
+
+
 _dh_setup()
-del _dh_setup
+_dh_own_output()
+del _dh_setup, _dh_own_output

@@ -120,6 +120,8 @@ class Context:
         env = dict(os.environ)
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
         env["DOCKHAND_CONTEXT"] = self.name
+        env["DOCKHAND_TEXT_LIMIT"] = str(self.text_limit)
+        env["DOCKHAND_PAYLOAD_LIMIT"] = str(self.payload_limit)
         env.pop("JPY_PARENT_PID", None)
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "stderr"), "wb"),
@@ -133,6 +135,9 @@ class Context:
             sock.linger = 0
             if kind == zmq.SUB:
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
+                # Past its high-water mark a SUB socket drops messages
+                # silently; the kernel bounds what one run sends instead.
+                sock.setsockopt(zmq.RCVHWM, 100000)
             sock.connect("ipc://%s-%d" % (base, PORTS[name]))
             self.sockets[name] = sock
         self.channel_of = {sock: name for name, sock in self.sockets.items()}

@@ -6,7 +6,7 @@ threads, so a long command does not hold up a file read.
 
   host -> agent  {"type": "exec", "id", "command", "cwd", "env", "stdin", "timeout_s", "output_limit", "stream"}
                  {"type": "read", "id", "path"}
-                 {"type": "write", "id", "path", "data", "mode"}
+                 {"type": "write", "id", "path", "data", "mode", "offset"}
                  {"type": "list", "id", "path"}
                  {"type": "remove", "id", "path", "recursive"}
                  {"type": "input", "id", "data", "close"}   (to an exec with "keep_stdin")
@@ -358,6 +358,26 @@ def do_read(req):
 def do_write(req):
     path = resolve(req["path"])
     parent = os.path.dirname(path)
+    if req.get("offset") is not None:
+        # A piece of a streamed upload, at its place in the file: pieces may
+        # arrive in any order (each request runs on a thread of its own).
+        # Only the first makes the file: a piece still on its way when an
+        # upload was abandoned (and its file removed) does not bring it back.
+        data = base64.b64decode(req["data"])
+        at = int(req["offset"])
+        flags = os.O_WRONLY | os.O_NOFOLLOW | (os.O_CREAT | os.O_TRUNC if at == 0 else 0)
+        try:
+            fd = os.open(path, flags, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.pwrite(fd, view, at)
+                    view, at = view[n:], at + n
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise os_error(req["path"], e)
+        return {}
     try:
         os.makedirs(parent, exist_ok=True)
         tmp = os.path.join(parent, ".%s.dockhand-%s" % (os.path.basename(path), uuid.uuid4().hex[:8]))
@@ -581,14 +601,23 @@ def main():
     make_unreachable()
     threading.Thread(target=reap_orphans, daemon=True).start()
     send({"type": "ready", "pid": os.getpid()})
-    buf = b""
+    # A line's pieces are kept apart until its end arrives: joining them on
+    # every read (and searching the whole for a newline) made a large
+    # request cost the square of its size.
+    pieces = []
     while True:
         chunk = os.read(0, 1 << 20)
         if not chunk:
             break
-        buf += chunk
-        while b"\n" in buf:
-            line, _, buf = buf.partition(b"\n")
+        while True:
+            end = chunk.find(b"\n")
+            if end < 0:
+                pieces.append(chunk)
+                break
+            pieces.append(chunk[:end])
+            line = b"".join(pieces)
+            pieces = []
+            chunk = chunk[end + 1:]
             if line.strip():
                 serve(line)
 

@@ -172,6 +172,17 @@ impl Lease {
         }
     }
 
+    /// The error for a run whose gateway died while it ran: whatever the
+    /// program sent out from then on reached nothing, so its result cannot
+    /// be taken as the run's.
+    pub fn lost(&self) -> Option<Error> {
+        self.gateway.control().is_dead().then(|| Error::EgressGateway {
+            reason: "it died while the sandbox ran: the program's connections out failed from then on \
+                     (nothing reached a host the policy does not allow); the next run gets a new gateway"
+                .into(),
+        })
+    }
+
     /// The placeholder the sandbox holds for secret `name`.
     pub fn placeholder(&self, name: &str) -> Option<&str> {
         self.placeholders

@@ -269,7 +269,7 @@ impl Engine {
             }
             Err(e) => {
                 guard.not_created();
-                Err(docker_err("create container", e))
+                Err(self.docker_err("create container", e))
             }
         }
     }
@@ -280,7 +280,7 @@ impl Engine {
         self.docker
             .upload_to_container(id, Some(options), bollard::body_full(tar))
             .await
-            .map_err(|e| docker_err("upload archive", e))
+            .map_err(|e| self.docker_err("upload archive", e))
     }
 
     /// Extracts the tar at `path` on this machine into `dir` of a container,
@@ -299,7 +299,7 @@ impl Engine {
         self.docker
             .upload_to_container(id, Some(options), bollard::body_try_stream(body))
             .await
-            .map_err(|e| docker_err("upload archive", e))
+            .map_err(|e| self.docker_err("upload archive", e))
     }
 
     /// Starts a created container.
@@ -307,7 +307,7 @@ impl Engine {
         self.docker
             .start_container(id, None)
             .await
-            .map_err(|e| docker_err("start container", e))
+            .map_err(|e| self.docker_err("start container", e))
     }
 
     /// Waits until the container stops and reports how it ended.
@@ -323,7 +323,7 @@ impl Engine {
             Some(Ok(resp)) => resp.status_code,
             // bollard reports a non-zero exit as an error; it is an exit status.
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-            Some(Err(e)) => return Err(docker_err("wait container", e)),
+            Some(Err(e)) => return Err(self.docker_err("wait container", e)),
             None => {
                 return Err(crate::Error::Docker {
                     operation: "wait container",
@@ -397,7 +397,7 @@ impl Engine {
             .docker
             .attach_container(id, Some(options))
             .await
-            .map_err(|e| docker_err("attach container", e))?;
+            .map_err(|e| self.docker_err("attach container", e))?;
         let output = attached.output.filter_map(|item| async move {
             match item {
                 Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
@@ -430,7 +430,7 @@ impl Engine {
             None => bytes::Bytes::new(),
             Some(Ok(bytes)) => bytes,
             Some(Err(e)) if is_not_found(&e) => return Ok(None),
-            Some(Err(e)) => return Err(docker_err("download archive", e)),
+            Some(Err(e)) => return Err(self.docker_err("download archive", e)),
         };
         let rest = stream.map(|chunk| chunk.map_err(|e| docker_err("download archive", e)));
         Ok(Some(Box::pin(
@@ -443,7 +443,7 @@ impl Engine {
         match self.docker.inspect_container(id, None).await {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
-            Err(e) => Err(docker_err("inspect container", e)),
+            Err(e) => Err(self.docker_err("inspect container", e)),
         }
     }
 
@@ -468,7 +468,7 @@ impl Engine {
             .docker
             .list_volumes(Some(options))
             .await
-            .map_err(|e| docker_err("list volumes", e))?;
+            .map_err(|e| self.docker_err("list volumes", e))?;
         let mut removed = Vec::new();
         for volume in listed.volumes.unwrap_or_default() {
             if !labels::owner_is_gone(&volume.labels) {
@@ -500,7 +500,7 @@ impl Engine {
             .docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| docker_err("list containers", e))?;
+            .map_err(|e| self.docker_err("list containers", e))?;
         Ok(list
             .into_iter()
             .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use bollard::query_parameters::ListImagesOptionsBuilder;
 
-use super::{docker_err, labels, Engine};
+use super::{labels, Engine};
 use crate::error::Result;
 
 /// The daemon's version and setup, from `docker version` and `docker info`.
@@ -94,7 +94,7 @@ impl Engine {
                     .docker
                     .version()
                     .await
-                    .map_err(|e| docker_err("version", e))?;
+                    .map_err(|e| self.docker_err("version", e))?;
                 Ok::<_, crate::Error>(platform_of(&version))
             })
             .await?;
@@ -107,9 +107,14 @@ impl Engine {
                 self.docker
                     .version()
                     .await
-                    .map_err(|e| docker_err("version", e))
+                    .map_err(|e| self.docker_err("version", e))
             },
-            async { self.docker.info().await.map_err(|e| docker_err("info", e)) },
+            async {
+                self.docker
+                    .info()
+                    .await
+                    .map_err(|e| self.docker_err("info", e))
+            },
         )?;
         let registered = info.runtimes.unwrap_or_default();
         let runtime_args: std::collections::BTreeMap<String, Vec<String>> = registered
@@ -138,7 +143,7 @@ impl Engine {
             .docker
             .list_images(Some(options))
             .await
-            .map_err(|e| docker_err("list images", e))?;
+            .map_err(|e| self.docker_err("list images", e))?;
         Ok(list
             .into_iter()
             .map(|i| ManagedImage {

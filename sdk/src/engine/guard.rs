@@ -74,10 +74,15 @@ impl ContainerGuard {
         std::thread::spawn(move || drop(self));
     }
 
-    /// Removes the container and its volumes now.
+    /// Removes the container and its volumes now. If the daemon cannot be
+    /// reached, the removal is also handed to the remover, which makes it
+    /// once the daemon answers again.
     pub async fn remove(mut self) -> Result<()> {
-        self.removed = true;
-        remove_with(&self.engine.docker, &self.id, &self.token).await
+        let result = remove_with(&self.engine.docker, &self.id, &self.token).await;
+        if !result.as_ref().is_err_and(is_outage) {
+            self.removed = true;
+        }
+        result
     }
 }
 
@@ -127,8 +132,16 @@ impl Removal {
             }
         };
         let (id, token) = (&self.id, &self.token);
-        if let Err(e) = remove_with(&docker, id, token).await {
-            tracing::warn!(container = %id, error = %e, "removing container on drop failed");
+        match remove_with(&docker, id, token).await {
+            Ok(()) => {}
+            Err(e) if is_outage(&e) => {
+                tracing::warn!(container = %id, error = %e, "the daemon does not answer: the container is removed once it does");
+                tokio::spawn(sweep(self.engine.clone(), id.clone(), token.clone()));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(container = %id, error = %e, "removing container on drop failed")
+            }
         }
         // A create still in flight may land after that removal: look
         // again, by name, once the daemon has had time to finish it.
@@ -136,6 +149,45 @@ impl Removal {
             for wait in [200, 800, 2000] {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 let _ = remove_with(&docker, id, token).await;
+            }
+        }
+    }
+}
+
+/// How long a removal waits for a daemon that stopped answering.
+const SWEEP_FOR: Duration = Duration::from_secs(3600);
+
+/// Whether removal failed because the daemon could not be talked to (as
+/// opposed to refusing): worth trying again once it answers.
+fn is_outage(e: &crate::Error) -> bool {
+    matches!(
+        e,
+        crate::Error::DaemonUnreachable { .. } | crate::Error::Docker { status: None, .. }
+    )
+}
+
+/// Removes a container (and its volumes) that could not be removed because
+/// the daemon was down, once it answers again: a daemon restart must not
+/// leave a long-running process's containers behind (`dockhand serve`, an
+/// MCP server). Runs on the remover's runtime; it does not hold up exit.
+async fn sweep(engine: Engine, id: String, token: String) {
+    let give_up = std::time::Instant::now() + SWEEP_FOR;
+    let mut wait = Duration::from_millis(500);
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(10));
+        let Ok(docker) = engine.reconnect() else {
+            continue;
+        };
+        match remove_with(&docker, &id, &token).await {
+            Ok(()) => {
+                tracing::info!(container = %id, "the daemon answers again: container removed");
+                return;
+            }
+            Err(e) if is_outage(&e) && std::time::Instant::now() < give_up => {}
+            Err(e) => {
+                tracing::warn!(container = %id, error = %e, "removing a container after the daemon came back failed");
+                return;
             }
         }
     }

@@ -9,7 +9,7 @@ use bollard::query_parameters::{
 };
 use futures::{Stream, StreamExt};
 
-use super::{docker_err, is_not_found, labels, Engine};
+use super::{is_not_found, labels, Engine};
 use crate::error::{Error, Result};
 
 /// What the daemon knows about a local image.
@@ -43,7 +43,7 @@ impl Engine {
                 size: img.size.unwrap_or_default(),
             })),
             Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(docker_err("inspect image", e)),
+            Err(e) => Err(self.docker_err("inspect image", e)),
         }
     }
 
@@ -83,7 +83,7 @@ impl Engine {
                     Err(bollard::errors::Error::DockerStreamError { error }) => {
                         vec![Ok(BuildLine::Failed(error))]
                     }
-                    Err(e) => vec![Err(docker_err("build image", e))],
+                    Err(e) => vec![Err(self.docker_err("build image", e))],
                 };
                 futures::stream::iter(lines)
             })
@@ -99,7 +99,7 @@ impl Engine {
         let pull = async {
             let mut stream = self.docker.create_image(Some(options), None, None);
             while let Some(item) = stream.next().await {
-                item.map_err(|e| docker_err("pull image", e))?;
+                item.map_err(|e| self.docker_err("pull image", e))?;
             }
             Ok(())
         };
@@ -127,7 +127,7 @@ impl Engine {
             let mut stream = self.docker.push_image(repo, Some(options), credentials);
             let mut digest = None;
             while let Some(item) = stream.next().await {
-                let info = item.map_err(|e| docker_err("push image", e))?;
+                let info = item.map_err(|e| self.docker_err("push image", e))?;
                 // The last status line: "<tag>: digest: sha256:... size: N".
                 if let Some(found) = info.status.as_deref().and_then(digest_in) {
                     digest = Some(found.to_string());
@@ -148,7 +148,7 @@ impl Engine {
         self.docker
             .tag_image(source, Some(options))
             .await
-            .map_err(|e| docker_err("tag image", e))
+            .map_err(|e| self.docker_err("tag image", e))
     }
 
     /// Commits a container's filesystem as image `target`, labelled as `kind`.
@@ -176,7 +176,7 @@ impl Engine {
             .docker
             .commit_container(options, config)
             .await
-            .map_err(|e| docker_err("commit container", e))?;
+            .map_err(|e| self.docker_err("commit container", e))?;
         Ok(created.id)
     }
 
@@ -205,7 +205,7 @@ impl Engine {
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 409, ..
             }) => Ok(false),
-            Err(e) => Err(docker_err("remove image", e)),
+            Err(e) => Err(self.docker_err("remove image", e)),
         }
     }
 
@@ -240,7 +240,7 @@ impl Engine {
         {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(docker_err(operation, e)),
+            Err(e) => Err(self.docker_err(operation, e)),
         }
     }
 }

@@ -258,6 +258,38 @@ pub(crate) fn docker_err(operation: &'static str, e: bollard::errors::Error) -> 
     }
 }
 
+/// Whether a bollard error says the daemon could not be talked to at all
+/// (its socket gone, the connection refused or cut, no answer in time),
+/// rather than that it answered with a refusal.
+pub(crate) fn is_outage(e: &bollard::errors::Error) -> bool {
+    use bollard::errors::Error as E;
+    matches!(
+        e,
+        E::HyperResponseError { .. }
+            | E::IOError { .. }
+            | E::RequestTimeoutError
+            | E::SocketNotFoundError(_)
+            | E::HyperLegacyError { .. }
+    )
+}
+
+impl Engine {
+    /// [`docker_err`], except that a daemon that could not be talked to is
+    /// [`Error::DaemonUnreachable`], naming this engine's endpoint.
+    pub(crate) fn docker_err(&self, operation: &'static str, e: bollard::errors::Error) -> Error {
+        if !is_outage(&e) {
+            return docker_err(operation, e);
+        }
+        Error::DaemonUnreachable {
+            endpoint: self.target.host.clone(),
+            reason: format!("{operation}: {e}"),
+            hint: "the daemon stopped answering (stopped, restarting, or the connection to it \
+                   was lost); what this process made there is removed once it answers again"
+                .into(),
+        }
+    }
+}
+
 /// Whether a bollard error is a 404 from the daemon.
 fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(

@@ -34,7 +34,7 @@ impl Engine {
             .create_network(request)
             .await
             .map(drop)
-            .map_err(|e| docker_err("create network", e))
+            .map_err(|e| self.docker_err("create network", e))
     }
 
     /// Attaches a running container to a network and returns its address there.
@@ -46,12 +46,12 @@ impl Engine {
         self.docker
             .connect_network(network, request)
             .await
-            .map_err(|e| docker_err("connect a container to a network", e))?;
+            .map_err(|e| self.docker_err("connect a container to a network", e))?;
         let inspected = self
             .docker
             .inspect_container(container, None)
             .await
-            .map_err(|e| docker_err("inspect container", e))?;
+            .map_err(|e| self.docker_err("inspect container", e))?;
         let address = inspected
             .network_settings
             .and_then(|s| s.networks)
@@ -80,7 +80,7 @@ impl Engine {
             .docker
             .list_networks(Some(options))
             .await
-            .map_err(|e| docker_err("list networks", e))?;
+            .map_err(|e| self.docker_err("list networks", e))?;
         Ok(listed
             .into_iter()
             .filter_map(|n| Some((n.name?, n.labels.unwrap_or_default())))

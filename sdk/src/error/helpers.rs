@@ -30,6 +30,7 @@ impl Error {
                 | Error::Killed { .. }
                 | Error::ContainerGone { .. }
                 | Error::EgressGateway { .. }
+                | Error::DaemonUnreachable { .. }
                 | Error::MissingOutput { .. }
                 | Error::BadOutput { .. }
                 | Error::OutputNotAssigned { .. }

@@ -191,6 +191,8 @@ pub(crate) struct Collector {
     text_limit: usize,
     replied: bool,
     idle: bool,
+    /// Some message of the run has come: the kernel has taken it up.
+    heard: bool,
 }
 
 impl Collector {
@@ -200,7 +202,13 @@ impl Collector {
             text_limit,
             replied: false,
             idle: false,
+            heard: false,
         }
+    }
+
+    /// Whether the kernel has begun the run (any of its messages came).
+    pub(crate) fn heard(&self) -> bool {
+        self.heard
     }
 
     /// Whether the reply and the kernel's return to idle have both come.
@@ -218,6 +226,7 @@ impl Collector {
 
     /// Takes one message of this run; returns what to tell a live listener.
     pub(crate) fn take(&mut self, message: JupyterMessage) -> Option<KernelEvent> {
+        self.heard = true;
         let cut_of = |metadata: &serde_json::Map<String, Value>| -> Vec<String> {
             metadata
                 .get("dockhand_cut")

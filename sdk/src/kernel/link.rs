@@ -80,13 +80,20 @@ impl Link {
         });
         match tokio::time::timeout(READY_LIMIT, ready_rx).await {
             Ok(Ok(())) => Ok(link),
-            Ok(Err(_)) => Err(KernelError::Unavailable {
-                reason: format!(
-                    "the kernel relay exited at start (is ipykernel in the image?): {}",
-                    link.why()
-                ),
+            Ok(Err(_)) => {
+                let why = link.why();
+                // Only a missing module says anything about the image; a
+                // container out of processes or memory says so itself.
+                let hint = if why.contains("No module named") {
+                    " (is ipykernel in the image?)"
+                } else {
+                    ""
+                };
+                Err(KernelError::Unavailable {
+                    reason: format!("the kernel relay exited at start{hint}: {why}"),
+                }
+                .into())
             }
-            .into()),
             Err(_) => Err(KernelError::Unavailable {
                 reason: format!("the kernel relay did not start within {READY_LIMIT:?}"),
             }

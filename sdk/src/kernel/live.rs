@@ -79,6 +79,9 @@ struct Context {
     /// The relay its kernel runs under (a new relay means a new kernel).
     link: Option<Arc<Link>>,
     history: Vec<Cell>,
+    /// When a run of this context was dropped unfinished (its interrupt
+    /// sent): the next run gives it the interrupt's grace, then restarts.
+    abandoned: Arc<Mutex<Option<Instant>>>,
 }
 
 struct Inner {
@@ -160,15 +163,17 @@ impl Kernel {
         let name = options.context.as_deref().unwrap_or(DEFAULT_CONTEXT);
         let context = self.context(name)?;
         let mut context = context.lock().await;
-        let link = self.ready(&mut context).await?;
+        let mut link = self.ready(&mut context).await?;
         let timeout = options.timeout.unwrap_or(self.inner.config.run_timeout);
         let started = Instant::now();
+        let abandoned = lock(&context.abandoned).take();
         let (id, msg) = execute_request(code);
         link.expect(name, Some(&id));
         let mut guard = Interrupter {
             link: link.clone(),
             context: name.to_string(),
             armed: true,
+            abandoned: context.abandoned.clone(),
         };
         link.send(&Op::Send {
             ctx: name,
@@ -177,9 +182,45 @@ impl Kernel {
         })
         .await?;
         let mut collector = Collector::new(self.inner.config.text_limit);
-        let outcome = self
-            .collect(&mut context, &mut collector, started + timeout, &options)
-            .await;
+        let mut outcome = None;
+        if let Some(at) = abandoned {
+            // A dropped run was interrupted; this one queues behind it until
+            // it ends. Past the interrupt's grace it is the code ignoring the
+            // interrupt: the context restarts, as after a timeout.
+            let begin_by = (at + self.inner.config.interrupt_grace).min(started + timeout);
+            match self
+                .collect(&mut context, &mut collector, begin_by, &options)
+                .await
+            {
+                Collected::Timeout if !collector.heard() => {
+                    tracing::warn!(
+                        context = name,
+                        "a dropped run ignored its interrupt: restarting the context"
+                    );
+                    self.restart_locked(&mut context).await?;
+                    link = self.ready(&mut context).await?;
+                    guard.link = link.clone();
+                    let (id, msg) = execute_request(code);
+                    link.expect(name, Some(&id));
+                    link.send(&Op::Send {
+                        ctx: name,
+                        channel: "shell",
+                        msg,
+                    })
+                    .await?;
+                    collector = Collector::new(self.inner.config.text_limit);
+                }
+                Collected::Timeout => {}
+                other => outcome = Some(other),
+            }
+        }
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => {
+                self.collect(&mut context, &mut collector, started + timeout, &options)
+                    .await
+            }
+        };
         let outcome = match outcome {
             Collected::Timeout => {
                 link.send(&Op::Interrupt { ctx: name }).await?;
@@ -414,6 +455,7 @@ impl Kernel {
                 events: None,
                 link: None,
                 history: Vec::new(),
+                abandoned: Arc::default(),
             }));
             contexts.insert(name.to_string(), context.clone());
             context
@@ -526,6 +568,7 @@ struct Interrupter {
     link: Arc<Link>,
     context: String,
     armed: bool,
+    abandoned: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Drop for Interrupter {
@@ -534,6 +577,7 @@ impl Drop for Interrupter {
             return;
         }
         self.link.expect(&self.context, None);
+        *lock(&self.abandoned) = Some(Instant::now());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (link, context) = (self.link.clone(), std::mem::take(&mut self.context));
             runtime.spawn(async move {

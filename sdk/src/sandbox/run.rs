@@ -321,7 +321,7 @@ impl Client {
             .map(|limit| (tokio::time::Instant::now() + limit, limit));
         // The way out of this attempt's container, kept until the attempt
         // ends (its drop lets the network go in the background).
-        let mut _warm_egress = None;
+        let mut warm_egress = None;
         let mut cold_egress = None;
         let taken = match pool {
             Some(pool) => {
@@ -341,7 +341,7 @@ impl Client {
                     egress,
                 } = *warm;
                 // Until the attempt ends: the container's network and policy.
-                _warm_egress = egress;
+                warm_egress = egress;
                 let handed = hand_over(engine, &container, attached, prepared, number);
                 match within(deadline, handed).await {
                     Ok(attached) => Some((container, attached)),
@@ -521,6 +521,12 @@ impl Client {
             }
         };
 
+        let lease = (prepared.egress.as_ref())
+            .or(cold_egress.as_ref())
+            .or(warm_egress.as_ref());
+        if let Some(lost) = lease.and_then(crate::egress::Lease::lost) {
+            return Err(lost);
+        }
         conclude(
             sandbox,
             prepared,

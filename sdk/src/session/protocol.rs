@@ -98,7 +98,9 @@ pub enum Request {
         /// The largest file to return.
         max_bytes: u64,
     },
-    /// Write a file atomically (parents created).
+    /// Write a file atomically (parents created); with `offset`, write
+    /// the bytes at that place in the file instead, making it if need be (a
+    /// streamed upload's pieces, which may arrive in any order).
     Write {
         /// Request id.
         id: u64,
@@ -106,6 +108,9 @@ pub enum Request {
         path: String,
         /// Content, base64.
         data: String,
+        /// Where in the file the bytes go.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
     },
     /// List a directory.
     List {
@@ -298,6 +303,7 @@ mod tests {
             id: 3,
             path: "a/b".into(),
             data: b64(b"\x00\xffhi"),
+            offset: None,
         });
         assert!(line.ends_with(b"\n"));
         let v: serde_json::Value = serde_json::from_slice(&line).unwrap();

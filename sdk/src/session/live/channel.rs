@@ -50,13 +50,11 @@ impl Session {
             data: b64(data),
             close: false,
         });
-        let mut writer = conn.writer.lock().await;
-        let written = async {
-            writer.write_all(&line).await?;
-            writer.flush().await
+        let limit = self.inner.config.request_timeout;
+        match conn.send_line(line, limit).await? {
+            Some(()) => Ok(()),
+            None => Err(self.unanswered("a channel's input", limit)),
         }
-        .await;
-        written.map_err(|e| Error::io("writing to the session agent", e))
     }
 
     /// The names and values of the session's secrets, for redaction.

@@ -22,6 +22,7 @@ mod launch;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
 mod process;
+mod upload;
 pub use describe::SessionDescription;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
@@ -103,6 +104,34 @@ struct Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.reader.abort();
+    }
+}
+
+impl Conn {
+    /// Writes one whole request line to the agent, on a task of its own: a
+    /// caller dropped mid-write (a cancelled upload, say) must not leave
+    /// half a line for the next request to be glued to, which would cost
+    /// both. `Ok(None)` when the agent took no line within `limit`.
+    async fn send_line(self: &Arc<Self>, line: Vec<u8>, limit: Duration) -> Result<Option<()>> {
+        let conn = self.clone();
+        let write = tokio::spawn(async move {
+            tokio::time::timeout(limit, async {
+                let mut writer = conn.writer.lock().await;
+                writer.write_all(&line).await?;
+                writer.flush().await
+            })
+            .await
+        });
+        match write.await {
+            Ok(Ok(written)) => written
+                .map(Some)
+                .map_err(|e| Error::io("writing to the session agent", e)),
+            Ok(Err(_)) => Ok(None),
+            Err(e) => Err(Error::io(
+                "writing to the session agent",
+                std::io::Error::other(e.to_string()),
+            )),
+        }
     }
 }
 
@@ -337,19 +366,18 @@ impl Session {
             None => return Err(self.gone()),
         };
         let line = protocol::encode(&build(id));
-        let mut writer = conn.writer.lock().await;
-        let written = async {
-            writer.write_all(&line).await?;
-            writer.flush().await
-        }
-        .await;
-        if let Err(e) = written {
+        let limit = self.inner.config.request_timeout;
+        let written = conn.send_line(line, limit).await;
+        if !matches!(written, Ok(Some(()))) {
             if let Some(routes) = lock(&conn.routes).as_mut() {
                 routes.remove(&id);
             }
-            return Err(Error::io("writing to the session agent", e));
         }
-        Ok(rx)
+        match written {
+            Ok(Some(())) => Ok(rx),
+            Ok(None) => Err(self.unanswered("a request", limit)),
+            Err(e) => Err(e),
+        }
     }
 
     /// The one final reply of a file request.
@@ -524,9 +552,14 @@ impl SessionApi for Session {
 
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<()> {
         let data = b64(data);
-        self.file_request(path, |id, path| Request::Write { id, path, data })
-            .await
-            .map(|_| ())
+        self.file_request(path, |id, path| Request::Write {
+            id,
+            path,
+            data,
+            offset: None,
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {

@@ -240,16 +240,10 @@ impl Session {
     /// Writes one request line that expects no answer.
     pub(super) async fn write_line(&self, line: &[u8]) -> Result<()> {
         let conn = self.conn()?;
-        let mut writer = conn.writer.lock().await;
         let limit = self.inner.config.request_timeout;
-        let written = tokio::time::timeout(limit, async {
-            writer.write_all(line).await?;
-            writer.flush().await
-        })
-        .await;
-        match written {
-            Ok(result) => result.map_err(|e| Error::io("writing to the session agent", e)),
-            Err(_) => Err(self.unanswered("a request", limit)),
+        match conn.send_line(line.to_vec(), limit).await? {
+            Some(()) => Ok(()),
+            None => Err(self.unanswered("a request", limit)),
         }
     }
 }
