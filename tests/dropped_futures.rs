@@ -274,6 +274,25 @@ async fn a_write_dropped_mid_request_leaves_the_session_usable() {
             started.elapsed()
         );
     }
+    // Whole, into directories that did not exist, in pieces of any size.
+    let sizes = [1, 3 << 20, 7, 1 << 20, 0, 5];
+    let pieces = futures::stream::iter(
+        sizes.map(|n| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'z'; n]))),
+    );
+    let written = session
+        .write_file_from("new/dirs/whole.bin", pieces, 1 << 30)
+        .await
+        .unwrap();
+    assert_eq!(written, sizes.iter().sum::<usize>() as u64);
+    let counted = session
+        .exec("wc -c < new/dirs/whole.bin; tr -d z < new/dirs/whole.bin | wc -c")
+        .await
+        .unwrap();
+    assert_eq!(
+        counted.stdout.split_whitespace().collect::<Vec<_>>(),
+        [written.to_string().as_str(), "0"]
+    );
+    // Dropped midway: neither the file nor its temporary stays.
     let pieces = futures::stream::iter(
         (0..64).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'y'; 1 << 20]))),
     );

@@ -367,6 +367,8 @@ def do_write(req):
         at = int(req["offset"])
         flags = os.O_WRONLY | os.O_NOFOLLOW | (os.O_CREAT | os.O_TRUNC if at == 0 else 0)
         try:
+            if at == 0:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, flags, 0o644)
             try:
                 view = memoryview(data)

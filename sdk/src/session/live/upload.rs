@@ -129,7 +129,7 @@ impl Session {
             Error::SessionFile { kind, message, .. } => Error::SessionFile {
                 path: shown.to_string(),
                 kind,
-                message,
+                message: message.replace(temporary, shown),
             },
             other => other,
         })
