@@ -16,8 +16,8 @@ use std::time::Duration;
 use dockhand::session::{SessionApi, SessionConfig};
 use dockhand::{Egress, Sandbox, Secret, Type};
 use egress_probe::{
-    assert_nothing_left, gateway_of_this_process, probe, setup, sha256_hex, status, the_gateway,
-    PROBE, SERIAL,
+    assert_nothing_left, assert_reaches_the_api, gateway_of_this_process, probe, setup, sha256_hex,
+    status, the_gateway, PROBE, SERIAL,
 };
 use serde_json::Value;
 
@@ -359,14 +359,7 @@ async fn when_the_gateway_dies_sandboxes_reach_nothing_and_the_next_gets_a_new_o
     assert!(matches!(e, dockhand::Error::EgressGateway { .. }), "{e}");
     session.close().await.expect("closes");
     // The next sandbox gets a new gateway.
-    let r = probe(
-        &client,
-        policy,
-        &servers.address,
-        r#"{"fetch": fetch("http://api.example.test/")}"#,
-    )
-    .await;
-    assert_eq!(status(&r["fetch"]), 200, "{}", r["fetch"]);
+    assert_reaches_the_api(&client, policy, &servers).await;
     drop(client);
     assert_nothing_left().await;
 }

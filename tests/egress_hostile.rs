@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use dockhand::{Egress, Sandbox, Secret, Type};
 use egress_probe::{
-    assert_nothing_left, probe, setup, sha256_hex, status, the_gateway, PROBE, SERIAL,
+    assert_nothing_left, assert_reaches_the_api, probe_with, setup, sha256_hex, status,
+    the_gateway, PROBE, SERIAL,
 };
 use serde_json::Value;
 
@@ -63,9 +64,8 @@ async fn no_spelling_of_a_denied_address_gets_through() {
         "connect": {{h: connect(h, 443) for h in {hosts_json}}},
     }}"#
     );
-    let code_body = format!("{CONNECT}\n{body}");
-    // The probe's body is one expression: the CONNECT helper goes in front.
-    let r = probe_with(&client, &servers.address, &code_body).await;
+    let policy = Egress::allow(["*"]).deny([servers.address.as_str()]);
+    let r = probe_with(&client, policy, &servers.address, CONNECT, &body).await;
     assert_eq!(
         status(&r["plain"]),
         403,
@@ -97,24 +97,6 @@ async fn no_spelling_of_a_denied_address_gets_through() {
     }
     drop(client);
     assert_nothing_left().await;
-
-    async fn probe_with(client: &dockhand::Client, server: &str, code: &str) -> Value {
-        let (helper, expression) = code.split_once("\n{").unwrap();
-        let policy = Egress::allow(["*"]).deny([server]);
-        let code = format!("{PROBE}\n{helper}\nresult = json.dumps({{{expression})");
-        let sandbox = Sandbox::code("egress-spellings", code)
-            .input("server", Type::Str)
-            .output("result", Type::Str)
-            .network(policy)
-            .timeout(Duration::from_secs(240))
-            .build()
-            .expect("a sandbox");
-        let out = client
-            .run(&sandbox, [("server", server)])
-            .await
-            .expect("runs");
-        serde_json::from_str(&out.get::<String>("result").unwrap()).unwrap()
-    }
 }
 
 #[tokio::test]
@@ -252,14 +234,7 @@ async fn a_run_whose_gateway_dies_under_it_fails_typed() {
         matches!(outcome, Err(dockhand::Error::EgressGateway { .. })),
         "{outcome:?}"
     );
-    let r = probe(
-        &client,
-        policy,
-        &servers.address,
-        r#"{"fetch": fetch("http://api.example.test/")}"#,
-    )
-    .await;
-    assert_eq!(status(&r["fetch"]), 200, "{}", r["fetch"]);
+    assert_reaches_the_api(&client, policy, &servers).await;
     drop(client);
     assert_nothing_left().await;
 }

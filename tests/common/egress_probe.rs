@@ -61,7 +61,18 @@ pub async fn setup() -> (Client, TestServers) {
 }
 
 pub async fn probe(client: &Client, policy: Egress, server: &str, body: &str) -> Value {
-    let code = format!("{PROBE}\nresult = json.dumps({body})");
+    probe_with(client, policy, server, "", body).await
+}
+
+/// [`probe`] with more Python (`helpers`) defined before `body` runs.
+pub async fn probe_with(
+    client: &Client,
+    policy: Egress,
+    server: &str,
+    helpers: &str,
+    body: &str,
+) -> Value {
+    let code = format!("{PROBE}\n{helpers}\nresult = json.dumps({body})");
     let sandbox = Sandbox::code("egress-probe", code)
         .input("server", Type::Str)
         .output("result", Type::Str)
@@ -110,6 +121,19 @@ pub async fn assert_nothing_left() {
         0,
         "the gateway outlived its last sandbox"
     );
+}
+
+/// A sandbox with `policy` reaches the test API: the next sandbox after a
+/// gateway died gets a new one.
+pub async fn assert_reaches_the_api(client: &Client, policy: Egress, servers: &TestServers) {
+    let r = probe(
+        client,
+        policy,
+        &servers.address,
+        r#"{"fetch": fetch("http://api.example.test/")}"#,
+    )
+    .await;
+    assert_eq!(status(&r["fetch"]), 200, "{}", r["fetch"]);
 }
 
 /// The id of this process's gateway container, once one runs (within 60 s).
