@@ -167,20 +167,13 @@ impl Kernel {
         let timeout = options.timeout.unwrap_or(self.inner.config.run_timeout);
         let started = Instant::now();
         let abandoned = lock(&context.abandoned).take();
-        let (id, msg) = execute_request(code);
-        link.expect(name, Some(&id));
         let mut guard = Interrupter {
             link: link.clone(),
             context: name.to_string(),
             armed: true,
             abandoned: context.abandoned.clone(),
         };
-        link.send(&Op::Send {
-            ctx: name,
-            channel: "shell",
-            msg,
-        })
-        .await?;
+        submit(&link, name, code).await?;
         let mut collector = Collector::new(self.inner.config.text_limit);
         let mut outcome = None;
         if let Some(at) = abandoned {
@@ -200,14 +193,7 @@ impl Kernel {
                     self.restart_locked(&mut context).await?;
                     link = self.ready(&mut context).await?;
                     guard.link = link.clone();
-                    let (id, msg) = execute_request(code);
-                    link.expect(name, Some(&id));
-                    link.send(&Op::Send {
-                        ctx: name,
-                        channel: "shell",
-                        msg,
-                    })
-                    .await?;
+                    submit(&link, name, code).await?;
                     collector = Collector::new(self.inner.config.text_limit);
                 }
                 Collected::Timeout => {}
@@ -585,6 +571,19 @@ impl Drop for Interrupter {
             });
         }
     }
+}
+
+/// Sends `code` to the context's kernel as a new run, which from now on is
+/// the only one whose messages the context takes.
+async fn submit(link: &Link, context: &str, code: &str) -> Result<()> {
+    let (id, msg) = execute_request(code);
+    link.expect(context, Some(&id));
+    link.send(&Op::Send {
+        ctx: context,
+        channel: "shell",
+        msg,
+    })
+    .await
 }
 
 fn tail(text: &str, keep: usize) -> &str {

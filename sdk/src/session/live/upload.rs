@@ -72,17 +72,13 @@ impl Session {
                 }
                 held.extend_from_slice(&chunk);
             }
-            // An empty stream still makes its (empty) file.
-            while held.len() >= PIECE
-                || (end && (!held.is_empty() || sent == 0 && flying.is_empty() && received == 0))
-            {
+            while held.len() >= PIECE || (end && !held.is_empty()) {
                 if flying.len() >= IN_FLIGHT {
                     if let Some(done) = flying.next().await {
                         done?;
                     }
                 }
-                let take = held.len().min(PIECE);
-                let piece: Vec<u8> = held.drain(..take).collect();
+                let piece: Vec<u8> = held.drain(..held.len().min(PIECE)).collect();
                 let at = sent;
                 sent += piece.len() as u64;
                 if at == 0 {
@@ -91,13 +87,14 @@ impl Session {
                 } else {
                     flying.push(self.write_piece(path, &temporary, piece, at));
                 }
-                if take == 0 {
-                    break;
-                }
             }
             if end {
                 break;
             }
+        }
+        if received == 0 {
+            // An empty stream still makes its (empty) file.
+            self.write_piece(path, &temporary, Vec::new(), 0).await?;
         }
         while let Some(done) = flying.next().await {
             done?;
