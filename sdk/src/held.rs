@@ -33,6 +33,16 @@ impl Held {
         drop(self)
     }
 
+    /// Lets it outlive this process (a kept session): nothing is removed.
+    pub(crate) fn release(self) {
+        match self {
+            Held::Container(guard) => guard.release(),
+            // Pods are not kept (kept sessions are refused on a cluster).
+            #[cfg(feature = "kubernetes")]
+            other => drop(other),
+        }
+    }
+
     /// Removes it now; one already gone is fine.
     pub(crate) async fn remove(self) -> Result<()> {
         match self {

@@ -155,6 +155,7 @@ pub mod session;
 mod settings;
 pub mod testing;
 mod util;
+pub mod volume;
 
 pub use client::{Client, ClientBuilder, ReapReport};
 #[cfg(feature = "kubernetes")]
@@ -173,6 +174,7 @@ pub use sandbox::{
     OutputCache, OutputLine, Outputs, Param, RunOptions, RunOutput, Sandbox, SandboxBuilder,
     Secret, StreamKind, Type, Value, LINE_PIECE, NO_INPUTS,
 };
+pub use volume::Volume;
 
 /// Label keys dockhand puts on every object it creates.
 pub mod labels {

@@ -4,7 +4,8 @@
 //! ```text
 //! init -> running | closed
 //! running -> idle | error | closed
-//! idle -> running | error | closed
+//! idle -> running | paused | error | closed
+//! paused -> running | error | closed
 //! error -> running | closed
 //! closed -> (nothing)
 //! ```
@@ -28,6 +29,9 @@ pub enum State {
     Running,
     /// Started and waiting for work.
     Idle,
+    /// Paused: its container is stopped (with its memory saved, or only
+    /// its files); `resume` brings it back.
+    Paused,
     /// Stopped or failed; `start` brings it back.
     Error,
     /// Closed for good; its container is gone.
@@ -40,6 +44,7 @@ impl fmt::Display for State {
             State::Init => "init",
             State::Running => "running",
             State::Idle => "idle",
+            State::Paused => "paused",
             State::Error => "error",
             State::Closed => "closed",
         })
@@ -54,7 +59,8 @@ impl State {
             (self, to),
             (Init, Running | Closed)
                 | (Running, Idle | Error | Closed)
-                | (Idle, Running | Error | Closed)
+                | (Idle, Running | Paused | Error | Closed)
+                | (Paused, Running | Error | Closed)
                 | (Error, Running | Closed)
         )
     }
@@ -128,7 +134,7 @@ impl Tracked {
 mod tests {
     use super::State::{self, *};
 
-    const ALL: [State; 5] = [Init, Running, Idle, Error, Closed];
+    const ALL: [State; 6] = [Init, Running, Idle, Paused, Error, Closed];
 
     #[test]
     fn exactly_the_documented_transitions_are_allowed() {
@@ -139,8 +145,12 @@ mod tests {
             (Running, Error),
             (Running, Closed),
             (Idle, Running),
+            (Idle, Paused),
             (Idle, Error),
             (Idle, Closed),
+            (Paused, Running),
+            (Paused, Error),
+            (Paused, Closed),
             (Error, Running),
             (Error, Closed),
         ];

@@ -99,6 +99,11 @@ pub struct ContainerSpec {
     /// Largest file any process may write (`RLIMIT_FSIZE`): past it a write
     /// fails with `EFBIG` (or `SIGXFSZ` for programs that do not ignore it).
     pub max_file_bytes: Option<i64>,
+    /// Outlives this process: no owner labels (so no watchdog or `reap`
+    /// removes it), and the [`labels::KEPT`] label.
+    pub kept: bool,
+    /// Named volumes (Docker's names) mounted at paths: `(name, path, read_only)`.
+    pub volumes: Vec<(String, String, bool)>,
 }
 
 /// A memory volume holds one file (or directory) per so many bytes of its
@@ -165,10 +170,19 @@ impl Engine {
             super::watchdog::ensure(self);
         }
         let mut guard = ContainerGuard::before_create(self.clone());
-        let mut all_labels = labels::owned(spec.kind);
+        let owner = |kind| {
+            if spec.kept {
+                let mut labels = labels::durable(kind);
+                labels.insert(labels::KEPT.into(), "true".into());
+                labels
+            } else {
+                labels::owned(kind)
+            }
+        };
+        let mut all_labels = owner(spec.kind);
         all_labels.extend(spec.extra_labels.clone());
         all_labels.insert(labels::SCRATCH.into(), guard.token().to_string());
-        let mut volume_labels = labels::owned(spec.kind);
+        let mut volume_labels = owner(spec.kind);
         volume_labels.insert(labels::SCRATCH.into(), guard.token().to_string());
         let host_config = HostConfig {
             memory: spec.memory_bytes,
@@ -185,13 +199,16 @@ impl Engine {
                 .then(|| vec!["no-new-privileges".to_string()]),
             readonly_rootfs: Some(spec.read_only_rootfs),
             tmpfs: (!spec.tmpfs.is_empty()).then(|| spec.tmpfs.clone()),
-            binds: (!spec.mounts.is_empty()).then(|| {
+            binds: (!spec.mounts.is_empty() || !spec.volumes.is_empty()).then(|| {
+                let mode = |read_only| if read_only { "ro" } else { "rw" };
                 spec.mounts
                     .iter()
-                    .map(|m| {
-                        let mode = if m.read_only { "ro" } else { "rw" };
-                        format!("{}:{}:{mode}", m.host_path, m.container_path)
-                    })
+                    .map(|m| format!("{}:{}:{}", m.host_path, m.container_path, mode(m.read_only)))
+                    .chain(
+                        spec.volumes
+                            .iter()
+                            .map(|(name, path, ro)| format!("{name}:{path}:{}", mode(*ro))),
+                    )
                     .collect()
             }),
             mounts: (!spec.scratch_volumes.is_empty() || !spec.memory_volumes.is_empty()).then(

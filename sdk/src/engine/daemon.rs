@@ -21,6 +21,8 @@ pub struct DaemonInfo {
     pub root_dir: String,
     /// The storage driver (`overlay2`, `fuse-overlayfs`, ...).
     pub storage_driver: String,
+    /// Whether its `experimental` features are on (checkpoints need them).
+    pub experimental: bool,
     /// OCI runtimes it has registered (`runc`, `runsc`, ...).
     pub runtimes: Vec<String>,
     /// Each registered runtime's extra arguments (`runsc`: `--network=none`).
@@ -129,6 +131,7 @@ impl Engine {
             platform,
             root_dir: info.docker_root_dir.unwrap_or_default(),
             storage_driver: info.driver.unwrap_or_default(),
+            experimental: info.experimental_build.unwrap_or(false),
             runtimes,
             runtime_args,
         })

@@ -62,6 +62,24 @@ impl ContainerGuard {
         self.creating = false;
     }
 
+    /// Owns an existing container (one kept by another process), whose
+    /// scratch volumes carry `token`.
+    pub(crate) fn adopt(engine: Engine, id: String, token: String) -> Self {
+        ContainerGuard {
+            engine,
+            id,
+            token,
+            creating: false,
+            removed: false,
+        }
+    }
+
+    /// Lets the container outlive this guard (a kept session's owner
+    /// going away): nothing is removed.
+    pub(crate) fn release(mut self) {
+        self.removed = true;
+    }
+
     /// The container id.
     pub fn id(&self) -> &str {
         &self.id

@@ -21,6 +21,11 @@ pub const WATCHDOG: &str = "watchdog";
 /// On a container and its scratch volumes: the token that ties them together,
 /// so volumes are found when their container was removed without them.
 pub const SCRATCH: &str = "dev.dockhand.scratch";
+/// On a container meant to outlive its owner (a kept session): `true`.
+/// No watchdog or `reap` removes it; `Client::kept_sessions` lists it.
+pub const KEPT: &str = "dev.dockhand.kept";
+/// On a named volume: the name it was created under (without the prefix).
+pub const VOLUME: &str = "dev.dockhand.volume";
 /// For images: the content hash of the spec they were built from.
 pub const SPEC_HASH: &str = "dev.dockhand.spec-hash";
 

@@ -8,6 +8,7 @@
 //! container is owned by a [`ContainerGuard`] that removes it even when the
 //! caller's future is dropped or panics.
 
+mod checkpoint;
 mod container;
 mod daemon;
 mod endpoint;
@@ -15,8 +16,10 @@ mod guard;
 mod image;
 pub mod labels;
 mod network;
+mod volume;
 mod watchdog;
 
+pub(crate) use checkpoint::{checkpoint_name, checkpoint_size, copy_checkpoint, seal, Seal};
 pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE};
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;

@@ -566,6 +566,28 @@ pub enum Error {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 
+    /// A pause that keeps memory was asked of a daemon or sandbox that
+    /// cannot save memory. Nothing was changed: the sandbox runs on.
+    #[error("this sandbox's memory cannot be saved: {reason}\nhint: pause in filesystem mode (files only), or run it under gVisor on a daemon with \"experimental\": true and a `runsc` runtime in its daemon.json")]
+    PauseUnsupported {
+        /// What is missing.
+        reason: String,
+    },
+
+    /// Saving or restoring a sandbox (a pause, resume or fork) failed: the
+    /// checkpoint could not be written (a full disk, say), or was refused
+    /// when restored (altered, or not this sandbox's). `state` says what
+    /// became of the sandbox.
+    #[error("{operation} failed: {reason} ({state})")]
+    Checkpoint {
+        /// `pause`, `resume` or `fork`.
+        operation: &'static str,
+        /// What the daemon or runtime said.
+        reason: String,
+        /// What became of the sandbox: still running, still paused, or removed.
+        state: String,
+    },
+
     /// The backend the client was connected to cannot do what was asked.
     /// Refused before anything was created.
     #[error("{feature} is not available on the {backend} backend\nhint: {hint}")]

@@ -503,6 +503,27 @@ impl Kernel {
         self.inner.session.set_network(policy).await
     }
 
+    /// Pauses the kernel's container (see [`Session::pause`]): in
+    /// [`PauseMode::Memory`](crate::session::PauseMode::Memory) every
+    /// context keeps its variables, imports and background work across
+    /// [`resume`](Self::resume); in filesystem mode only files stay, and
+    /// each context's kernel starts afresh at its next run.
+    pub async fn pause(&self, mode: crate::session::PauseMode) -> Result<crate::session::Paused> {
+        // No run may start while the container stops.
+        let mut link = self.inner.link.lock().await;
+        let paused = self.inner.session.pause(mode).await?;
+        if mode == crate::session::PauseMode::Filesystem {
+            *link = None;
+        }
+        Ok(paused)
+    }
+
+    /// Resumes a paused kernel (see [`Session::resume`]).
+    pub async fn resume(&self) -> Result<()> {
+        let _link = self.inner.link.lock().await;
+        self.inner.session.resume().await
+    }
+
     /// Removes the container and every context.
     pub async fn close(&self) -> Result<()> {
         *self.inner.link.lock().await = None;

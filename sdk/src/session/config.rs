@@ -79,6 +79,20 @@ pub struct SessionConfig {
     /// the session's code cannot write), by file name: what a capability
     /// runs in the container to judge the code there (a kernel's relay).
     pub(crate) helpers: Vec<(&'static str, &'static str)>,
+    pub(crate) pausable: bool,
+    pub(crate) keep: bool,
+    pub(crate) volumes: Vec<VolumeMount>,
+}
+
+/// A named volume mounted into a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    /// The volume's name (as given to [`Volume::create`](crate::Volume::create)).
+    pub name: String,
+    /// Where it appears in the container.
+    pub path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
 }
 
 impl fmt::Debug for SessionConfig {
@@ -96,6 +110,9 @@ impl fmt::Debug for SessionConfig {
             .field("hardening", &self.hardening)
             .field("setup_steps", &self.setup.len())
             .field("persist", &self.persist)
+            .field("pausable", &self.pausable)
+            .field("keep", &self.keep)
+            .field("volumes", &self.volumes)
             .finish()
     }
 }
@@ -124,6 +141,9 @@ impl Default for SessionConfig {
             start_timeout: Duration::from_secs(60),
             name: None,
             helpers: Vec::new(),
+            pausable: false,
+            keep: false,
+            volumes: Vec::new(),
         }
     }
 }
@@ -287,6 +307,50 @@ impl SessionConfig {
         self
     }
 
+    /// Lets the session be paused ([`Session::pause`]) and forked: its
+    /// container is not removed by the daemon when its agent stops, only by
+    /// dockhand (on close, or when this process goes).
+    pub fn pausable(mut self, on: bool) -> Self {
+        self.pausable = on;
+        self
+    }
+
+    /// The session outlives this process (implies [`pausable`](Self::pausable)):
+    /// dropping it, or this process ending, leaves its container stopped
+    /// with its files (or paused, as it was), for
+    /// [`Client::resume_session`](crate::Client::resume_session) by id in
+    /// any later process; only [`Session::close`] removes it.
+    /// [`Client::kept_sessions`](crate::Client::kept_sessions) lists them.
+    pub fn keep(mut self, on: bool) -> Self {
+        self.keep = on;
+        if on {
+            self.pausable = true;
+        }
+        self
+    }
+
+    /// Mounts the named volume `name` (made with
+    /// [`Volume::create`](crate::Volume::create)) read-write at `path`.
+    pub fn volume(mut self, name: impl Into<String>, path: impl Into<String>) -> Self {
+        self.volumes.push(VolumeMount {
+            name: name.into(),
+            path: path.into(),
+            read_only: false,
+        });
+        self
+    }
+
+    /// Mounts the named volume `name` read-only at `path`: many sessions
+    /// may read one volume that another writes.
+    pub fn volume_read_only(mut self, name: impl Into<String>, path: impl Into<String>) -> Self {
+        self.volumes.push(VolumeMount {
+            name: name.into(),
+            path: path.into(),
+            read_only: true,
+        });
+        self
+    }
+
     /// A name used in snapshot tags and labels.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
@@ -312,13 +376,29 @@ impl SessionConfig {
         }
         self.hardening.check()?;
         crate::egress::check(&self.network, &self.secrets)?;
+        if self.keep && matches!(self.network, Network::Egress(_)) {
+            return Err(bad(
+                "a kept session cannot use an egress policy: its gateway registration ends with this process; use network off or a named network".into(),
+            ));
+        }
+        for v in &self.volumes {
+            crate::volume::check_name(&v.name).map_err(bad)?;
+            if !v.path.starts_with('/') || v.path == "/" {
+                return Err(bad(format!(
+                    "volume {} must be mounted at an absolute path other than /, not `{}`",
+                    v.name, v.path
+                )));
+            }
+        }
         Ok(resources)
     }
 
-    /// Paths the session's files may be under: the workspace, mounts and `/tmp`.
+    /// Paths the session's files may be under: the workspace, mounts,
+    /// volumes and `/tmp`.
     pub(crate) fn roots(&self) -> Vec<String> {
         let mut roots = vec![self.workspace.clone(), "/tmp".to_string()];
         roots.extend(self.mounts.iter().map(|m| m.container_path.clone()));
+        roots.extend(self.volumes.iter().map(|v| v.path.clone()));
         roots
     }
 }

@@ -31,11 +31,14 @@ pub(crate) mod protocol;
 mod tools;
 
 pub use api::{ExecOptions, ExecResult, SessionApi};
-pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
+pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot, VolumeMount};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{agent_pool, container_spec, AGENT};
 pub(crate) use live::{Channel, HELPERS_DIR};
-pub use live::{ExecEvent, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned};
+pub use live::{
+    ExecEvent, KeptSession, PauseMode, Paused, ProcessControl, Session, SessionDescription,
+    SpawnOptions, Spawned, MAX_FORKS,
+};
 pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

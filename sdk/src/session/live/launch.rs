@@ -3,6 +3,22 @@
 use super::*;
 use crate::sandbox::{secrets_archive, SecretMount, SECRETS_DIR};
 
+/// How a session's running container was made: what a fork of it is made
+/// from (the same settings, its secrets' values included, kept in memory
+/// only).
+#[derive(Clone)]
+pub(super) struct Launched {
+    pub(super) spec: ContainerSpec,
+    pub(super) file_secrets: Vec<(String, String)>,
+}
+
+/// What a memory resume carries over: the routes of replies to requests
+/// and channels whose processes live on in the checkpoint.
+pub(super) struct Carry {
+    pub(super) routes: Routes,
+    pub(super) next_id: u64,
+}
+
 impl Session {
     pub(super) async fn launch(&self) -> Result<Arc<Conn>> {
         let c = &self.inner.config;
@@ -10,8 +26,16 @@ impl Session {
         let client = &self.inner.client;
         #[cfg(feature = "kubernetes")]
         if let Some(cluster) = client.cluster() {
+            if c.pausable || !c.volumes.is_empty() {
+                return Err(Error::Unsupported {
+                    backend: "kubernetes",
+                    feature: "pausable, kept and volume-mounting sessions".into(),
+                    hint: "run them on a Docker client (`Client::connect()`)".into(),
+                });
+            }
             return self.launch_on_cluster(cluster).await;
         }
+        crate::volume::check_mounted(client, &c.volumes).await?;
         // A host path means nothing to a daemon on another machine: say so
         // before anything is created, not as a confusing mount failure.
         for m in &c.mounts {
@@ -58,6 +82,10 @@ impl Session {
         // runtime that wedges in `start` (seen with runsc) or a daemon that
         // stops answering must not hang `start()`. Dropping the block drops
         // the container's guard, which removes it.
+        *lock(&self.inner.launched) = Some(Launched {
+            spec: spec.clone(),
+            file_secrets: file_secrets.clone(),
+        });
         let started = async {
             let container = engine.create_container(&spec).await?;
             let id = container.id().to_string();
@@ -72,6 +100,16 @@ impl Session {
                         Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
                     )
                     .await?;
+            }
+            // A new volume's root is root's: the session's user is given
+            // the ones it may write (an upload reaches mounted volumes).
+            if !h.read_only_root {
+                for v in c.volumes.iter().filter(|v| !v.read_only) {
+                    let (parent, tar) = owned_dir_tar(&v.path, h.owner_ids())?;
+                    engine
+                        .upload_archive(&id, &parent, Bytes::from(tar))
+                        .await?;
+                }
             }
             if !file_secrets.is_empty() {
                 let tar = secrets_archive(&file_secrets, h.owner_ids())?;
@@ -99,6 +137,7 @@ impl Session {
                 attached.output,
                 exited,
                 egress,
+                None,
             )
             .await
         };
@@ -117,25 +156,50 @@ impl Session {
 }
 
 /// Speaks with the agent in `held` over `input` and `output` (its stdin
-/// and attach stream) until `exited` resolves, once it said `ready`.
+/// and attach stream) until `exited` resolves, once it said `ready`. An
+/// agent restored from memory (`carry`) said `ready` long ago: it is
+/// greeted, and says it again.
 pub(super) async fn connect(
     held: Held,
-    input: Pin<Box<dyn AsyncWrite + Send>>,
+    mut input: Pin<Box<dyn AsyncWrite + Send>>,
     output: Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
     exited: impl std::future::Future<Output = ()> + Send + 'static,
     egress: Option<crate::egress::Lease>,
+    carry: Option<Carry>,
 ) -> Result<Arc<Conn>> {
-    let routes: Routes = Arc::new(Mutex::new(Some(HashMap::new())));
+    let greet = carry.is_some();
+    let (routes, next_id) = match carry {
+        Some(Carry { routes, next_id }) => (routes, next_id),
+        None => (Arc::new(Mutex::new(Some(HashMap::new()))), 1),
+    };
+    let parking = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
-    let reader = tokio::spawn(read_replies(output, exited, routes.clone(), ready_tx));
+    let reader = tokio::spawn(read_replies(
+        output,
+        exited,
+        routes.clone(),
+        ready_tx,
+        parking.clone(),
+    ));
+    if greet {
+        input
+            .write_all(b"{\"type\":\"hello\"}\n")
+            .await
+            .map_err(|e| Error::io("greeting the restored session agent", e))?;
+        input
+            .flush()
+            .await
+            .map_err(|e| Error::io("greeting the restored session agent", e))?;
+    }
     let conn = Arc::new(Conn {
         container_id: held.id().to_string(),
         holder: Mutex::new(Some(held)),
         writer: tokio::sync::Mutex::new(input),
         routes,
         reader,
-        next_id: AtomicU64::new(1),
+        next_id: AtomicU64::new(next_id),
         egress: tokio::sync::Mutex::new(egress),
+        parking,
     });
     match ready_rx.recv().await {
         Some(Ok(())) => Ok(conn),
@@ -217,8 +281,22 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
         mounts: c.mounts.clone(),
         open_stdin: true,
         no_log: true,
-        // The agent exits when its stdin closes, as it does when the owner dies.
-        auto_remove: true,
+        // The agent exits when its stdin closes, as it does when the owner
+        // dies; the daemon then removes the container, unless it is to be
+        // paused (a pause stops it) or kept.
+        auto_remove: !c.pausable,
+        kept: c.keep,
+        volumes: c
+            .volumes
+            .iter()
+            .map(|v| {
+                (
+                    crate::volume::docker_name(&v.name),
+                    v.path.clone(),
+                    v.read_only,
+                )
+            })
+            .collect(),
         ..Default::default()
     };
     confine(&mut spec, &resources, &c.hardening, &c.network);
@@ -229,7 +307,7 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
 /// The agent and the helpers as a tar to extract at `/var/inputs`: all
 /// root-owned, files 0644 in a 0755 directory, so the session's user can
 /// run them and change none of them.
-fn programs_tar(helpers: &[(&'static str, &'static str)]) -> Result<Vec<u8>> {
+pub(super) fn programs_tar(helpers: &[(&'static str, &'static str)]) -> Result<Vec<u8>> {
     let mut files = vec![crate::archive::TarFile::new(
         ".dockhand/session-agent.py",
         AGENT,
@@ -270,6 +348,27 @@ fn workspace_tar(workspace: &str, (uid, gid): (u64, u64)) -> Result<Vec<u8>> {
     builder.into_inner().map_err(wrap)
 }
 
+/// The directory `path` alone, owned by the session's user, as a tar to
+/// extract in its parent (returned with it): the parents keep their owners.
+fn owned_dir_tar(path: &str, (uid, gid): (u64, u64)) -> Result<(String, Vec<u8>)> {
+    let trimmed = path.trim_end_matches('/');
+    let (parent, leaf) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
+    let parent = if parent.is_empty() { "/" } else { parent };
+    let wrap = |e| Error::io("building a volume's archive", e);
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Directory);
+    h.set_size(0);
+    h.set_mode(0o755);
+    h.set_mtime(0);
+    h.set_uid(uid);
+    h.set_gid(gid);
+    h.set_path(format!("{leaf}/")).map_err(wrap)?;
+    h.set_cksum();
+    builder.append(&h, std::io::empty()).map_err(wrap)?;
+    Ok((parent.to_string(), builder.into_inner().map_err(wrap)?))
+}
+
 /// Routes the agent's replies to the requests waiting for them, until the
 /// agent's output ends or its container stops.
 async fn read_replies(
@@ -277,6 +376,7 @@ async fn read_replies(
     exited: impl std::future::Future<Output = ()> + Send,
     routes: Routes,
     ready: mpsc::UnboundedSender<std::result::Result<(), String>>,
+    parking: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut lines = LineBuffer::default();
     let mut stderr = String::new();
@@ -319,6 +419,11 @@ async fn read_replies(
         }
     }
     let _ = ready.send(Err(stderr));
+    if parking.load(Ordering::SeqCst) {
+        // Paused with its memory: the requests live on, to be answered
+        // after the resume.
+        return;
+    }
     // Dropping the senders tells every waiting request that the agent is gone.
     lock(&routes).take();
 }

@@ -18,16 +18,20 @@ use exec::exec_grace;
 mod describe;
 mod egress;
 mod files;
+mod fork;
 mod launch;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
+mod pause;
 mod process;
 mod upload;
 pub use describe::SessionDescription;
+pub use fork::MAX_FORKS;
 #[cfg(feature = "kubernetes")]
 pub(crate) use launch::container_spec;
 #[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::agent_pool;
+pub use pause::{KeptSession, PauseMode, Paused};
 pub use process::{ProcessControl, SpawnOptions, Spawned};
 
 use super::api::{ExecOptions, ExecResult, SessionApi};
@@ -83,6 +87,8 @@ struct Status {
     /// Requests under way; the state is `running` while there are any.
     in_flight: u32,
     snapshots: Vec<String>,
+    /// The checkpoint the running container was restored from.
+    checkpoint: Option<String>,
 }
 
 /// Where each request's replies go; `None` once the agent is gone, so a
@@ -99,6 +105,9 @@ struct Conn {
     next_id: AtomicU64,
     /// The way out through the egress gateway, under a policy.
     egress: tokio::sync::Mutex<Option<crate::egress::Lease>>,
+    /// Set before a memory pause: the agent's processes live on in the
+    /// checkpoint, so its stopping must not end the routes of their replies.
+    parking: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for Conn {
@@ -146,6 +155,29 @@ struct Inner {
     /// The agent-sandbox pool a pooled session claims its pod from.
     #[cfg(feature = "kubernetes")]
     claims: Option<Arc<crate::cluster::AgentPool>>,
+    /// The stopped container of a paused session, and what resumes it.
+    parked: Mutex<Option<pause::Parked>>,
+    /// How the running container was made (for forks).
+    launched: Mutex<Option<launch::Launched>>,
+    /// An image this session was forked from, removed with the last fork.
+    fork_image: Mutex<Option<Arc<fork::ForkImage>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !self.config.keep {
+            return;
+        }
+        // A kept session outlives its handle: its container stays (its
+        // agent stops with this process, leaving its files).
+        let conn = lock(&self.conn).take();
+        if let Some(held) = conn.and_then(|c| lock(&c.holder).take()) {
+            held.release();
+        }
+        if let Some(parked) = lock(&self.parked).take() {
+            parked.held.release();
+        }
+    }
 }
 
 /// A persistent container an agent works in: shell commands, files, edits,
@@ -201,12 +233,16 @@ impl Client {
                     commands: 0,
                     in_flight: 0,
                     snapshots: Vec::new(),
+                    checkpoint: None,
                 }),
                 conn: Mutex::new(None),
                 secrets: Mutex::default(),
                 start_lock: tokio::sync::Mutex::new(()),
                 #[cfg(feature = "kubernetes")]
                 claims,
+                parked: Mutex::new(None),
+                launched: Mutex::new(None),
+                fork_image: Mutex::new(None),
             }),
         }
     }
@@ -249,6 +285,10 @@ impl Session {
     fn fail(&self, why: String) {
         {
             let mut s = lock(&self.inner.status);
+            // A paused session's agent stopped on purpose.
+            if s.life.state == State::Paused {
+                return;
+            }
             s.life.fail(why);
             s.in_flight = 0;
         }
@@ -472,6 +512,11 @@ impl Session {
     }
 
     async fn teardown(&self) {
+        let parked = lock(&self.inner.parked).take();
+        if let Some(parked) = parked {
+            parked.remove().await;
+        }
+        *lock(&self.inner.launched) = None;
         let conn = lock(&self.inner.conn).take();
         if let Some(conn) = conn {
             let guard = lock(&conn.holder).take();
@@ -506,9 +551,15 @@ impl Session {
             None
         };
         self.teardown().await;
-        let life = &mut lock(&self.inner.status).life;
-        life.state = State::Closed;
-        life.container_id = None;
+        {
+            let life = &mut lock(&self.inner.status).life;
+            life.state = State::Closed;
+            life.container_id = None;
+        }
+        let fork_image = lock(&self.inner.fork_image).take();
+        if let Some(image) = fork_image {
+            image.release(&self.inner.client).await;
+        }
         Ok(snapshot)
     }
 }

@@ -122,7 +122,7 @@ impl Session {
                     }
                 }
             };
-            connect(held, input, attached.output, exited, None).await
+            connect(held, input, attached.output, exited, None, None).await
         };
         match tokio::time::timeout(c.start_timeout, started).await {
             Ok(result) => result,

@@ -1,0 +1,295 @@
+//! Forking a session: new sessions that start from its state (its memory
+//! and processes, or its files) and then diverge, each in a container of
+//! its own made from an image of the parent's files.
+
+use std::sync::atomic::AtomicUsize;
+
+use futures::future::join_all;
+
+use super::launch::{connect, programs_tar, Carry};
+use super::pause::PauseMode;
+use super::*;
+use crate::engine::{copy_checkpoint, Engine};
+use crate::sandbox::{secrets_archive, SECRETS_DIR};
+
+/// The most forks one call makes.
+pub const MAX_FORKS: usize = 64;
+
+/// The image forks were made from: removed when the last of them closes.
+pub(super) struct ForkImage {
+    image: String,
+    live: AtomicUsize,
+}
+
+impl ForkImage {
+    /// One fork closed; the last one removes the image.
+    pub(super) async fn release(&self, client: &Client) {
+        if self.live.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        if let Ok(engine) = client.engine() {
+            if let Err(e) = engine.remove_image_if_unused(&self.image).await {
+                tracing::warn!(image = %self.image, error = %e, "removing a fork image failed");
+            }
+        }
+    }
+}
+
+impl Session {
+    /// `n` new sessions that start from this one's state and then diverge
+    /// (a write in one is seen by no other). [`PauseMode::Memory`] carries
+    /// processes and memory (a kernel's variables, a server it started):
+    /// it needs what a memory pause needs, and a daemon on this machine
+    /// (the checkpoint is copied into each fork); a running parent is
+    /// paused for the copy and resumed. [`PauseMode::Filesystem`] carries
+    /// files, and the parent runs on.
+    ///
+    /// Forks have the parent's settings; close each (the image they were
+    /// made from goes with the last).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// use dockhand::session::{PauseMode, SessionApi, SessionConfig};
+    /// let client = dockhand::Client::connect().await?;
+    /// let s = client.session(SessionConfig::new().pausable(true));
+    /// s.start().await?;
+    /// s.write_file("state.txt", b"base").await?;
+    /// let forks = s.fork(2, PauseMode::Filesystem).await?;
+    /// forks[0].write_file("state.txt", b"one").await?;
+    /// assert_eq!(forks[1].read_file("state.txt").await?, b"base");
+    /// for f in forks { f.close().await?; }
+    /// s.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn fork(&self, n: usize, mode: PauseMode) -> Result<Vec<Session>> {
+        if n == 0 || n > MAX_FORKS {
+            return Err(Error::spec(
+                "session",
+                format!("a fork makes 1 to {MAX_FORKS} sessions, not {n}"),
+            ));
+        }
+        match mode {
+            PauseMode::Filesystem => self.fork_files(n).await,
+            PauseMode::Memory => self.fork_memory(n).await,
+        }
+    }
+
+    async fn fork_files(&self, n: usize) -> Result<Vec<Session>> {
+        let snapshot = self.snapshot().await?;
+        lock(&self.inner.status)
+            .snapshots
+            .retain(|s| *s != snapshot.image);
+        let image = Arc::new(ForkImage {
+            image: snapshot.image.clone(),
+            live: AtomicUsize::new(n),
+        });
+        let mut config = self.inner.config.clone();
+        config.image = crate::image::ImageSpec::prebuilt(snapshot.image.clone());
+        // The parent's setup made the files the forks start from.
+        config.setup.clear();
+        let forks: Vec<Session> = (0..n)
+            .map(|_| {
+                let fork = self.inner.client.session(config.clone());
+                *lock(&fork.inner.fork_image) = Some(image.clone());
+                fork
+            })
+            .collect();
+        let started = join_all(forks.iter().map(|f| f.start())).await;
+        self.keep_all_or_none(forks, started, &image).await
+    }
+
+    async fn fork_memory(&self, n: usize) -> Result<Vec<Session>> {
+        let engine = self.inner.client.engine()?.clone();
+        let launched =
+            lock(&self.inner.launched)
+                .clone()
+                .ok_or_else(|| Error::SessionUnavailable {
+                    reason: "a memory fork needs a session this process started (one resumed by id has no launch settings here); fork in filesystem mode".into(),
+                })?;
+        if matches!(self.inner.config.network, crate::Network::Egress(_)) {
+            return Err(Error::spec(
+                "session",
+                "a session under an egress policy forks in filesystem mode only (each fork needs a gateway registration of its own)",
+            ));
+        }
+        let was_running = match self.state() {
+            State::Paused if self.paused_mode() == Some(PauseMode::Memory) => false,
+            State::Paused => return Err(Error::spec(
+                "session",
+                "this session was paused on its files: its memory is gone; fork in filesystem mode",
+            )),
+            _ => {
+                self.pause(PauseMode::Memory).await?;
+                true
+            }
+        };
+        let made = self.forks_from_checkpoint(&engine, &launched, n).await;
+        if was_running {
+            self.resume().await?;
+        }
+        made
+    }
+
+    /// Makes `n` forks of this (memory-paused) session.
+    async fn forks_from_checkpoint(
+        &self,
+        engine: &Engine,
+        launched: &launch::Launched,
+        n: usize,
+    ) -> Result<Vec<Session>> {
+        let (parent, checkpoint) = {
+            let parked = lock(&self.inner.parked);
+            let parked = parked.as_ref().ok_or_else(|| self.gone())?;
+            let name = parked.checkpoint.clone().ok_or_else(|| self.gone())?;
+            (parked.held.id().to_string(), name)
+        };
+        let from = engine.checkpoint_path(&parent, &checkpoint).await?;
+        let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
+        let image_ref = format!("dockhand/fork:{}-{stamp}", &parent[..12.min(parent.len())]);
+        let labels = HashMap::from([("dev.dockhand.snapshot-of".to_string(), parent.clone())]);
+        engine
+            .commit_container(&parent, &image_ref, "snapshot", labels)
+            .await?;
+        let image = Arc::new(ForkImage {
+            image: image_ref.clone(),
+            live: AtomicUsize::new(n),
+        });
+        let mut config = self.inner.config.clone();
+        config.image = crate::image::ImageSpec::prebuilt(image_ref.clone());
+        config.setup.clear();
+        let next_id = lock(&self.inner.parked)
+            .as_ref()
+            .and_then(|p| p.carry.as_ref().map(|c| c.next_id))
+            .unwrap_or(1);
+        let forks: Vec<Session> = (0..n)
+            .map(|_| {
+                let fork = self.inner.client.session(config.clone());
+                *lock(&fork.inner.fork_image) = Some(image.clone());
+                *lock(&fork.inner.secrets) = lock(&self.inner.secrets).clone();
+                fork
+            })
+            .collect();
+        let started = join_all(forks.iter().map(|fork| {
+            let mut spec = launched.spec.clone();
+            spec.image = image_ref.clone();
+            fork.start_restored(
+                engine,
+                spec,
+                &launched.file_secrets,
+                &from,
+                &checkpoint,
+                next_id,
+            )
+        }))
+        .await;
+        self.keep_all_or_none(forks, started, &image).await
+    }
+
+    /// Forks when all started; otherwise none (each closed) and the error.
+    async fn keep_all_or_none(
+        &self,
+        forks: Vec<Session>,
+        started: Vec<Result<()>>,
+        image: &Arc<ForkImage>,
+    ) -> Result<Vec<Session>> {
+        let failed = started.into_iter().find_map(|r| r.err());
+        let Some(e) = failed else {
+            return Ok(forks);
+        };
+        // Each close counts itself off the image; the last removes it.
+        let _ = image;
+        for fork in forks {
+            let _ = fork.close().await;
+        }
+        Err(e)
+    }
+
+    /// Starts this (new) session in a container made with `spec`, restored
+    /// from a copy of the checkpoint at `from`.
+    async fn start_restored(
+        &self,
+        engine: &Engine,
+        spec: ContainerSpec,
+        file_secrets: &[(String, String)],
+        from: &std::path::Path,
+        checkpoint: &str,
+        next_id: u64,
+    ) -> Result<()> {
+        let _one_at_a_time = self.inner.start_lock.lock().await;
+        self.set_state(State::Running)?;
+        let c = &self.inner.config;
+        let started = async {
+            let container = engine.create_container(&spec).await?;
+            let id = container.id().to_string();
+            engine
+                .upload_archive(&id, AGENT_DIR, Bytes::from(programs_tar(&c.helpers)?))
+                .await?;
+            if !file_secrets.is_empty() {
+                let tar = secrets_archive(file_secrets, c.hardening.owner_ids())?;
+                engine
+                    .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
+                    .await?;
+            }
+            let to = engine.checkpoint_path(&id, checkpoint).await?;
+            let from = from.to_path_buf();
+            tokio::task::spawn_blocking(move || copy_checkpoint(&from, &to))
+                .await
+                .map_err(|e| Error::io("copying a checkpoint", std::io::Error::other(e)))?
+                .map_err(|e| Error::Checkpoint {
+                    operation: "fork",
+                    reason: format!("copying the checkpoint: {e}"),
+                    state: "the parent is unchanged".into(),
+                })?;
+            let attached = engine.attach(&id).await?;
+            engine
+                .start_from_checkpoint(&id, checkpoint)
+                .await
+                .map_err(|e| Error::Checkpoint {
+                    operation: "fork",
+                    reason: e.to_string(),
+                    state: "the parent is unchanged".into(),
+                })?;
+            let exited = {
+                let (engine, id) = (engine.clone(), id.clone());
+                async move {
+                    let _ = engine.wait_container(&id).await;
+                }
+            };
+            connect(
+                Held::Container(container),
+                attached.input,
+                attached.output,
+                exited,
+                None,
+                Some(Carry {
+                    routes: Arc::new(Mutex::new(Some(HashMap::new()))),
+                    next_id,
+                }),
+            )
+            .await
+        };
+        let conn = match tokio::time::timeout(c.start_timeout, started).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                self.fail(format!("fork failed: {e}"));
+                return Err(e);
+            }
+            Err(_) => {
+                let reason = format!("a fork did not start within {:?}", c.start_timeout);
+                self.fail(reason.clone());
+                return Err(Error::SessionUnavailable { reason });
+            }
+        };
+        {
+            let mut status = lock(&self.inner.status);
+            status.life.container_id = Some(conn.container_id.clone());
+            status.checkpoint = Some(checkpoint.to_string());
+        }
+        *lock(&self.inner.launched) = Some(launch::Launched {
+            spec,
+            file_secrets: file_secrets.to_vec(),
+        });
+        *lock(&self.inner.conn) = Some(conn);
+        self.set_state(State::Idle)
+    }
+}

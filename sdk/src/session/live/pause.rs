@@ -1,0 +1,461 @@
+//! Pausing a session: its container stopped with its memory saved (a
+//! checkpoint, under gVisor) or with its files only; resuming it, in this
+//! process or (for a kept session) in a later one.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::launch::{connect, Carry};
+use super::*;
+use crate::engine::{checkpoint_name, checkpoint_size, labels, seal, ContainerGuard, Seal};
+
+/// What a pause keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseMode {
+    /// Processes, memory and open files (a gVisor checkpoint): a resume
+    /// goes on where the session stopped, a kernel's variables included.
+    Memory,
+    /// Files only: the container stops, its processes end; a resume
+    /// starts the agent again on the same files.
+    Filesystem,
+}
+
+impl std::fmt::Display for PauseMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PauseMode::Memory => "memory",
+            PauseMode::Filesystem => "filesystem",
+        })
+    }
+}
+
+impl std::str::FromStr for PauseMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "memory" | "full" => Ok(PauseMode::Memory),
+            "filesystem" | "files" => Ok(PauseMode::Filesystem),
+            other => Err(format!(
+                "`{other}` is not a pause mode: `memory` or `filesystem`"
+            )),
+        }
+    }
+}
+
+/// A paused session, as [`Session::pause`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paused {
+    /// The container's id: what [`Client::resume_session`] takes (for a
+    /// kept session, from any later process).
+    pub id: String,
+    /// What the pause kept.
+    pub mode: PauseMode,
+    /// The checkpoint's size in bytes (memory mode, on a local daemon).
+    pub checkpoint_bytes: Option<u64>,
+}
+
+/// A kept session's container, as [`Client::kept_sessions`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptSession {
+    /// The container's id.
+    pub id: String,
+    /// The session's name, if it was given one.
+    pub name: Option<String>,
+    /// Running (some process holds it), paused with its memory, or
+    /// stopped with its files.
+    pub state: String,
+    /// When it stopped (RFC 3339), if it is not running.
+    pub since: Option<String>,
+}
+
+/// A paused session's stopped container and what resumes it.
+pub(super) struct Parked {
+    pub(super) held: Held,
+    pub(super) egress: Option<crate::egress::Lease>,
+    pub(super) mode: PauseMode,
+    /// The checkpoint to restore (memory mode).
+    pub(super) checkpoint: Option<String>,
+    /// The routes of requests whose processes live on in the checkpoint.
+    pub(super) carry: Option<Carry>,
+    /// The checkpoint's files as written (a local daemon's): a resume
+    /// refuses one changed or swapped since.
+    pub(super) seal: Option<Seal>,
+    pub(super) since: SystemTime,
+}
+
+impl Parked {
+    /// Removes the container (its checkpoints go with it) and the lease.
+    pub(super) async fn remove(self) {
+        if let Err(e) = self.held.remove().await {
+            tracing::warn!(error = %e, "removing a paused session's container failed");
+        }
+        if let Some(lease) = self.egress {
+            lease.close().await;
+        }
+    }
+}
+
+impl Session {
+    /// Pauses the session: its container stops and costs no CPU or memory
+    /// until [`resume`](Self::resume). [`PauseMode::Memory`] saves its
+    /// processes and memory (it needs gVisor and a daemon with
+    /// `experimental` on; elsewhere [`Error::PauseUnsupported`], and the
+    /// session runs on); [`PauseMode::Filesystem`] keeps its files.
+    ///
+    /// The session must be idle and made [`pausable`](SessionConfig::pausable).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// use dockhand::session::{PauseMode, SessionApi, SessionConfig};
+    /// let client = dockhand::Client::connect().await?;
+    /// let s = client.session(SessionConfig::new().pausable(true));
+    /// s.start().await?;
+    /// s.write_file("notes.txt", b"kept").await?;
+    /// s.pause(PauseMode::Filesystem).await?;
+    /// s.resume().await?;
+    /// assert_eq!(s.read_file("notes.txt").await?, b"kept");
+    /// s.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self, mode: PauseMode) -> Result<Paused> {
+        let _one_at_a_time = self.inner.start_lock.lock().await;
+        let state = self.state();
+        if state != State::Idle {
+            return Err(Error::InvalidTransition {
+                from: state.to_string(),
+                to: "paused (a pause needs an idle session: nothing under way)".into(),
+            });
+        }
+        let c = &self.inner.config;
+        if !c.pausable {
+            return Err(Error::spec(
+                "session",
+                "this session was not made pausable: SessionConfig::pausable(true) (or keep(true)) \
+                 lets its container outlive a stopped agent",
+            ));
+        }
+        let engine = self.inner.client.engine()?.clone();
+        let conn = self.conn()?;
+        let id = conn.container_id.clone();
+        if mode == PauseMode::Memory {
+            if let Some(reason) = engine
+                .memory_checkpoints_refused(c.isolation.runtime_name())
+                .await?
+            {
+                return Err(Error::PauseUnsupported { reason });
+            }
+        }
+        // Paused from before the container stops: its agent's end is then
+        // expected, not a failure of the session.
+        lock(&self.inner.status).life.transition(State::Paused)?;
+        let checkpoint = match mode {
+            PauseMode::Memory => {
+                let stale = lock(&self.inner.status).checkpoint.take();
+                if let Some(stale) = stale {
+                    let _ = engine.delete_checkpoint(&id, &stale).await;
+                }
+                let name = checkpoint_name();
+                conn.parking.store(true, Ordering::SeqCst);
+                if let Err(e) = engine.checkpoint(&id, &name).await {
+                    conn.parking.store(false, Ordering::SeqCst);
+                    lock(&self.inner.status).life.state = State::Idle;
+                    let _ = engine.delete_checkpoint(&id, &name).await;
+                    return Err(self.pause_failed(&engine, &id, e).await);
+                }
+                Some(name)
+            }
+            PauseMode::Filesystem => {
+                if let Err(e) = engine.stop_container(&id).await {
+                    lock(&self.inner.status).life.state = State::Idle;
+                    return Err(e);
+                }
+                None
+            }
+        };
+        drop(conn);
+        let Some(conn) = lock(&self.inner.conn).take() else {
+            return Err(self.gone());
+        };
+        let Some(held) = lock(&conn.holder).take() else {
+            return Err(self.gone());
+        };
+        let egress = conn.egress.lock().await.take();
+        let carry = match checkpoint {
+            Some(_) => Some(Carry {
+                routes: conn.routes.clone(),
+                next_id: conn.next_id.load(Ordering::SeqCst),
+            }),
+            None => {
+                // The processes are gone: so are their replies.
+                lock(&conn.routes).take();
+                None
+            }
+        };
+        drop(conn);
+        // On a daemon on this machine the checkpoint's files are sealed
+        // (a remote one's are the remote host's to guard).
+        let local = match &checkpoint {
+            Some(name) if engine.shares_filesystem() => {
+                engine.checkpoint_path(&id, name).await.ok()
+            }
+            _ => None,
+        };
+        let checkpoint_bytes = local.as_deref().map(checkpoint_size);
+        let seal = local.as_deref().and_then(|path| seal(path).ok());
+        *lock(&self.inner.parked) = Some(Parked {
+            held,
+            egress,
+            mode,
+            checkpoint,
+            carry,
+            seal,
+            since: SystemTime::now(),
+        });
+        Ok(Paused {
+            id,
+            mode,
+            checkpoint_bytes,
+        })
+    }
+
+    /// The typed error of a failed checkpoint, after finding out what
+    /// became of the container: running on, or removed.
+    async fn pause_failed(&self, engine: &crate::engine::Engine, id: &str, e: Error) -> Error {
+        let running = matches!(
+            engine.inspect_stopped(id).await,
+            Ok(Some(c)) if c.running
+        );
+        let state = if running {
+            "the session runs on".to_string()
+        } else {
+            // Its replies' routes were kept for a resume that will not come.
+            if let Some(conn) = lock(&self.inner.conn).clone() {
+                lock(&conn.routes).take();
+            }
+            self.teardown().await;
+            self.fail(format!("pause failed: {e}"));
+            "the session's container stopped and was removed; start it again".to_string()
+        };
+        Error::Checkpoint {
+            operation: "pause",
+            reason: e.to_string(),
+            state,
+        }
+    }
+
+    /// What the paused session keeps (`None` unless it is paused).
+    pub fn paused_mode(&self) -> Option<PauseMode> {
+        lock(&self.inner.parked).as_ref().map(|p| p.mode)
+    }
+
+    /// How long the session has been paused (`None` unless it is).
+    pub fn paused_for(&self) -> Option<Duration> {
+        lock(&self.inner.parked)
+            .as_ref()
+            .map(|p| p.since.elapsed().unwrap_or_default())
+    }
+
+    /// Resumes a paused session: from its checkpoint (memory mode: every
+    /// process goes on where it stopped) or on its files (a new agent).
+    /// A checkpoint the runtime refuses (altered, or another container's)
+    /// is [`Error::Checkpoint`], and the session's container is removed.
+    pub async fn resume(&self) -> Result<()> {
+        let _one_at_a_time = self.inner.start_lock.lock().await;
+        let state = self.state();
+        if state != State::Paused {
+            return Err(Error::InvalidTransition {
+                from: state.to_string(),
+                to: "running (resume needs a paused session)".into(),
+            });
+        }
+        let Some(parked) = lock(&self.inner.parked).take() else {
+            return Err(self.gone());
+        };
+        self.set_state(State::Running)?;
+        let engine = self.inner.client.engine()?.clone();
+        let id = parked.held.id().to_string();
+        let checkpoint = parked.checkpoint.clone();
+        let limit = self.inner.config.start_timeout;
+        let resumed = async {
+            if let (Some(name), Some(sealed)) = (&checkpoint, &parked.seal) {
+                let path = engine.checkpoint_path(&id, name).await?;
+                if seal(&path).ok().as_ref() != Some(sealed) {
+                    return Err(Error::Checkpoint {
+                        operation: "resume",
+                        reason: "the checkpoint's files were changed or replaced after the pause"
+                            .into(),
+                        state: "the session's container was removed; start it again".into(),
+                    });
+                }
+            }
+            let attached = engine.attach(&id).await?;
+            match &checkpoint {
+                Some(name) => engine.start_from_checkpoint(&id, name).await.map_err(|e| {
+                    Error::Checkpoint {
+                        operation: "resume",
+                        reason: e.to_string(),
+                        state: "the session's container was removed; start it again".into(),
+                    }
+                })?,
+                None => engine.start_container(&id).await?,
+            }
+            let exited = {
+                let (engine, id) = (engine.clone(), id.clone());
+                async move {
+                    let _ = engine.wait_container(&id).await;
+                }
+            };
+            connect(
+                parked.held,
+                attached.input,
+                attached.output,
+                exited,
+                parked.egress,
+                parked.carry,
+            )
+            .await
+        };
+        let conn = match tokio::time::timeout(limit, resumed).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                self.fail(format!("resume failed: {e}"));
+                return Err(e);
+            }
+            Err(_) => {
+                let reason = format!(
+                    "the paused session did not come back within {limit:?}; its container was removed"
+                );
+                self.fail(reason.clone());
+                return Err(Error::SessionUnavailable { reason });
+            }
+        };
+        {
+            let mut status = lock(&self.inner.status);
+            status.life.container_id = Some(conn.container_id.clone());
+            // Removed at the next pause: the runtime may still read it.
+            status.checkpoint = checkpoint;
+        }
+        *lock(&self.inner.conn) = Some(conn);
+        self.set_state(State::Idle)
+    }
+}
+
+impl Client {
+    /// Resumes the kept session `id` (see [`SessionConfig::keep`]) in this
+    /// process: paused with its memory, it goes on where it stopped;
+    /// stopped (paused on its files, or left when its owner ended), its
+    /// agent starts again on its files. `config` gives the limits, secrets
+    /// and timeouts to use from now on; its image is not used.
+    pub async fn resume_session(&self, id: &str, config: SessionConfig) -> Result<Session> {
+        let engine = self.engine()?.clone();
+        let unknown = || Error::SessionUnavailable {
+            reason: format!(
+                "no kept session `{id}` on this daemon (Client::kept_sessions lists them)"
+            ),
+        };
+        let Some(found) = engine.inspect_stopped(id).await? else {
+            return Err(unknown());
+        };
+        let is_kept = found.labels.get(labels::KEPT).map(String::as_str) == Some("true")
+            && found.labels.get(labels::KIND).map(String::as_str) == Some("session");
+        if !is_kept {
+            return Err(unknown());
+        }
+        if found.running {
+            return Err(Error::SessionUnavailable {
+                reason: format!(
+                    "the kept session `{id}` is running, held by another process; pause or close it there"
+                ),
+            });
+        }
+        let checkpoint = engine
+            .checkpoints(id)
+            .await?
+            .into_iter()
+            .find(|name| name.starts_with("dockhand-"));
+        let token = found
+            .labels
+            .get(labels::SCRATCH)
+            .cloned()
+            .unwrap_or_default();
+        let session = self.session(config.keep(true));
+        let mode = if checkpoint.is_some() {
+            PauseMode::Memory
+        } else {
+            PauseMode::Filesystem
+        };
+        *lock(&session.inner.parked) = Some(Parked {
+            held: Held::Container(ContainerGuard::adopt(engine, id.to_string(), token)),
+            egress: None,
+            mode,
+            carry: checkpoint.as_ref().map(|_| Carry {
+                routes: Arc::new(Mutex::new(Some(HashMap::new()))),
+                // Above any id the agent's earlier host may have left running.
+                next_id: 1 << 40,
+            }),
+            checkpoint,
+            seal: None,
+            since: SystemTime::now(),
+        });
+        {
+            let mut status = lock(&session.inner.status);
+            status.life.state = State::Paused;
+            status.life.container_id = Some(id.to_string());
+        }
+        session.resume().await?;
+        Ok(session)
+    }
+
+    /// Kept sessions' containers on this daemon: running, paused or
+    /// stopped, with their age. Only [`Session::close`] (or
+    /// [`Client::remove_kept_session`]) removes them; `reap` leaves them.
+    pub async fn kept_sessions(&self) -> Result<Vec<KeptSession>> {
+        let engine = self.engine()?;
+        let mut kept = Vec::new();
+        for (id, l) in engine.list_managed_containers().await? {
+            if l.get(labels::KEPT).map(String::as_str) != Some("true") {
+                continue;
+            }
+            let Some(found) = engine.inspect_stopped(&id).await? else {
+                continue;
+            };
+            let state = if found.running {
+                "running".to_string()
+            } else if engine
+                .checkpoints(&id)
+                .await
+                .unwrap_or_default()
+                .iter()
+                .any(|n| n.starts_with("dockhand-"))
+            {
+                "paused (memory)".to_string()
+            } else {
+                "stopped (files)".to_string()
+            };
+            kept.push(KeptSession {
+                name: l.get("dev.dockhand.session-name").cloned(),
+                since: (!found.running).then_some(found.finished_at).flatten(),
+                id,
+                state,
+            });
+        }
+        Ok(kept)
+    }
+
+    /// Removes a kept session's container (its checkpoints and scratch
+    /// volumes with it); one that is gone already is fine.
+    pub async fn remove_kept_session(&self, id: &str) -> Result<()> {
+        let engine = self.engine()?;
+        let Some(found) = engine.inspect_stopped(id).await? else {
+            return Ok(());
+        };
+        if found.labels.get(labels::KEPT).map(String::as_str) != Some("true") {
+            return Err(Error::SessionUnavailable {
+                reason: format!("`{id}` is not a kept session's container"),
+            });
+        }
+        engine.remove_container(id, &found.labels).await
+    }
+}

@@ -1,0 +1,308 @@
+//! Pause and resume on files, forks on files, kept sessions and volumes,
+//! on the real daemon (memory mode: tests/persistence_memory.rs).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use dockhand::session::{PauseMode, SessionApi, SessionConfig, SpawnOptions};
+use dockhand::{Error, FileErrorKind, State, Volume};
+
+/// Waits until `docker inspect` no longer finds `id`.
+async fn gone(id: &str) {
+    let started = Instant::now();
+    while common::container_exists(id) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "container {id} left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn running(id: &str) -> bool {
+    common::docker(&["inspect", "-f", "{{.State.Running}}", id]).trim() == "true"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_pause_keeps_files_and_ends_processes() {
+    let client = common::client().await;
+
+    // Not made pausable: refused, typed, and it runs on.
+    let plain = client.session(SessionConfig::new());
+    plain.start().await.unwrap();
+    let refused = plain.pause(PauseMode::Filesystem).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidSpec { .. }) && refused.to_string().contains("pausable"),
+        "{refused}"
+    );
+    assert_eq!(plain.exec("echo on").await.unwrap().stdout, "on\n");
+    plain.close().await.unwrap();
+
+    let s = client.session(SessionConfig::new().pausable(true));
+    s.start().await.unwrap();
+    s.write_file("notes/a.txt", b"kept").await.unwrap();
+    s.exec("mkdir -p /tmp/t && echo tmp > /tmp/t/b")
+        .await
+        .unwrap();
+    let spawned = s.spawn("sleep 600", SpawnOptions::new()).await.unwrap();
+
+    // Busy: refused.
+    let busy = {
+        let s = s.clone();
+        tokio::spawn(async move { s.exec("sleep 2").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        s.pause(PauseMode::Filesystem).await.unwrap_err(),
+        Error::InvalidTransition { .. }
+    ));
+    busy.await.unwrap().unwrap();
+
+    let started = Instant::now();
+    let paused = s.pause(PauseMode::Filesystem).await.unwrap();
+    let pause_took = started.elapsed();
+    assert_eq!(
+        (paused.mode, s.state(), s.paused_mode()),
+        (
+            PauseMode::Filesystem,
+            State::Paused,
+            Some(PauseMode::Filesystem)
+        )
+    );
+    assert!(!running(&paused.id), "a paused container runs nothing");
+    assert!(matches!(
+        s.read_file("notes/a.txt").await.unwrap_err(),
+        Error::SessionUnavailable { .. }
+    ));
+    // The process spawned before the pause ended with it.
+    let mut events = spawned.events;
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        use futures::StreamExt;
+        while let Some(event) = events.next().await {
+            if event.is_err() || matches!(event, Ok(dockhand::session::ExecEvent::Exit(_))) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the spawned process's stream did not end");
+    // Resuming twice, or pausing a paused one: typed.
+    assert!(matches!(
+        s.pause(PauseMode::Filesystem).await.unwrap_err(),
+        Error::InvalidTransition { .. }
+    ));
+    let started = Instant::now();
+    s.resume().await.unwrap();
+    eprintln!(
+        "filesystem pause {pause_took:?}, resume {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        s.resume().await.unwrap_err(),
+        Error::InvalidTransition { .. }
+    ));
+    assert_eq!(s.read_file("notes/a.txt").await.unwrap(), b"kept");
+    assert_eq!(s.exec("cat /tmp/t/b").await.unwrap().stdout, "tmp\n");
+    assert_eq!(
+        s.exec("pgrep -x sleep || echo none").await.unwrap().stdout,
+        "none\n"
+    );
+
+    // A paused session closes cleanly.
+    let id = s.pause(PauseMode::Filesystem).await.unwrap().id;
+    s.close().await.unwrap();
+    gone(&id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_forks_diverge_and_leave_nothing() {
+    let client = common::client().await;
+    let s = client.session(
+        SessionConfig::new()
+            .pausable(true)
+            .setup_command("echo setup >> ran.txt"),
+    );
+    s.start().await.unwrap();
+    s.write_file("state.txt", b"base").await.unwrap();
+    let before = client.snapshots().await.unwrap().len();
+    let started = Instant::now();
+    let forks = s.fork(3, PauseMode::Filesystem).await.unwrap();
+    eprintln!("filesystem fork to 3: {:?}", started.elapsed());
+    assert_eq!(forks.len(), 3);
+    // The setup ran once, in the parent.
+    assert_eq!(forks[0].read_file("ran.txt").await.unwrap(), b"setup\n");
+    forks[0].write_file("state.txt", b"zero").await.unwrap();
+    s.write_file("state.txt", b"parent").await.unwrap();
+    assert_eq!(forks[1].read_file("state.txt").await.unwrap(), b"base");
+    assert_eq!(forks[2].read_file("state.txt").await.unwrap(), b"base");
+    assert_eq!(forks[0].read_file("state.txt").await.unwrap(), b"zero");
+    assert_eq!(s.read_file("state.txt").await.unwrap(), b"parent");
+    // A fork of a paused parent works too.
+    s.pause(PauseMode::Filesystem).await.unwrap();
+    assert!(s.fork(0, PauseMode::Filesystem).await.is_err());
+    s.resume().await.unwrap();
+    for fork in forks {
+        fork.close().await.unwrap();
+    }
+    assert_eq!(
+        client.snapshots().await.unwrap().len(),
+        before,
+        "the fork image goes with the last fork"
+    );
+    s.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
+    let client = common::client().await;
+    let kept = client.session(SessionConfig::new().keep(true).name("kept-files"));
+    kept.start().await.unwrap();
+    kept.write_file("work.txt", b"from the first owner")
+        .await
+        .unwrap();
+    let id = kept.describe().container_id.unwrap();
+    drop(kept);
+    // Its agent stops with its handle; the container stays, with its files.
+    let started = Instant::now();
+    while running(&id) {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(common::container_exists(&id));
+    let listed = client.kept_sessions().await.unwrap();
+    let entry = listed.iter().find(|k| k.id == id).expect("listed");
+    assert_eq!(entry.state, "stopped (files)");
+    assert!(entry.since.is_some());
+    // reap leaves it.
+    client.reap().await.unwrap();
+    assert!(common::container_exists(&id));
+
+    let again = client
+        .resume_session(&id, SessionConfig::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.read_file("work.txt").await.unwrap(),
+        b"from the first owner"
+    );
+    // An unknown id, or a container that is not a kept session: typed.
+    for bad in [
+        "no-such-container",
+        &common::docker(&["ps", "-q", "--filter", "label=dev.dockhand.kind=watchdog"])
+            .trim()
+            .to_string(),
+    ] {
+        if bad.is_empty() {
+            continue;
+        }
+        assert!(matches!(
+            client
+                .resume_session(bad, SessionConfig::new())
+                .await
+                .unwrap_err(),
+            Error::SessionUnavailable { .. }
+        ));
+    }
+    again.close().await.unwrap();
+    gone(&id).await;
+    assert!(client
+        .kept_sessions()
+        .await
+        .unwrap()
+        .iter()
+        .all(|k| k.id != id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_outlive_sessions_and_mount_read_only_in_many() {
+    let client = common::client().await;
+    let name = format!("test-{}", std::process::id());
+    // A missing volume, or a bad name: typed, before anything is made.
+    let missing = client.session(SessionConfig::new().volume(&name, "/data"));
+    assert!(matches!(
+        missing.start().await.unwrap_err(),
+        Error::InvalidSpec { .. }
+    ));
+    assert!(matches!(
+        Volume::create(&client, "../etc").await.unwrap_err(),
+        Error::InvalidSpec { .. }
+    ));
+    let volume = Volume::create(&client, &name).await.unwrap();
+    assert!(Volume::create(&client, &name).await.is_err(), "made twice");
+    assert!(Volume::list(&client).await.unwrap().contains(&volume));
+
+    let writer = client.session(SessionConfig::new().volume(&name, "/data"));
+    writer.start().await.unwrap();
+    writer
+        .write_file("/data/rows.csv", b"a,b\n1,2\n")
+        .await
+        .unwrap();
+    writer.close().await.unwrap();
+
+    let readers: Vec<_> = (0..2)
+        .map(|_| client.session(SessionConfig::new().volume_read_only(&name, "/data")))
+        .collect();
+    for r in &readers {
+        r.start().await.unwrap();
+        assert_eq!(r.read_file("/data/rows.csv").await.unwrap(), b"a,b\n1,2\n");
+        let refused = r
+            .write_file("/data/rows.csv", b"changed")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                Error::SessionFile {
+                    kind: FileErrorKind::ReadOnly | FileErrorKind::PermissionDenied,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        let shell = r.exec("echo x > /data/new.txt").await.unwrap();
+        assert_ne!(shell.exit_code, 0, "a read-only volume took a write");
+    }
+    // Mounted: removal refused, typed; the volume stays.
+    assert!(matches!(
+        volume.remove(&client).await.unwrap_err(),
+        Error::InvalidSpec { .. }
+    ));
+    for r in readers {
+        r.close().await.unwrap();
+    }
+    volume.remove(&client).await.unwrap();
+    assert!(Volume::get(&client, &name).await.unwrap().is_none());
+    assert_eq!(
+        common::docker(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name=dockhand-volume-{name}")
+        ])
+        .trim(),
+        ""
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_paused_on_files_keeps_files_and_starts_afresh() {
+    let kernel = common::kernel(common::kernel_config().session(|c| c.pausable(true))).await;
+    kernel
+        .run("x = 1\nopen('kept.txt', 'w').write('k')")
+        .await
+        .unwrap();
+    kernel.pause(PauseMode::Filesystem).await.unwrap();
+    kernel.resume().await.unwrap();
+    let r = kernel
+        .run("print(open('kept.txt').read()); x")
+        .await
+        .unwrap();
+    assert!(
+        r.error.as_ref().is_some_and(|e| e.name == "NameError"),
+        "{r:?}"
+    );
+    assert_eq!(r.stdout, "k\n");
+    kernel.close().await.unwrap();
+}

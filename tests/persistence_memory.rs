@@ -1,0 +1,450 @@
+//! Pause, resume and fork with memory: gVisor checkpoints, on a second
+//! dockerd of the test's own with `experimental` on and `runsc`
+//! registered (the main daemon is left as it is). Needs `runsc`
+//! (`.ci/run` installs it); without it the test says it was skipped,
+//! except under CI, where that is a failure.
+//!
+//! One test, one daemon: the steps share the images loaded into it.
+
+mod common;
+#[path = "common/second_daemon.rs"]
+mod second_daemon;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use dockhand::session::{PauseMode, Session, SessionApi, SessionConfig, SpawnOptions};
+use dockhand::{Client, Error, ImageSpec, Isolation, State};
+use futures::StreamExt;
+use second_daemon::SecondDaemon;
+
+const DAEMON: &str = r#"{"experimental": true, "runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}"#;
+
+/// The most the whole test may take.
+const TEST_LIMIT: Duration = Duration::from_secs(600);
+
+/// A process that keeps a random token and a count in memory, and writes
+/// both to `/tmp/count` (and stdout) every 50 ms: the same token with a
+/// larger count later means the same process went on.
+const COUNTER: &str = "python3 -u -c \"import os, time\ntoken = os.urandom(8).hex()\ni = 0\nwhile True:\n    i += 1\n    print(token, i, flush=True)\n    open('/tmp/count.new', 'w').write(f'{token} {i}')\n    os.replace('/tmp/count.new', '/tmp/count')\n    time.sleep(0.05)\n\"";
+
+fn gvisor() -> SessionConfig {
+    SessionConfig::new()
+        .isolation(Isolation::Gvisor)
+        .pausable(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_pause_resume_and_fork_under_gvisor() {
+    if !Path::new("/usr/bin/runsc").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "runsc is not installed: `apt-get install runsc` (.ci/run does)"
+        );
+        eprintln!("skipped: runsc is not installed (`apt-get install runsc`)");
+        return;
+    }
+    tokio::time::timeout(TEST_LIMIT, everything())
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the memory persistence test did not finish within {TEST_LIMIT:?}")
+        });
+}
+
+/// `(token, count)` from the counter's file.
+async fn count_in(s: &Session) -> (String, u64) {
+    let text = String::from_utf8(s.read_file("/tmp/count").await.unwrap()).unwrap();
+    let (token, n) = text.split_once(' ').unwrap();
+    (token.to_string(), n.parse().unwrap())
+}
+
+/// Waits until the counter's file shows a count above `after`.
+async fn counts_on(s: &Session, token: &str, after: u64) -> u64 {
+    let started = Instant::now();
+    loop {
+        let (t, n) = count_in(s).await;
+        assert_eq!(
+            t, token,
+            "another process wrote the count: the old one did not go on"
+        );
+        if n > after {
+            return n;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the counter stopped at {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The directory the daemon keeps a container's checkpoint in.
+fn checkpoint_dir(daemon: &SecondDaemon, id: &str) -> PathBuf {
+    let dir = daemon
+        .dir()
+        .join("data/containers")
+        .join(id)
+        .join("checkpoints");
+    let name = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("a checkpoint")
+        .file_name();
+    dir.join(name)
+}
+
+async fn everything() {
+    let main = common::client().await;
+    let base = main.resolve_image(&ImageSpec::default()).await.unwrap();
+    let kernel_image = main
+        .resolve_image(&common::kernel_config().container_image())
+        .await
+        .unwrap();
+    let daemon = SecondDaemon::start(DAEMON, &base.reference);
+    daemon.load(&kernel_image.reference);
+    let client = Client::builder()
+        .endpoint(&daemon.endpoint)
+        .cache_dir(std::env::temp_dir().join(format!("dh-memory-cache-{}", std::process::id())))
+        .connect()
+        .await
+        .unwrap();
+
+    // Without gVisor, memory cannot be saved: typed, and the session runs on.
+    let plain = client.session(SessionConfig::new().pausable(true));
+    plain.start().await.unwrap();
+    let refused = plain.pause(PauseMode::Memory).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::PauseUnsupported { reason } if reason.contains("gVisor")),
+        "{refused:?}"
+    );
+    assert_eq!(plain.exec("echo on").await.unwrap().stdout, "on\n");
+    plain.close().await.unwrap();
+
+    // A session paused with its memory goes on where it stopped: the same
+    // process, its output stream and its files.
+    let s = client.session(gvisor());
+    s.start().await.unwrap();
+    let spawned = s.spawn(COUNTER, SpawnOptions::new()).await.unwrap();
+    let mut counter = Lines {
+        events: spawned.events,
+        buffer: String::new(),
+    };
+    let first = counter.next().await;
+    let token = first.split(' ').next().unwrap().to_string();
+    s.write_file("before.txt", b"written before the pause")
+        .await
+        .unwrap();
+    let at_pause = counts_on(&s, &token, 3).await;
+    let started = Instant::now();
+    let paused = s.pause(PauseMode::Memory).await.unwrap();
+    let pause_took = started.elapsed();
+    assert_eq!((s.state(), paused.mode), (State::Paused, PauseMode::Memory));
+    assert!(paused.checkpoint_bytes.unwrap_or(0) > 1 << 20, "{paused:?}");
+    assert!(
+        !running(&daemon, &paused.id),
+        "a paused container runs nothing"
+    );
+    assert!(matches!(
+        s.exec("true").await.unwrap_err(),
+        Error::SessionUnavailable { .. }
+    ));
+    let started = Instant::now();
+    s.resume().await.unwrap();
+    eprintln!(
+        "memory pause {pause_took:?}, resume {:?}, checkpoint {} bytes",
+        started.elapsed(),
+        paused.checkpoint_bytes.unwrap_or(0)
+    );
+    let after = counts_on(&s, &token, at_pause).await;
+    assert!(after > at_pause);
+    // The stream of the process spawned before the pause goes on too
+    // (past what it had written before the pause).
+    loop {
+        let line = counter.next().await;
+        let (t, n) = line.split_once(' ').unwrap();
+        assert_eq!(t, token);
+        if n.parse::<u64>().unwrap() > after {
+            break;
+        }
+    }
+    assert_eq!(
+        s.read_file("before.txt").await.unwrap(),
+        b"written before the pause"
+    );
+
+    // Forks start from the running session's memory, then diverge.
+    let started = Instant::now();
+    let forks = s.fork(2, PauseMode::Memory).await.unwrap();
+    eprintln!("memory fork to 2: {:?}", started.elapsed());
+    assert_eq!(s.state(), State::Idle, "the parent runs on");
+    for fork in &forks {
+        let (t, n) = count_in(fork).await;
+        assert_eq!(t, token, "the fork runs the parent's process");
+        counts_on(fork, &token, n).await;
+    }
+    forks[0].write_file("only-in-0.txt", b"0").await.unwrap();
+    s.write_file("parent-later.txt", b"p").await.unwrap();
+    for (who, session) in [("fork 1", &forks[1]), ("parent", &s)] {
+        assert!(
+            session.read_file("only-in-0.txt").await.is_err(),
+            "{who} sees fork 0's write"
+        );
+    }
+    for fork in &forks {
+        assert!(
+            fork.read_file("parent-later.txt").await.is_err(),
+            "a fork sees the parent's later write"
+        );
+    }
+    counts_on(&s, &token, after).await;
+    for fork in forks {
+        fork.close().await.unwrap();
+    }
+
+    // A kernel keeps its variables, imports and threads.
+    let kernel = client
+        .kernel(common::kernel_config().session(|c| c.isolation(Isolation::Gvisor).pausable(true)));
+    kernel.start().await.unwrap();
+    kernel
+        .run("import threading, time\nx = 41\nticks = []\ndef tick():\n    while True:\n        ticks.append(1); time.sleep(0.05)\nthreading.Thread(target=tick, daemon=True).start()")
+        .await
+        .unwrap();
+    kernel.pause(PauseMode::Memory).await.unwrap();
+    kernel.resume().await.unwrap();
+    let before = kernel
+        .run("len(ticks)")
+        .await
+        .unwrap()
+        .text()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = kernel.run("(x + 1, len(ticks))").await.unwrap();
+    let text = r.text().unwrap();
+    assert!(text.starts_with("(42, "), "{text}");
+    let ticks: u64 = text
+        .trim_start_matches("(42, ")
+        .trim_end_matches(')')
+        .parse()
+        .unwrap();
+    assert!(
+        ticks > before,
+        "the kernel's thread goes on: {before} then {ticks}"
+    );
+    kernel.close().await.unwrap();
+
+    // A kept session outlives its handle, paused, and resumes by id.
+    let kept = client.session(gvisor().keep(true).name("kept-one"));
+    kept.start().await.unwrap();
+    kept.spawn(COUNTER, SpawnOptions::new()).await.unwrap();
+    kept.write_file("kept.txt", b"k").await.unwrap();
+    let (kept_token, _) = {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        count_in(&kept).await
+    };
+    let kept_id = kept.pause(PauseMode::Memory).await.unwrap().id;
+    drop(kept);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listed = client.kept_sessions().await.unwrap();
+    let entry = listed.iter().find(|k| k.id == kept_id).expect("listed");
+    assert_eq!(
+        (entry.state.as_str(), entry.name.as_deref()),
+        ("paused (memory)", Some("kept-one"))
+    );
+    let again = client
+        .resume_session(&kept_id, SessionConfig::new())
+        .await
+        .unwrap();
+    let (t, n) = count_in(&again).await;
+    assert_eq!(t, kept_token);
+    counts_on(&again, &kept_token, n).await;
+    assert_eq!(again.read_file("kept.txt").await.unwrap(), b"k");
+    again.close().await.unwrap();
+    assert!(client
+        .kept_sessions()
+        .await
+        .unwrap()
+        .iter()
+        .all(|k| k.id != kept_id));
+
+    // A checkpoint changed after the pause is refused, typed; the session
+    // is removed cleanly and starts again.
+    let paused = s.pause(PauseMode::Memory).await.unwrap();
+    let dir = checkpoint_dir(&daemon, &paused.id);
+    let victim = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_file())
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let refused = s.resume().await.unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            Error::Checkpoint {
+                operation: "resume",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(s.state(), State::Error);
+    wait_gone(&daemon, &paused.id).await;
+    s.start().await.unwrap();
+    assert_eq!(s.exec("echo fresh").await.unwrap().stdout, "fresh\n");
+
+    // One session's checkpoint swapped into another's place is refused too.
+    let other = client.session(gvisor());
+    other.start().await.unwrap();
+    other.write_file("who.txt", b"other").await.unwrap();
+    let a = s.pause(PauseMode::Memory).await.unwrap();
+    let b = other.pause(PauseMode::Memory).await.unwrap();
+    let (a_dir, b_dir) = (
+        checkpoint_dir(&daemon, &a.id),
+        checkpoint_dir(&daemon, &b.id),
+    );
+    for entry in std::fs::read_dir(&b_dir).unwrap().flatten() {
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), a_dir.join(entry.file_name())).unwrap();
+        }
+    }
+    assert!(matches!(
+        s.resume().await.unwrap_err(),
+        Error::Checkpoint {
+            operation: "resume",
+            ..
+        }
+    ));
+    // The other one, untouched, resumes.
+    other.resume().await.unwrap();
+    assert_eq!(other.read_file("who.txt").await.unwrap(), b"other");
+    other.close().await.unwrap();
+
+    // A disk that fills while checkpointing: typed, and the session is
+    // either still running or cleanly gone.
+    let full = client.session(gvisor());
+    full.start().await.unwrap();
+    let id = full.describe().container_id.clone().unwrap();
+    let small = daemon
+        .dir()
+        .join("data/containers")
+        .join(&id)
+        .join("checkpoints");
+    std::fs::create_dir_all(&small).unwrap();
+    assert!(std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap()
+        .success());
+    let failed = full.pause(PauseMode::Memory).await.unwrap_err();
+    let _ = std::process::Command::new("umount").arg(&small).status();
+    assert!(
+        matches!(
+            &failed,
+            Error::Checkpoint {
+                operation: "pause",
+                ..
+            }
+        ),
+        "{failed:?}"
+    );
+    match full.state() {
+        State::Idle => assert_eq!(full.exec("echo on").await.unwrap().stdout, "on\n"),
+        State::Error => wait_gone(&daemon, &id).await,
+        other => panic!("after a failed pause the session is {other}"),
+    }
+    full.close().await.unwrap();
+    s.close().await.unwrap();
+
+    // Nothing left: no session container, no fork image.
+    let started = Instant::now();
+    while daemon.containers_with_label("dev.dockhand.kind=session") > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "session containers left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let images = std::process::Command::new("docker")
+        .args([
+            "-H",
+            &daemon.endpoint,
+            "images",
+            "-q",
+            "--filter",
+            "label=dev.dockhand.kind=snapshot",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&images.stdout).trim(),
+        "",
+        "fork images left behind"
+    );
+}
+
+/// The lines of a spawned command's stdout.
+struct Lines {
+    events: futures::stream::BoxStream<'static, dockhand::Result<dockhand::session::ExecEvent>>,
+    buffer: String,
+}
+
+impl Lines {
+    async fn next(&mut self) -> String {
+        loop {
+            if let Some((line, rest)) = self.buffer.split_once('\n') {
+                let line = line.to_string();
+                self.buffer = rest.to_string();
+                return line;
+            }
+            let event = tokio::time::timeout(Duration::from_secs(10), self.events.next())
+                .await
+                .expect("the process wrote nothing for 10 s")
+                .expect("the stream ended")
+                .unwrap();
+            if let dockhand::session::ExecEvent::Stdout(b) = event {
+                self.buffer.push_str(&String::from_utf8_lossy(&b));
+            }
+        }
+    }
+}
+
+fn running(daemon: &SecondDaemon, id: &str) -> bool {
+    let out = std::process::Command::new("docker")
+        .args([
+            "-H",
+            &daemon.endpoint,
+            "inspect",
+            "-f",
+            "{{.State.Running}}",
+            id,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "true"
+}
+
+async fn wait_gone(daemon: &SecondDaemon, id: &str) {
+    let started = Instant::now();
+    loop {
+        let out = std::process::Command::new("docker")
+            .args(["-H", &daemon.endpoint, "inspect", id])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "container {id} left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
