@@ -102,6 +102,15 @@ async fn everything() {
         .await
         .unwrap();
     let daemon = SecondDaemon::start(DAEMON, &base.reference);
+    // Its base too: an image is found only once its base is, and making
+    // the base there again would take minutes.
+    for base in main.managed_images().await.unwrap() {
+        if base.kind == "base-image" {
+            for tag in &base.tags {
+                daemon.load(tag);
+            }
+        }
+    }
     daemon.load(&kernel_image.reference);
     let client = Client::builder()
         .endpoint(&daemon.endpoint)
@@ -150,7 +159,14 @@ async fn everything() {
         Error::SessionUnavailable { .. }
     ));
     let started = Instant::now();
-    s.resume().await.unwrap();
+    if let Err(e) = s.resume().await {
+        let log = std::fs::read_to_string(daemon.dir().join("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "resume: {e}\ndaemon log:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
     eprintln!(
         "memory pause {pause_took:?}, resume {:?}, checkpoint {} bytes",
         started.elapsed(),

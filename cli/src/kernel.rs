@@ -35,6 +35,19 @@ pub enum KernelCommand {
         /// The kernel's id.
         id: String,
     },
+    /// Pause a kept kernel: `memory` keeps every context's variables
+    /// (gVisor with checkpoints); `filesystem` keeps files only.
+    Pause {
+        /// The kernel's id.
+        id: String,
+        #[arg(long, default_value = "memory")]
+        mode: dockhand::session::PauseMode,
+    },
+    /// Resume a paused kernel.
+    Resume {
+        /// The kernel's id.
+        id: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -138,6 +151,25 @@ pub async fn run(command: KernelCommand, host: Option<String>, json: bool) -> Re
         }
         KernelCommand::Close { id } => {
             session::request(&id, json!({"op": "close"})).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        KernelCommand::Pause { id, mode } => {
+            let reply =
+                session::request(&id, json!({"op": "pause", "mode": mode.to_string()})).await?;
+            if json {
+                println!("{reply}");
+            } else {
+                println!("paused {id} ({mode})");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KernelCommand::Resume { id } => {
+            let reply = session::request(&id, json!({"op": "resume"})).await?;
+            if json {
+                println!("{reply}");
+            } else {
+                println!("resumed {id}");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

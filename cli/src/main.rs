@@ -17,6 +17,7 @@ mod run;
 mod serve;
 mod session;
 mod spec;
+mod volume;
 
 /// Run code in Docker containers, safely and fast.
 #[derive(Parser, Debug)]
@@ -52,6 +53,11 @@ enum Command {
     Kernel {
         #[command(subcommand)]
         command: kernel::KernelCommand,
+    },
+    /// Named volumes that outlive sessions: create, ls, rm.
+    Volume {
+        #[command(subcommand)]
+        command: volume::VolumeCommand,
     },
     /// List or prune the images dockhand made.
     Images {
@@ -103,6 +109,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         Command::Session { command } => session::run(command, cli.host, json).await,
         Command::Kernel { command } => kernel::run(command, cli.host, json).await,
         Command::Images { command } => images::run(command, cli.host, json).await,
+        Command::Volume { command } => volume::run(command, cli.host, json).await,
         Command::Reap => images::reap(cli.host, json).await,
         Command::Doctor => doctor::run(cli.host, json).await,
         Command::Mcp(args) => mcp::serve(args, cli.host).await,

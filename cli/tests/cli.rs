@@ -374,3 +374,145 @@ fn kernel_cells_charts_and_notebooks() {
         .failure()
         .stderr(predicate::str::contains("no session"));
 }
+
+#[test]
+fn sessions_pause_resume_and_fork_and_volumes_outlive_them() {
+    let volume = format!("cli-{}", std::process::id());
+    dockhand()
+        .args(["volume", "create", &volume])
+        .assert()
+        .success()
+        .stdout(format!("{volume}\n"));
+    let out = dockhand()
+        .args(["session", "start", "--volume", &format!("{volume}:/data")])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let id = String::from_utf8_lossy(&out).trim().to_string();
+    dockhand()
+        .args(["session", "write", &id, "/data/kept.txt", "--content", "v"])
+        .assert()
+        .success();
+    dockhand()
+        .args(["session", "write", &id, "state.txt", "--content", "base"])
+        .assert()
+        .success();
+    dockhand()
+        .args(["session", "pause", &id])
+        .assert()
+        .success()
+        .stdout(format!("paused {id} (filesystem)\n"));
+    dockhand()
+        .args(["session", "exec", &id, "true"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("paused"));
+    dockhand()
+        .args(["session", "resume", &id])
+        .assert()
+        .success();
+    dockhand()
+        .args(["session", "read", &id, "state.txt"])
+        .assert()
+        .success()
+        .stdout("base");
+    // Memory needs gVisor: refused, typed, and the session runs on.
+    dockhand()
+        .args(["session", "pause", &id, "--mode", "memory"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("gVisor"));
+    let forked = dockhand()
+        .args(["session", "fork", &id, "-n", "2"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let forks: Vec<String> = String::from_utf8_lossy(&forked)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(forks.len(), 2, "{forks:?}");
+    dockhand()
+        .args([
+            "session",
+            "write",
+            &forks[0],
+            "state.txt",
+            "--content",
+            "zero",
+        ])
+        .assert()
+        .success();
+    dockhand()
+        .args(["session", "read", &forks[1], "state.txt"])
+        .assert()
+        .success()
+        .stdout("base");
+    dockhand()
+        .args(["session", "read", &id, "state.txt"])
+        .assert()
+        .success()
+        .stdout("base");
+    // A mounted volume is not removed.
+    dockhand()
+        .args(["volume", "rm", &volume])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("mounted"));
+    dockhand()
+        .args(["session", "close", &id])
+        .assert()
+        .success();
+    // The forks went with their parent.
+    let started = Instant::now();
+    for fork in &forks {
+        while dockhand()
+            .args(["session", "read", fork, "state.txt"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "fork {fork} outlived its parent"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let listed = dockhand()
+        .args(["--json", "volume", "ls"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(String::from_utf8_lossy(&listed).contains(&volume));
+    // Removal waits for the forks' containers to go.
+    let started = Instant::now();
+    while !dockhand()
+        .args(["volume", "rm", &volume])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the volume stayed in use"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let listed = dockhand()
+        .args(["--json", "volume", "ls"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(!String::from_utf8_lossy(&listed).contains(&volume));
+}

@@ -104,7 +104,7 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert!(shapes["oversized_sdk"].is_string());
     assert_eq!(shapes["oversized"], 413);
     assert_eq!(shapes["nothing_written"], true);
-    assert_eq!(shapes["pause"], serde_json::json!([501, true]));
+    assert_eq!(shapes["pause"], serde_json::json!([501, true, true]));
 
     // HTTP/2 without TLS, streams included.
     assert_eq!(r["h2c"]["version"], "HTTP/2");

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::control::api_error;
 use super::registry::Sandbox;
 use super::Server;
 
@@ -31,6 +33,27 @@ impl FromRequestParts<Arc<Server>> for Caller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, server: &Arc<Server>) -> Result<Self, Response> {
-        server.sandbox(&parts.headers).map(Caller)
+        let sandbox = server.sandbox(&parts.headers)?;
+        if !sandbox.is_paused() {
+            return Ok(Caller(sandbox));
+        }
+        // A paused sandbox answers only once resumed: at once when it
+        // resumes on activity, otherwise after `connect`.
+        if !sandbox.auto_resume {
+            return Err(api_error(
+                StatusCode::CONFLICT,
+                format!("sandbox {} is paused; connect() resumes it", sandbox.id),
+            ));
+        }
+        match sandbox.resume().await {
+            Ok(_) => {
+                sandbox.set_timeout(server.limits.default_timeout);
+                Ok(Caller(sandbox))
+            }
+            Err(e) => Err(api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("resuming sandbox {}: {e}", sandbox.id),
+            )),
+        }
     }
 }

@@ -144,6 +144,8 @@ pub fn serve_session(session: SessionConfig) -> SessionConfig {
         .workspace(HOME)
         .env("HOME", HOME)
         .no_timeout()
+        // E2B's pause: the container must outlive its stopped agent.
+        .pausable(true)
         .setup_command("bash -l -c true >/dev/null 2>&1 || true")
 }
 

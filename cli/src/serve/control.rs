@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use dockhand::session::PauseMode;
 use dockhand::{Egress, Network};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -42,8 +43,16 @@ pub struct CreateRequest {
     allow_internet_access: Option<bool>,
     network: Option<NetworkRequest>,
     auto_pause: Option<bool>,
+    auto_pause_memory: Option<bool>,
+    auto_resume: Option<AutoResume>,
     mcp: Option<Value>,
     volume_mounts: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AutoResume {
+    enabled: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -121,7 +130,7 @@ fn listed(sandbox: &Sandbox) -> Value {
         "cpuCount": sandbox.cpus,
         "memoryMB": sandbox.memory_mb,
         "diskSizeMB": 0,
-        "state": "running",
+        "state": sandbox.state_name(),
         "envdVersion": ENVD_VERSION,
         "metadata": sandbox.metadata,
     })
@@ -151,10 +160,20 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
             ),
         );
     };
-    if request.auto_pause == Some(true) {
+    let on_timeout_pause = (request.auto_pause == Some(true)).then(|| {
+        request.auto_pause_memory.map(|memory| {
+            if memory {
+                PauseMode::Memory
+            } else {
+                PauseMode::Filesystem
+            }
+        })
+    });
+    let auto_resume = request.auto_resume.as_ref().is_some_and(|r| r.enabled);
+    if auto_resume && on_timeout_pause.is_none() {
         return api_error(
             StatusCode::BAD_REQUEST,
-            "autoPause is not supported: dockhand serve cannot pause a sandbox; it is killed at its timeout",
+            "autoResume needs autoPause (on_timeout: pause)",
         );
     }
     if request.mcp.as_ref().is_some_and(|v| !v.is_null())
@@ -216,6 +235,8 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         timeout,
         session,
         kernel,
+        on_timeout_pause,
+        auto_resume,
     }));
     if let (Some(kernel), false) = (&sandbox.kernel, envs.is_empty()) {
         if let Err(e) = kernel.run(&env_update_code(&envs)).await {
@@ -250,13 +271,11 @@ fn metadata_filter(query: &BTreeMap<String, String>) -> Vec<(String, String)> {
 pub fn list(server: &Server, tenant: usize, query: &BTreeMap<String, String>) -> Response {
     let wanted = metadata_filter(query);
     let states = query.get("state").cloned().unwrap_or_default();
-    if !states.is_empty() && !states.split(',').any(|s| s == "running") {
-        return axum::Json(json!([])).into_response();
-    }
     let list: Vec<Value> = server
         .registry
         .of(tenant)
         .iter()
+        .filter(|s| states.is_empty() || states.split(',').any(|w| w == s.state_name()))
         .filter(|s| wanted.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
         .filter(|s| query.get("template").is_none_or(|t| *t == s.template))
         .map(|s| listed(s))
@@ -315,8 +334,9 @@ pub fn timeout(server: &Server, tenant: usize, id: &str, body: &[u8], set: bool)
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// `POST /sandboxes/{id}/connect`: the sandbox again, its timeout extended.
-pub fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Response {
+/// `POST /sandboxes/{id}/connect`: the sandbox again, resumed if it was
+/// paused (201) or as it was (200), its timeout extended.
+pub async fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Response {
     let Some(sandbox) = server.registry.owned(tenant, id) else {
         return not_found(id);
     };
@@ -324,26 +344,95 @@ pub fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Respons
         Ok(r) => r,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
     };
-    if let Some(asked) = request.timeout {
-        let limits = &server.limits;
-        sandbox.extend(seconds(
-            Some(asked),
-            limits.default_timeout,
-            limits.max_timeout,
-        ));
+    let resumed = match sandbox.resume().await {
+        Ok(resumed) => resumed,
+        Err(e) => return resume_failed(server, &sandbox, e).await,
+    };
+    let limits = &server.limits;
+    let timeout = seconds(request.timeout, limits.default_timeout, limits.max_timeout);
+    if resumed {
+        sandbox.set_timeout(timeout);
+    } else if request.timeout.is_some() {
+        sandbox.extend(timeout);
     }
-    axum::Json(created(&sandbox)).into_response()
+    let status = if resumed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, axum::Json(created(&sandbox))).into_response()
 }
 
-/// Pause and resume: refused, in E2B's error shape.
-pub fn pause_refused(server: &Server, tenant: usize, id: &str) -> Response {
-    if server.registry.owned(tenant, id).is_none() {
-        return not_found(id);
+/// `POST /sandboxes/{id}/resume` (the older call): 409 when it runs.
+pub async fn resume(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Response {
+    match server.registry.owned(tenant, id) {
+        None => not_found(id),
+        Some(sandbox) if !sandbox.is_paused() => api_error(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is already running"),
+        ),
+        Some(_) => connect(server, tenant, id, body).await,
+    }
+}
+
+/// A resume that failed: the sandbox is gone (its checkpoint refused, or
+/// its container removed from outside), so it leaves the registry.
+async fn resume_failed(server: &Server, sandbox: &Sandbox, e: dockhand::Error) -> Response {
+    tracing::warn!(sandbox = %sandbox.id, error = %e, "resuming failed: the sandbox is removed");
+    if let Some(s) = server.registry.remove_owned(sandbox.tenant, &sandbox.id) {
+        s.close().await;
     }
     api_error(
-        StatusCode::NOT_IMPLEMENTED,
-        "pause and resume are not supported by dockhand serve: a Docker container's memory cannot be saved; keep the sandbox running (set_timeout) or save files out",
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!(
+            "resuming sandbox {} failed, and it was removed: {e}",
+            sandbox.id
+        ),
     )
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PauseRequest {
+    memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/pause`: 204, or 409 when it is paused already.
+/// `memory` unset pauses with memory where the daemon can save it (gVisor
+/// with checkpoints), on files elsewhere; `true` there is refused.
+pub async fn pause(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Response {
+    let Some(sandbox) = server.registry.owned(tenant, id) else {
+        return not_found(id);
+    };
+    let request: PauseRequest = match json_or_default(body) {
+        Ok(r) => r,
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
+    };
+    let mode = request.memory.map(|memory| {
+        if memory {
+            PauseMode::Memory
+        } else {
+            PauseMode::Filesystem
+        }
+    });
+    match sandbox.pause(mode).await {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => api_error(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is already paused"),
+        ),
+        Err(e @ dockhand::Error::PauseUnsupported { .. }) => {
+            api_error(StatusCode::NOT_IMPLEMENTED, e.to_string())
+        }
+        Err(e @ dockhand::Error::InvalidTransition { .. }) => api_error(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is busy (a command or run is under way): {e}"),
+        ),
+        Err(e) => api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("pausing sandbox {id}: {e}"),
+        ),
+    }
 }
 
 /// What a template's container is, started (from its pool when the

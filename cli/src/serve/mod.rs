@@ -338,7 +338,7 @@ fn router(server: Arc<Server>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/sandboxes/{id}/pause", post(pause))
-        .route("/sandboxes/{id}/resume", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
@@ -411,11 +411,25 @@ async fn connect_sandbox(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    control::connect(&s, tenant, &id, &body)
+    control::connect(&s, tenant, &id, &body).await
 }
 
-async fn pause(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {
-    control::pause_refused(&s, tenant, &id)
+async fn pause(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    control::pause(&s, tenant, &id, &body).await
+}
+
+async fn resume(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    control::resume(&s, tenant, &id, &body).await
 }
 
 async fn metrics(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use dockhand::kernel::Kernel;
-use dockhand::session::Session;
+use dockhand::session::{PauseMode, Session};
+use dockhand::State;
 
 use super::interpreter::Contexts;
 use super::lock;
@@ -50,6 +51,13 @@ pub struct Sandbox {
     pub contexts: Contexts,
     /// Directory watchers of the sync SDK.
     pub watchers: Watchers,
+    /// What its timeout does: pause it (keeping memory, or files only)
+    /// instead of killing it.
+    pub on_timeout_pause: Option<Option<PauseMode>>,
+    /// A call into it while it is paused resumes it first.
+    pub auto_resume: bool,
+    /// One pause or resume at a time.
+    transition: tokio::sync::Mutex<()>,
 }
 
 /// What a new sandbox is made of.
@@ -65,6 +73,8 @@ pub struct NewSandbox {
     pub timeout: Duration,
     pub session: Session,
     pub kernel: Option<Kernel>,
+    pub on_timeout_pause: Option<Option<PauseMode>>,
+    pub auto_resume: bool,
 }
 
 impl Sandbox {
@@ -89,7 +99,68 @@ impl Sandbox {
             processes: Processes::default(),
             contexts: Contexts::default(),
             watchers: Watchers::default(),
+            on_timeout_pause: parts.on_timeout_pause,
+            auto_resume: parts.auto_resume,
+            transition: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Whether it is paused.
+    pub fn is_paused(&self) -> bool {
+        self.session.state() == State::Paused
+    }
+
+    /// E2B's name of its state.
+    pub fn state_name(&self) -> &'static str {
+        if self.is_paused() {
+            "paused"
+        } else {
+            "running"
+        }
+    }
+
+    /// Pauses it: with `mode`, or (`None`) with its memory where the
+    /// daemon can save it and on its files elsewhere. `Ok(false)` when it
+    /// was paused already.
+    pub async fn pause(&self, mode: Option<PauseMode>) -> dockhand::Result<bool> {
+        let _one = self.transition.lock().await;
+        if self.is_paused() {
+            return Ok(false);
+        }
+        let attempt = |mode| async move {
+            match &self.kernel {
+                Some(kernel) => kernel.pause(mode).await.map(drop),
+                None => self.session.pause(mode).await.map(drop),
+            }
+        };
+        match mode {
+            Some(mode) => attempt(mode).await?,
+            None => match attempt(PauseMode::Memory).await {
+                Err(dockhand::Error::PauseUnsupported { .. }) => {
+                    attempt(PauseMode::Filesystem).await?
+                }
+                other => other?,
+            },
+        }
+        if self.session.paused_mode() == Some(PauseMode::Filesystem) {
+            // Its processes ended with it.
+            self.processes.clear();
+            self.watchers.clear();
+        }
+        Ok(true)
+    }
+
+    /// Resumes it; `Ok(false)` when it was running.
+    pub async fn resume(&self) -> dockhand::Result<bool> {
+        let _one = self.transition.lock().await;
+        if !self.is_paused() {
+            return Ok(false);
+        }
+        match &self.kernel {
+            Some(kernel) => kernel.resume().await?,
+            None => self.session.resume().await?,
+        }
+        Ok(true)
     }
 
     /// When it will be killed.
@@ -256,17 +327,30 @@ impl Registry {
         list
     }
 
-    /// Takes out every sandbox past its end.
-    pub fn take_expired(&self) -> Vec<Arc<Sandbox>> {
+    /// Every sandbox past its end: those to kill taken out, those to
+    /// pause left in (with no end while paused).
+    pub fn take_expired(&self) -> Expired {
         let now = Utc::now();
         let mut live = lock(&self.sandboxes);
         let map = &mut live.by_id;
-        let expired: Vec<String> = map
+        // A paused sandbox has no timeout: it waits for `connect` or a kill.
+        let due: Vec<Arc<Sandbox>> = map
             .values()
-            .filter(|s| s.end_at() <= now)
-            .map(|s| s.id.clone())
+            .filter(|s| s.end_at() <= now && !s.is_paused())
+            .cloned()
             .collect();
-        expired.iter().filter_map(|id| map.remove(id)).collect()
+        let mut expired = Expired::default();
+        for sandbox in due {
+            if let Some(mode) = sandbox.on_timeout_pause {
+                // Not due again while the pause is under way; once paused
+                // it has no end (reported a pause's lifetime ahead).
+                *lock(&sandbox.end_at) = now + chrono::Duration::days(PAUSED_DAYS);
+                expired.to_pause.push((sandbox, mode));
+            } else if let Some(s) = map.remove(&sandbox.id) {
+                expired.to_kill.push(s);
+            }
+        }
+        expired
     }
 
     /// Takes out every sandbox.
@@ -279,14 +363,38 @@ impl Registry {
     }
 }
 
-/// Ends sandboxes at their timeout, checking twice a second.
+/// How far ahead a paused sandbox's end is reported (it has none).
+const PAUSED_DAYS: i64 = 30;
+
+/// What the timeouts ended.
+#[derive(Default)]
+pub struct Expired {
+    pub to_kill: Vec<Arc<Sandbox>>,
+    pub to_pause: Vec<(Arc<Sandbox>, Option<PauseMode>)>,
+}
+
+/// Ends (or pauses) sandboxes at their timeout, checking twice a second.
 pub async fn reap_forever(registry: Arc<Registry>) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
-        for sandbox in registry.take_expired() {
+        let expired = registry.take_expired();
+        for sandbox in expired.to_kill {
             tracing::info!(sandbox = %sandbox.id, "timeout reached: killing the sandbox");
             tokio::spawn(async move { sandbox.close().await });
+        }
+        for (sandbox, mode) in expired.to_pause {
+            tracing::info!(sandbox = %sandbox.id, "timeout reached: pausing the sandbox");
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                if let Err(e) = sandbox.pause(mode).await {
+                    // A sandbox that cannot pause is killed, as without the setting.
+                    tracing::warn!(sandbox = %sandbox.id, error = %e, "pausing at the timeout failed: killing it");
+                    if let Some(s) = registry.remove_owned(sandbox.tenant, &sandbox.id) {
+                        s.close().await;
+                    }
+                }
+            });
         }
     }
 }

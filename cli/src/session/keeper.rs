@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dockhand::kernel::{Kernel, KernelConfig, RunOptions};
-use dockhand::session::{Edit, ExecOptions, Session, SessionApi, SessionConfig};
+use dockhand::session::{Edit, ExecOptions, PauseMode, Session, SessionApi, SessionConfig};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -68,35 +68,77 @@ pub async fn serve(
             (session, None)
         }
     };
-    let path = socket_path(&id);
-    private_dir(path.parent().unwrap_or(Path::new("/tmp")))?;
-    let _ = std::fs::remove_file(&path);
-    let listener =
-        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        tokio::select! {
-            // A forgotten session does not run forever.
-            _ = tokio::time::sleep(idle) => break,
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                if handle(stream, &session, kernel.as_ref()).await {
-                    break;
-                }
-            }
-            _ = term.recv() => break,
+    let forks = Forks::default();
+    serve_one(id, session, kernel, idle, forks.clone()).await?;
+    // Forks live as long as their parent's session.
+    let left: Vec<(String, Session)> = forks
+        .lock()
+        .map(|mut f| f.drain(..).collect())
+        .unwrap_or_default();
+    for (fork_id, fork) in left {
+        let _ = std::fs::remove_file(socket_path(&fork_id));
+        if fork.state() != dockhand::State::Closed {
+            let _ = fork.close().await;
         }
-    }
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(path.with_extension("log"));
-    if session.state() != dockhand::State::Closed {
-        session.close().await?;
     }
     Ok(())
 }
 
+/// The forks a keeper serves beside its session, by id.
+type Forks = std::sync::Arc<std::sync::Mutex<Vec<(String, Session)>>>;
+
+/// What a request may reach besides its session.
+struct Reach<'a> {
+    kernel: Option<&'a Kernel>,
+    forks: &'a Forks,
+    idle: Duration,
+}
+
+/// Serves one session's socket until `close`, a signal, or `idle`
+/// without a request; then closes the session.
+fn serve_one(
+    id: String,
+    session: Session,
+    kernel: Option<Kernel>,
+    idle: Duration,
+    forks: Forks,
+) -> futures::future::BoxFuture<'static, Result<()>> {
+    Box::pin(async move {
+        let path = socket_path(&id);
+        private_dir(path.parent().unwrap_or(Path::new("/tmp")))?;
+        let _ = std::fs::remove_file(&path);
+        let listener =
+            UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let reach = Reach {
+            kernel: kernel.as_ref(),
+            forks: &forks,
+            idle,
+        };
+        loop {
+            tokio::select! {
+                // A forgotten session does not run forever.
+                _ = tokio::time::sleep(idle) => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    if handle(stream, &session, &reach).await {
+                        break;
+                    }
+                }
+                _ = term.recv() => break,
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("log"));
+        if session.state() != dockhand::State::Closed {
+            session.close().await?;
+        }
+        Ok(())
+    })
+}
+
 /// One request per connection; `true` when it closed the session.
-async fn handle(stream: UnixStream, session: &Session, kernel: Option<&Kernel>) -> bool {
+async fn handle(stream: UnixStream, session: &Session, reach: &Reach<'_>) -> bool {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read);
@@ -105,7 +147,7 @@ async fn handle(stream: UnixStream, session: &Session, kernel: Option<&Kernel>) 
     }
     let request: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     let op = request["op"].as_str().unwrap_or("").to_string();
-    let reply = match answer(&op, &request, session, kernel).await {
+    let reply = match answer(&op, &request, session, reach).await {
         Ok(v) => v,
         Err(e) => json!({"error": format!("{e:#}")}),
     };
@@ -113,9 +155,58 @@ async fn handle(stream: UnixStream, session: &Session, kernel: Option<&Kernel>) 
     op == "close" && reply.get("error").is_none()
 }
 
-async fn answer(op: &str, r: &Value, session: &Session, kernel: Option<&Kernel>) -> Result<Value> {
+async fn answer(op: &str, r: &Value, session: &Session, reach: &Reach<'_>) -> Result<Value> {
     let text = |key: &str| r[key].as_str().unwrap_or("").to_string();
+    let kernel = reach.kernel;
+    let mode = || -> Result<PauseMode> { text("mode").parse().map_err(anyhow::Error::msg) };
     Ok(match op {
+        "pause" => {
+            let paused = match kernel {
+                Some(kernel) => kernel.pause(mode()?).await?,
+                None => session.pause(mode()?).await?,
+            };
+            json!({"mode": paused.mode.to_string(), "container_id": paused.id, "checkpoint_bytes": paused.checkpoint_bytes})
+        }
+        "resume" => {
+            match kernel {
+                Some(kernel) => kernel.resume().await?,
+                None => session.resume().await?,
+            }
+            json!({"resumed": true})
+        }
+        "fork" => {
+            if kernel.is_some() {
+                anyhow::bail!("a kernel is not forked from the CLI; fork a session");
+            }
+            let count = r["count"].as_u64().unwrap_or(1) as usize;
+            let made = session.fork(count, mode()?).await?;
+            let mut ids = Vec::new();
+            for fork in made {
+                let fork_id = format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..11]);
+                if let Ok(mut forks) = reach.forks.lock() {
+                    forks.push((fork_id.clone(), fork.clone()));
+                }
+                tokio::spawn(serve_one(
+                    fork_id.clone(),
+                    fork,
+                    None,
+                    reach.idle,
+                    reach.forks.clone(),
+                ));
+                ids.push(fork_id);
+            }
+            // Each fork's socket answers before its id is printed.
+            for fork_id in &ids {
+                let path = socket_path(fork_id);
+                for _ in 0..100 {
+                    if path.exists() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            json!({"forks": ids})
+        }
         "ping" => json!({"ok": true}),
         "describe" => serde_json::to_value(session.describe())?,
         "exec" => {

@@ -50,6 +50,27 @@ pub enum SessionCommand {
     },
     /// Commit the session's container to an image.
     Snapshot { id: String },
+    /// Pause it: its container stops (no CPU, no memory) until `resume`.
+    Pause {
+        id: String,
+        /// `memory` (processes and memory; needs gVisor and a daemon with
+        /// checkpoints) or `filesystem` (files only).
+        #[arg(long, default_value = "filesystem")]
+        mode: dockhand::session::PauseMode,
+    },
+    /// Resume a paused session.
+    Resume { id: String },
+    /// Start sessions from this one's state; prints their ids. Forks live
+    /// as long as their parent's session.
+    Fork {
+        id: String,
+        /// How many.
+        #[arg(short = 'n', long, default_value_t = 1)]
+        count: usize,
+        /// `filesystem` (files) or `memory` (processes and memory too).
+        #[arg(long, default_value = "filesystem")]
+        mode: dockhand::session::PauseMode,
+    },
     /// Close the session (its container is removed).
     Close { id: String },
     /// List running sessions.
@@ -85,6 +106,10 @@ pub struct StartArgs {
     /// The kernel boundary: `gvisor`, or any runtime the daemon has registered.
     #[arg(long)]
     runtime: Option<String>,
+    /// Mount a named volume (`dockhand volume create`): NAME:PATH, or
+    /// NAME:PATH:ro to mount it read-only (repeatable).
+    #[arg(long = "volume")]
+    volumes: Vec<String>,
     /// Close the session after this many seconds without a command.
     #[arg(long, default_value_t = 3600)]
     idle_timeout: u64,
@@ -117,8 +142,10 @@ impl StartArgs {
                 .pip(self.pip.clone())
                 .trust_host_certificates(),
         };
+        // Pausable, so `pause` and `fork` work (the keeper removes it).
         let mut config = SessionConfig::new()
             .image(image)
+            .pausable(true)
             .network(self.network.network()?);
         if let Some(memory) = &self.memory {
             config = config.memory(memory.as_str());
@@ -128,6 +155,13 @@ impl StartArgs {
         }
         if let Some(runtime) = &self.runtime {
             config = config.isolation(crate::spec::parse_isolation(runtime));
+        }
+        for v in &self.volumes {
+            config = match v.split(':').collect::<Vec<_>>()[..] {
+                [name, path] => config.volume(name, path),
+                [name, path, "ro"] => config.volume_read_only(name, path),
+                _ => bail!("--volume {v}: give NAME:PATH or NAME:PATH:ro"),
+            };
         }
         Ok(config)
     }
@@ -149,6 +183,9 @@ impl StartArgs {
         }
         if let Some(r) = &self.runtime {
             args.extend(["--runtime".into(), r.clone()]);
+        }
+        for v in &self.volumes {
+            args.extend(["--volume".into(), v.clone()]);
         }
         args.extend(["--idle-timeout".into(), self.idle_timeout.to_string()]);
         if self.kernel {
@@ -252,6 +289,37 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
             let reply = request(&id, json!({"op": "snapshot"})).await?;
             print(json, &reply, |r| {
                 r["image"].as_str().unwrap_or("").to_string()
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Pause { id, mode } => {
+            let reply = request(&id, json!({"op": "pause", "mode": mode.to_string()})).await?;
+            print(json, &reply, |r| {
+                format!("paused {id} ({})", r["mode"].as_str().unwrap_or(""))
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Resume { id } => {
+            let reply = request(&id, json!({"op": "resume"})).await?;
+            print(json, &reply, |_| format!("resumed {id}"));
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Fork { id, count, mode } => {
+            let reply = request(
+                &id,
+                json!({"op": "fork", "count": count, "mode": mode.to_string()}),
+            )
+            .await?;
+            print(json, &reply, |r| {
+                r["forks"]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .unwrap_or_default()
             });
             Ok(ExitCode::SUCCESS)
         }

@@ -237,6 +237,26 @@ def _dh_own_output():
         publisher.publish = bounded
 
 
+def _dh_no_tcp_listener():
+    # ipykernel listens on loopback TCP for the output of forked children
+    # (its IOPub pipe). gVisor cannot save a TCP endpoint, so a kernel with
+    # that listener could not be paused with its memory: the pipe is closed
+    # (on the IOPub thread, which owns it). Forked children then write to
+    # IOPub directly, as when ipykernel cannot bind the pipe at all;
+    # subprocesses' pipes are unaffected.
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+
+        thread = IPKernelApp.instance().iopub_thread
+        stream = getattr(thread, "_pipe_in", None)
+        if getattr(thread, "_pipe_flag", False) and stream is not None:
+            thread._pipe_flag = False
+            thread.io_loop.add_callback(stream.close)
+    except Exception:
+        pass
+
+
 _dh_setup()
 _dh_own_output()
-del _dh_setup, _dh_own_output
+_dh_no_tcp_listener()
+del _dh_setup, _dh_own_output, _dh_no_tcp_listener

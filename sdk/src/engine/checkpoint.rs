@@ -117,8 +117,25 @@ impl Engine {
     }
 }
 
-/// Copies a checkpoint directory (plain files, as runsc writes them) to `to`.
+/// Copies a checkpoint directory (plain files, as runsc writes them) to
+/// `to`, marked as a copy of its own.
 pub(crate) fn copy_checkpoint(from: &Path, to: &Path) -> std::io::Result<u64> {
+    let bytes = copy_dir(from, to)?;
+    mark_unique(to)?;
+    Ok(bytes)
+}
+
+/// Makes a checkpoint's contents unlike any other's. Docker uploads a
+/// checkpoint into containerd's content store by its digest before a
+/// restore, and refuses a second upload of equal contents while the first
+/// is there ("content ... already exists"): two forks' copies made in the
+/// same second are equal, file times and all.
+pub(crate) fn mark_unique(dir: &Path) -> std::io::Result<()> {
+    let name = format!("dockhand-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(dir.join(name), b"")
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<u64> {
     std::fs::create_dir_all(to)?;
     let mut bytes = 0;
     for entry in std::fs::read_dir(from)? {
@@ -126,7 +143,7 @@ pub(crate) fn copy_checkpoint(from: &Path, to: &Path) -> std::io::Result<u64> {
         let kind = entry.file_type()?;
         let target = to.join(entry.file_name());
         if kind.is_dir() {
-            bytes += copy_checkpoint(&entry.path(), &target)?;
+            bytes += copy_dir(&entry.path(), &target)?;
         } else if kind.is_file() {
             bytes += std::fs::copy(entry.path(), &target)?;
         }

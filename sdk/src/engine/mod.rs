@@ -19,7 +19,9 @@ mod network;
 mod volume;
 mod watchdog;
 
-pub(crate) use checkpoint::{checkpoint_name, checkpoint_size, copy_checkpoint, seal, Seal};
+pub(crate) use checkpoint::{
+    checkpoint_name, checkpoint_size, copy_checkpoint, mark_unique, seal, Seal,
+};
 pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE};
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;

@@ -161,6 +161,9 @@ struct Inner {
     launched: Mutex<Option<launch::Launched>>,
     /// An image this session was forked from, removed with the last fork.
     fork_image: Mutex<Option<Arc<fork::ForkImage>>>,
+    /// The image of the files of a container moved at a pause (see
+    /// `relocate`), removed with the container.
+    relocated: Mutex<Option<String>>,
 }
 
 impl Drop for Inner {
@@ -243,6 +246,7 @@ impl Client {
                 parked: Mutex::new(None),
                 launched: Mutex::new(None),
                 fork_image: Mutex::new(None),
+                relocated: Mutex::new(None),
             }),
         }
     }
@@ -345,7 +349,7 @@ impl Session {
         lock(&self.inner.conn)
             .clone()
             .ok_or_else(|| Error::SessionUnavailable {
-                reason: format!("the session is `{}`; start it first", self.state()),
+                reason: not_ready(self.state()),
             })
     }
 
@@ -376,7 +380,7 @@ impl Session {
             State::Running if s.in_flight > 0 => s.in_flight += 1,
             other => {
                 return Err(Error::SessionUnavailable {
-                    reason: format!("the session is `{other}`; start it first"),
+                    reason: not_ready(other),
                 });
             }
         }
@@ -530,6 +534,10 @@ impl Session {
                 lease.close().await;
             }
         }
+        let relocated = lock(&self.inner.relocated).take();
+        if let (Some(image), Ok(engine)) = (relocated, self.inner.client.engine()) {
+            let _ = engine.remove_image_if_unused(&image).await;
+        }
     }
 
     /// Stops the container; `start` brings the session back (its files are lost
@@ -634,6 +642,14 @@ impl SessionApi for Session {
         })
         .await
         .map(|_| ())
+    }
+}
+
+/// Why a session in `state` takes no request, and what brings it back.
+fn not_ready(state: State) -> String {
+    match state {
+        State::Paused => "the session is `paused`; resume it first".into(),
+        other => format!("the session is `{other}`; start it first"),
     }
 }
 

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::{connect, Carry};
 use super::*;
-use crate::engine::{checkpoint_name, checkpoint_size, labels, seal, ContainerGuard, Seal};
+use crate::engine::{
+    checkpoint_name, checkpoint_size, labels, mark_unique, seal, ContainerGuard, Seal,
+};
 
 /// What a pause keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -150,10 +152,14 @@ impl Session {
         // Paused from before the container stops: its agent's end is then
         // expected, not a failure of the session.
         lock(&self.inner.status).life.transition(State::Paused)?;
+        // A container that was itself restored cannot be restored in place
+        // again (gVisor keeps its old state: "id already in use").
+        let mut restored_before = false;
         let checkpoint = match mode {
             PauseMode::Memory => {
                 let stale = lock(&self.inner.status).checkpoint.take();
                 if let Some(stale) = stale {
+                    restored_before = true;
                     let _ = engine.delete_checkpoint(&id, &stale).await;
                 }
                 let name = checkpoint_name();
@@ -182,6 +188,11 @@ impl Session {
             return Err(self.gone());
         };
         let egress = conn.egress.lock().await.take();
+        let held = match &checkpoint {
+            Some(name) if restored_before => self.relocate(&engine, held, name).await,
+            _ => held,
+        };
+        let id = held.id().to_string();
         let carry = match checkpoint {
             Some(_) => Some(Carry {
                 routes: conn.routes.clone(),
@@ -202,6 +213,9 @@ impl Session {
             }
             _ => None,
         };
+        if let Some(path) = &local {
+            let _ = mark_unique(path);
+        }
         let checkpoint_bytes = local.as_deref().map(checkpoint_size);
         let seal = local.as_deref().and_then(|path| seal(path).ok());
         *lock(&self.inner.parked) = Some(Parked {
@@ -218,6 +232,62 @@ impl Session {
             mode,
             checkpoint_bytes,
         })
+    }
+
+    /// Moves a paused container's checkpoint into a fresh container made
+    /// from its files, and removes it: what resumes in place next. Where
+    /// that cannot be done (a remote daemon, a session started by another
+    /// process) the container stays, and its resume reports the runtime's
+    /// refusal.
+    async fn relocate(&self, engine: &crate::engine::Engine, held: Held, checkpoint: &str) -> Held {
+        let launched = lock(&self.inner.launched).clone();
+        let Some(mut launched) = launched.filter(|_| engine.shares_filesystem()) else {
+            return held;
+        };
+        let old = held.id().to_string();
+        let moved = async {
+            let from = engine.checkpoint_path(&old, checkpoint).await?;
+            let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
+            let image = format!("dockhand/paused:{}-{stamp}", &old[..12.min(old.len())]);
+            let labels = HashMap::from([("dev.dockhand.snapshot-of".to_string(), old.clone())]);
+            engine
+                .commit_container(&old, &image, "snapshot", labels)
+                .await?;
+            launched.spec.image = image.clone();
+            let fresh = super::fork::prepare_restore(
+                engine,
+                &launched.spec,
+                &self.inner.config,
+                &launched.file_secrets,
+                &from,
+                checkpoint,
+            )
+            .await;
+            match fresh {
+                Ok(fresh) => Ok((fresh, image)),
+                Err(e) => {
+                    let _ = engine.remove_image_if_unused(&image).await;
+                    Err(e)
+                }
+            }
+        };
+        match moved.await {
+            Ok((fresh, image)) => {
+                if let Err(e) = held.remove().await {
+                    tracing::warn!(error = %e, "removing a paused session's old container failed");
+                }
+                let previous = lock(&self.inner.relocated).replace(image);
+                if let Some(previous) = previous {
+                    let _ = engine.remove_image_if_unused(&previous).await;
+                }
+                *lock(&self.inner.launched) = Some(launched);
+                Held::Container(fresh)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "moving a checkpoint into a fresh container failed; the resume may be refused");
+                held
+            }
+        }
     }
 
     /// The typed error of a failed checkpoint, after finding out what
@@ -290,17 +360,38 @@ impl Session {
                     });
                 }
             }
-            let attached = engine.attach(&id).await?;
+            let refused = |e: Error| Error::Checkpoint {
+                operation: "resume",
+                reason: e.to_string(),
+                state: "the session's container was removed; start it again".into(),
+            };
+            let mut held = parked.held;
+            let mut attached = engine.attach(&id).await?;
             match &checkpoint {
-                Some(name) => engine.start_from_checkpoint(&id, name).await.map_err(|e| {
-                    Error::Checkpoint {
-                        operation: "resume",
-                        reason: e.to_string(),
-                        state: "the session's container was removed; start it again".into(),
+                Some(name) => {
+                    if let Err(e) = engine.start_from_checkpoint(&id, name).await {
+                        // Docker sometimes refuses a checkpoint it uploaded
+                        // before ("content ... already exists"), and gVisor
+                        // one it restored there before ("id already in
+                        // use"): a copy in a fresh container is neither.
+                        if !is_stale_restore(&e) {
+                            return Err(refused(e));
+                        }
+                        drop(attached);
+                        held = self.relocate(&engine, held, name).await;
+                        if held.id() == id {
+                            return Err(refused(e));
+                        }
+                        attached = engine.attach(held.id()).await?;
+                        engine
+                            .start_from_checkpoint(held.id(), name)
+                            .await
+                            .map_err(refused)?;
                     }
-                })?,
+                }
                 None => engine.start_container(&id).await?,
             }
+            let id = held.id().to_string();
             let exited = {
                 let (engine, id) = (engine.clone(), id.clone());
                 async move {
@@ -308,7 +399,7 @@ impl Session {
                 }
             };
             connect(
-                parked.held,
+                held,
                 attached.input,
                 attached.output,
                 exited,
@@ -340,6 +431,13 @@ impl Session {
         *lock(&self.inner.conn) = Some(conn);
         self.set_state(State::Idle)
     }
+}
+
+/// Whether a restore failed for the daemon's or runtime's leftovers of an
+/// earlier one, not for the checkpoint itself.
+fn is_stale_restore(e: &Error) -> bool {
+    let text = e.to_string();
+    text.contains("already exists") || text.contains("id already in use")
 }
 
 impl Client {
