@@ -289,10 +289,12 @@ async fn everything() {
     // is removed cleanly and starts again.
     let paused = s.pause(PauseMode::Memory).await.unwrap();
     let dir = checkpoint_dir(&daemon, &paused.id);
+    // The largest file: runsc's image of the memory.
     let victim = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
-        .find(|e| e.path().is_file())
+        .filter(|e| e.path().is_file())
+        .max_by_key(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
         .unwrap()
         .path();
     let mut bytes = std::fs::read(&victim).unwrap();
@@ -359,8 +361,17 @@ async fn everything() {
         .status()
         .unwrap()
         .success());
-    let failed = full.pause(PauseMode::Memory).await.unwrap_err();
-    let _ = std::process::Command::new("umount").arg(&small).status();
+    let failed = full.pause(PauseMode::Memory).await;
+    // (Gone already when Docker removed the container with its mounts.)
+    let _ = std::process::Command::new("umount")
+        .arg(&small)
+        .stderr(std::process::Stdio::null())
+        .status();
+    let failed = failed.map(|p| format!("{p:?}")).map_err(|e| {
+        eprintln!("the failed pause: {:?}", e.to_string());
+        e
+    });
+    let failed = failed.expect_err("a pause onto a full disk failed");
     assert!(
         matches!(
             &failed,
@@ -369,7 +380,8 @@ async fn everything() {
                 ..
             }
         ),
-        "{failed:?}"
+        "{:?}",
+        failed.to_string()
     );
     match full.state() {
         State::Idle => assert_eq!(full.exec("echo on").await.unwrap().stdout, "on\n"),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use dockhand::kernel::{Execution, Kernel, KernelConfig, RunOptions};
-use dockhand::session::{Session, SessionConfig, SessionTools};
+use dockhand::session::{PauseMode, Session, SessionConfig, SessionTools};
 use dockhand::{CacheMode, Client, Egress, ImageSpec, Network, Sandbox, Secret};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Content, ServerCapabilities, ServerInfo};
@@ -107,6 +107,17 @@ struct EditFile {
     edits: Vec<Value>,
     /// Which session (default "default").
     session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ForkSession {
+    /// The session to fork (default "default").
+    session: Option<String>,
+    /// Names for the new sessions (1 to 8), each then used as `session`
+    /// in the other tools.
+    #[schemars(length(min = 1, max = 8))]
+    names: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -294,6 +305,7 @@ impl Server {
         }
         let mut config = SessionConfig::new()
             .image(ImageSpec::default().trust_host_certificates())
+            .pausable(true)
             .network(self.network.clone());
         for secret in &self.secrets {
             config = config.secret(secret.clone());
@@ -407,6 +419,41 @@ impl Server {
     ) -> Result<CallToolResult, ErrorData> {
         let call = json!({"path": args.path, "edits": args.edits});
         Ok(self.call_session(args.session, "edit_file", call).await)
+    }
+
+    #[tool(
+        description = "Copies a session's files into new sessions under the given names, to try different approaches from one state; each then changes apart from the others."
+    )]
+    async fn fork_session(
+        &self,
+        Parameters(args): Parameters<ForkSession>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if args.names.is_empty() || args.names.len() > 8 {
+            return Ok(tool_error("give 1 to 8 names"));
+        }
+        {
+            let sessions = self.owned.sessions.lock().await;
+            if let Some(taken) = args.names.iter().find(|n| sessions.contains_key(*n)) {
+                return Ok(tool_error(format!(
+                    "a session named `{taken}` exists already"
+                )));
+            }
+        }
+        let parent = match self.session(args.session).await {
+            Ok(tools) => tools.session().clone(),
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let forks = match parent.fork(args.names.len(), PauseMode::Filesystem).await {
+            Ok(forks) => forks,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let mut sessions = self.owned.sessions.lock().await;
+        for (name, fork) in args.names.iter().zip(forks) {
+            sessions.insert(name.clone(), SessionTools::new(fork));
+        }
+        Ok(CallToolResult::success(vec![text(
+            json!({"sessions": args.names}),
+        )]))
     }
 
     #[tool(description = "Lists a directory of a session (default its workspace).")]

@@ -39,6 +39,7 @@ async fn every_tool_over_stdio_and_nothing_left_after() {
         [
             "edit_file",
             "execute",
+            "fork_session",
             "list_dir",
             "read_file",
             "resume",
@@ -92,6 +93,32 @@ async fn every_tool_over_stdio_and_nothing_left_after() {
     // A second session is separate.
     let other = call(&client, "list_dir", json!({"session": "other"})).await;
     assert!(!body(&other).to_string().contains("calc.py"), "{other:?}");
+    // Forks start from the session's files, then change apart.
+    let forked = call(
+        &client,
+        "fork_session",
+        json!({"names": ["try-a", "try-b"]}),
+    )
+    .await;
+    assert!(!failed(&forked), "{forked:?}");
+    let changed = call(
+        &client,
+        "write_file",
+        json!({"path": "calc.py", "content": "changed\n", "session": "try-a"}),
+    )
+    .await;
+    assert!(!failed(&changed), "{changed:?}");
+    let kept = call(
+        &client,
+        "read_file",
+        json!({"path": "calc.py", "session": "try-b"}),
+    )
+    .await;
+    assert!(body(&kept).to_string().contains("a + b"), "{kept:?}");
+    let parent = call(&client, "read_file", json!({"path": "calc.py"})).await;
+    assert!(body(&parent).to_string().contains("a + b"), "{parent:?}");
+    let taken = call(&client, "fork_session", json!({"names": ["try-a"]})).await;
+    assert!(failed(&taken), "{taken:?}");
     // What the model can fix comes back as a tool error.
     let missing = call(
         &client,

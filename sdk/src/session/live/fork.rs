@@ -182,6 +182,13 @@ impl Session {
             )
         }))
         .await;
+        // The links to its checkpoint's files changed their change times:
+        // the parent's seal is taken again (nothing else touched them).
+        if let Ok(resealed) = crate::engine::seal(&from) {
+            if let Some(parked) = lock(&self.inner.parked).as_mut() {
+                parked.seal = Some(resealed);
+            }
+        }
         self.keep_all_or_none(forks, started, &image).await
     }
 

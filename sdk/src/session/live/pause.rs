@@ -152,14 +152,10 @@ impl Session {
         // Paused from before the container stops: its agent's end is then
         // expected, not a failure of the session.
         lock(&self.inner.status).life.transition(State::Paused)?;
-        // A container that was itself restored cannot be restored in place
-        // again (gVisor keeps its old state: "id already in use").
-        let mut restored_before = false;
         let checkpoint = match mode {
             PauseMode::Memory => {
                 let stale = lock(&self.inner.status).checkpoint.take();
                 if let Some(stale) = stale {
-                    restored_before = true;
                     let _ = engine.delete_checkpoint(&id, &stale).await;
                 }
                 let name = checkpoint_name();
@@ -188,11 +184,6 @@ impl Session {
             return Err(self.gone());
         };
         let egress = conn.egress.lock().await.take();
-        let held = match &checkpoint {
-            Some(name) if restored_before => self.relocate(&engine, held, name).await,
-            _ => held,
-        };
-        let id = held.id().to_string();
         let carry = match checkpoint {
             Some(_) => Some(Carry {
                 routes: conn.routes.clone(),
@@ -234,59 +225,64 @@ impl Session {
         })
     }
 
-    /// Moves a paused container's checkpoint into a fresh container made
-    /// from its files, and removes it: what resumes in place next. Where
-    /// that cannot be done (a remote daemon, a session started by another
-    /// process) the container stays, and its resume reports the runtime's
-    /// refusal.
-    async fn relocate(&self, engine: &crate::engine::Engine, held: Held, checkpoint: &str) -> Held {
+    /// A fresh container made from a memory-paused one's files, holding
+    /// (hard links to) its checkpoint, ready to start from it; `None` where
+    /// that cannot be done (a daemon on another machine, or a session this
+    /// process did not start), so the paused one is restored in place.
+    ///
+    /// Each container is checkpointed once and restored once, never more:
+    /// runsc (as Debian ships it) refuses a second restore in place ("id
+    /// already in use"), and Docker 20.10 a second checkpoint of one
+    /// container while containerd still holds the first's contents
+    /// ("content ... already exists"), losing the container.
+    async fn moved(
+        &self,
+        engine: &crate::engine::Engine,
+        old: &str,
+        checkpoint: &str,
+    ) -> Result<Option<(ContainerGuard, String)>> {
         let launched = lock(&self.inner.launched).clone();
         let Some(mut launched) = launched.filter(|_| engine.shares_filesystem()) else {
-            return held;
+            return Ok(None);
         };
-        let old = held.id().to_string();
-        let moved = async {
-            let from = engine.checkpoint_path(&old, checkpoint).await?;
-            let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
-            let image = format!("dockhand/paused:{}-{stamp}", &old[..12.min(old.len())]);
-            let labels = HashMap::from([("dev.dockhand.snapshot-of".to_string(), old.clone())]);
-            engine
-                .commit_container(&old, &image, "snapshot", labels)
-                .await?;
-            launched.spec.image = image.clone();
-            let fresh = super::fork::prepare_restore(
-                engine,
-                &launched.spec,
-                &self.inner.config,
-                &launched.file_secrets,
-                &from,
-                checkpoint,
-            )
-            .await;
-            match fresh {
-                Ok(fresh) => Ok((fresh, image)),
-                Err(e) => {
-                    let _ = engine.remove_image_if_unused(&image).await;
-                    Err(e)
-                }
-            }
-        };
-        match moved.await {
-            Ok((fresh, image)) => {
-                if let Err(e) = held.remove().await {
-                    tracing::warn!(error = %e, "removing a paused session's old container failed");
-                }
-                let previous = lock(&self.inner.relocated).replace(image);
-                if let Some(previous) = previous {
-                    let _ = engine.remove_image_if_unused(&previous).await;
-                }
+        let from = engine.checkpoint_path(old, checkpoint).await?;
+        let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
+        let image = format!("dockhand/paused:{}-{stamp}", &old[..12.min(old.len())]);
+        let labels = HashMap::from([("dev.dockhand.snapshot-of".to_string(), old.to_string())]);
+        engine
+            .commit_container(old, &image, "snapshot", labels)
+            .await?;
+        launched.spec.image = image.clone();
+        let fresh = super::fork::prepare_restore(
+            engine,
+            &launched.spec,
+            &self.inner.config,
+            &launched.file_secrets,
+            &from,
+            checkpoint,
+        )
+        .await;
+        match fresh {
+            Ok(fresh) => {
                 *lock(&self.inner.launched) = Some(launched);
-                Held::Container(fresh)
+                Ok(Some((fresh, image)))
             }
             Err(e) => {
-                tracing::warn!(error = %e, "moving a checkpoint into a fresh container failed; the resume may be refused");
-                held
+                let _ = engine.remove_image_if_unused(&image).await;
+                Err(e)
             }
+        }
+    }
+
+    /// The fresh container restored: the paused one goes, and so does the
+    /// image the previous move made (the new one holds the files now).
+    async fn moved_in(&self, engine: &crate::engine::Engine, old: Held, image: String) {
+        if let Err(e) = old.remove().await {
+            tracing::warn!(error = %e, "removing a resumed session's old container failed");
+        }
+        let previous = lock(&self.inner.relocated).replace(image);
+        if let Some(previous) = previous {
+            let _ = engine.remove_image_if_unused(&previous).await;
         }
     }
 
@@ -365,32 +361,33 @@ impl Session {
                 reason: e.to_string(),
                 state: "the session's container was removed; start it again".into(),
             };
-            let mut held = parked.held;
-            let mut attached = engine.attach(&id).await?;
-            match &checkpoint {
-                Some(name) => {
-                    if let Err(e) = engine.start_from_checkpoint(&id, name).await {
-                        // Docker sometimes refuses a checkpoint it uploaded
-                        // before ("content ... already exists"), and gVisor
-                        // one it restored there before ("id already in
-                        // use"): a copy in a fresh container is neither.
-                        if !is_stale_restore(&e) {
-                            return Err(refused(e));
-                        }
-                        drop(attached);
-                        held = self.relocate(&engine, held, name).await;
-                        if held.id() == id {
-                            return Err(refused(e));
-                        }
-                        attached = engine.attach(held.id()).await?;
+            let old = parked.held;
+            let (held, attached) = match &checkpoint {
+                Some(name) => match self.moved(&engine, &id, name).await? {
+                    Some((fresh, image)) => {
+                        let attached = engine.attach(fresh.id()).await?;
                         engine
-                            .start_from_checkpoint(held.id(), name)
+                            .start_from_checkpoint(fresh.id(), name)
                             .await
                             .map_err(refused)?;
+                        self.moved_in(&engine, old, image).await;
+                        (Held::Container(fresh), attached)
                     }
+                    None => {
+                        let attached = engine.attach(&id).await?;
+                        engine
+                            .start_from_checkpoint(&id, name)
+                            .await
+                            .map_err(refused)?;
+                        (old, attached)
+                    }
+                },
+                None => {
+                    let attached = engine.attach(&id).await?;
+                    engine.start_container(&id).await?;
+                    (old, attached)
                 }
-                None => engine.start_container(&id).await?,
-            }
+            };
             let id = held.id().to_string();
             let exited = {
                 let (engine, id) = (engine.clone(), id.clone());
@@ -431,13 +428,6 @@ impl Session {
         *lock(&self.inner.conn) = Some(conn);
         self.set_state(State::Idle)
     }
-}
-
-/// Whether a restore failed for the daemon's or runtime's leftovers of an
-/// earlier one, not for the checkpoint itself.
-fn is_stale_restore(e: &Error) -> bool {
-    let text = e.to_string();
-    text.contains("already exists") || text.contains("id already in use")
 }
 
 impl Client {
