@@ -66,3 +66,97 @@ fn paused_sandboxes_keep_their_files_and_resume_through_the_sdks() {
     }
     assert_eq!(owned(pid, false), Vec::<String>::new());
 }
+
+fn kept_containers() -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", "label=dev.dockhand.kept=true"])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_restarted_server_adopts_its_sandboxes_from_its_state_dir() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.display().to_string();
+    let before_kept = kept_containers().len();
+
+    let first = Server::start_with(1, &["--state-dir", &state_arg]);
+    let ids = json_output(first.python("restart.py", &["before"]));
+    // SIGTERM: with a state directory the sandboxes are kept.
+    drop(first);
+    assert!(
+        kept_containers().len() >= before_kept + 4,
+        "the sandboxes' containers outlived the server"
+    );
+
+    let second = Server::start_with(1, &["--state-dir", &state_arg]);
+    let r = json_output(second.python("restart.py", &["after", &ids.to_string()]));
+    assert_eq!(
+        r["listed"],
+        serde_json::json!({"running": "running", "paused": "paused", "kernel": "running", "other": null})
+    );
+    assert_eq!(r["running_file"], "before the restart");
+    assert_eq!(r["running_command"], "alive\n");
+    assert_eq!(r["paused_file"], "paused before");
+    assert_eq!(r["kernel"], serde_json::json!([["kernel file\n"], "4"]));
+    assert_eq!(r["other_hidden"], "SandboxNotFoundException");
+    assert_eq!(r["other_own"], "mine\n");
+    drop(second);
+    // Killed ones and the warm pools' are gone; nothing kept is left.
+    let started = std::time::Instant::now();
+    while kept_containers().len() > before_kept {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "kept containers left behind: {:?}",
+            kept_containers()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // A database that cannot be read, or one that went missing, stops the
+    // server with the path; it never starts empty.
+    let start = |dir: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_dockhand"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--pool",
+                "0",
+                "--state-dir",
+            ])
+            .arg(dir)
+            .env("DOCKHAND_SERVE_API_KEYS", serve_server::KEY)
+            .output()
+            .unwrap()
+    };
+    let db = state.join("serve.db");
+    std::fs::write(
+        &db,
+        b"this is not an SQLite database at all, not even close",
+    )
+    .unwrap();
+    for f in ["serve.db-wal", "serve.db-shm"] {
+        let _ = std::fs::remove_file(state.join(f));
+    }
+    let corrupt = start(&state);
+    let said = String::from_utf8_lossy(&corrupt.stderr);
+    assert!(
+        !corrupt.status.success() && said.contains(&db.display().to_string()),
+        "{said}"
+    );
+    std::fs::remove_file(&db).unwrap();
+    std::fs::write(state.join("other-file"), b"x").unwrap();
+    let missing = start(&state);
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        !missing.status.success() && said.contains("serve.db"),
+        "{said}"
+    );
+}

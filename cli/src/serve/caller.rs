@@ -48,6 +48,7 @@ impl FromRequestParts<Arc<Server>> for Caller {
         match sandbox.resume().await {
             Ok(_) => {
                 sandbox.set_timeout(server.limits.default_timeout);
+                server.registry.persist(&sandbox);
                 Ok(Caller(sandbox))
             }
             Err(e) => Err(api_error(

@@ -59,6 +59,21 @@ impl Keys {
         Ok(Keys { keys })
     }
 
+    /// The tenant whose key has this hash (a state directory's record).
+    pub fn tenant_of_hash(&self, hash: &str) -> Option<usize> {
+        self.keys
+            .iter()
+            .position(|k| same_secret(&super::state::key_hash(&String::from_utf8_lossy(k)), hash))
+    }
+
+    /// The hash a tenant's key is stored as.
+    pub fn hash_of(&self, tenant: usize) -> String {
+        self.keys
+            .get(tenant)
+            .map(|k| super::state::key_hash(&String::from_utf8_lossy(k)))
+            .unwrap_or_default()
+    }
+
     /// The tenant a key belongs to. Every key is compared, in constant
     /// time, so the answer's timing tells nothing about which came close.
     pub fn tenant(&self, presented: &[u8]) -> Option<usize> {
@@ -156,14 +171,22 @@ pub fn templates(
     file: Option<&Path>,
     pool: usize,
     transfer_limit: u64,
+    kept_as: Option<String>,
 ) -> anyhow::Result<BTreeMap<String, Template>> {
-    let prepare = move |session: SessionConfig| serve_session(session).read_limit(transfer_limit);
+    // With a state directory, containers outlive the server, named as its.
+    let prepare = move |session: SessionConfig| {
+        let session = serve_session(session).read_limit(transfer_limit);
+        match &kept_as {
+            Some(name) => session.keep(true).name(name.clone()),
+            None => session,
+        }
+    };
     let mut out = BTreeMap::new();
     // Images trust the host's CA bundle, as the CLI's do: builds then work
     // behind a TLS-intercepting proxy.
     let science = KernelConfig::data_science();
     let image = science.image_spec().clone().trust_host_certificates();
-    let kernel = science.image(image).session(prepare);
+    let kernel = science.image(image).session(prepare.clone());
     out.insert(
         CODE_INTERPRETER.to_string(),
         Template {
@@ -212,9 +235,9 @@ pub fn templates(
             .validate()
             .with_context(|| format!("template `{name}` in {}", path.display()))?;
         let kind = match t.kind.as_str() {
-            "kernel" => {
-                TemplateKind::Kernel(Box::new(KernelConfig::new().image(image).session(prepare)))
-            }
+            "kernel" => TemplateKind::Kernel(Box::new(
+                KernelConfig::new().image(image).session(prepare.clone()),
+            )),
             "session" => {
                 TemplateKind::Session(Box::new(prepare(SessionConfig::new().image(image))))
             }
@@ -246,7 +269,7 @@ mod tests {
 
     #[test]
     fn the_built_in_templates_are_the_sdks_defaults() {
-        let t = templates(None, 3, 1 << 20).unwrap();
+        let t = templates(None, 3, 1 << 20, None).unwrap();
         assert!(matches!(t[CODE_INTERPRETER].kind, TemplateKind::Kernel(_)));
         assert!(matches!(t[BASE].kind, TemplateKind::Session(_)));
         assert_eq!(t[BASE].pool, 3);
@@ -260,7 +283,7 @@ mod tests {
                 "base": {"apt": ["jq"], "cpus": 4}
             }}"#,
         );
-        let t = templates(Some(f.path()), 2, 1 << 20).unwrap();
+        let t = templates(Some(f.path()), 2, 1 << 20, None).unwrap();
         assert!(matches!(t["analysis"].kind, TemplateKind::Kernel(_)));
         assert_eq!(t["analysis"].pool, 0);
         assert_eq!((t["base"].cpus, t["base"].pool), (4, 2));
@@ -273,14 +296,14 @@ mod tests {
     #[test]
     fn bad_template_files_are_refused_with_the_reason() {
         let kind = file(r#"{"templates": {"x": {"kind": "vm"}}}"#);
-        let e = templates(Some(kind.path()), 1, 1 << 20)
+        let e = templates(Some(kind.path()), 1, 1 << 20, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("kind `vm`"), "{e}");
         let unknown = file(r#"{"templates": {"x": {"packages": ["a"]}}}"#);
         let e = format!(
             "{:#}",
-            templates(Some(unknown.path()), 1, 1 << 20).unwrap_err()
+            templates(Some(unknown.path()), 1, 1 << 20, None).unwrap_err()
         );
         assert!(e.contains("packages"), "{e}");
     }

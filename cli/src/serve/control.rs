@@ -226,6 +226,7 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
     let sandbox = Arc::new(Sandbox::new(NewSandbox {
         id: sandbox_id(),
         tenant,
+        key_hash: server.keys.hash_of(tenant),
         template: template.name.clone(),
         metadata: request.metadata.unwrap_or_default(),
         envs: envs.clone(),
@@ -248,6 +249,7 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         }
     }
     slot.fill(sandbox.clone());
+    server.registry.persist(&sandbox);
     (StatusCode::CREATED, axum::Json(created(&sandbox))).into_response()
 }
 
@@ -322,6 +324,7 @@ pub fn timeout(server: &Server, tenant: usize, id: &str, body: &[u8], set: bool)
             limits.default_timeout,
             limits.max_timeout,
         ));
+        server.registry.persist(&sandbox);
         return StatusCode::NO_CONTENT.into_response();
     }
     if let Some(asked) = asked {
@@ -331,6 +334,7 @@ pub fn timeout(server: &Server, tenant: usize, id: &str, body: &[u8], set: bool)
             limits.max_timeout,
         ));
     }
+    server.registry.persist(&sandbox);
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -355,6 +359,7 @@ pub async fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> R
     } else if request.timeout.is_some() {
         sandbox.extend(timeout);
     }
+    server.registry.persist(&sandbox);
     let status = if resumed {
         StatusCode::CREATED
     } else {
@@ -416,7 +421,10 @@ pub async fn pause(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Res
         }
     });
     match sandbox.pause(mode).await {
-        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(true) => {
+            server.registry.persist(&sandbox);
+            StatusCode::NO_CONTENT.into_response()
+        }
         Ok(false) => api_error(
             StatusCode::CONFLICT,
             format!("sandbox {id} is already paused"),

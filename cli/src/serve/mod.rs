@@ -33,6 +33,8 @@ mod files;
 mod interpreter;
 mod process;
 mod registry;
+mod restore;
+mod state;
 mod watch;
 
 use caller::{Caller, Tenant};
@@ -88,6 +90,15 @@ pub struct ServeArgs {
     /// (E2B's default); without it they are offline unless asked.
     #[arg(long)]
     internet_by_default: bool,
+    /// Keep sandboxes (owners, tokens, timeouts, paused ones) in an SQLite
+    /// database here, so a restarted server adopts them again.
+    #[arg(long, env = "DOCKHAND_SERVE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// What a shutdown (SIGTERM, Ctrl-C) does to the sandboxes: `keep`
+    /// them for the next start (the default with --state-dir), `pause`
+    /// them, or `kill` them (the default without).
+    #[arg(long, value_enum)]
+    on_shutdown: Option<restore::OnShutdown>,
 }
 
 /// The server's limits.
@@ -239,8 +250,24 @@ pub fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) ->
 pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
     let client = crate::connect(host, true).await?;
     let keys = Keys::load(args.api_keys.as_deref(), args.api_keys_file.as_deref())?;
-    let templates =
-        config::templates(args.templates.as_deref(), args.pool, args.max_upload as u64)?;
+    let store = match &args.state_dir {
+        Some(dir) => Some(Arc::new(state::Store::open(dir)?)),
+        None => None,
+    };
+    let on_shutdown = match (args.on_shutdown, &store) {
+        (Some(mode), _) => mode,
+        (None, Some(_)) => restore::OnShutdown::Keep,
+        (None, None) => restore::OnShutdown::Kill,
+    };
+    if store.is_none() && on_shutdown != restore::OnShutdown::Kill {
+        anyhow::bail!("--on-shutdown keep or pause needs --state-dir: without one no later server could find the sandboxes");
+    }
+    let templates = config::templates(
+        args.templates.as_deref(),
+        args.pool,
+        args.max_upload as u64,
+        store.as_deref().map(restore::owner_name),
+    )?;
     let pools = templates
         .keys()
         .map(|name| (name.clone(), OnceCell::new()))
@@ -250,7 +277,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         keys,
         templates,
         pools,
-        registry: Arc::new(Registry::default()),
+        registry: Arc::new(Registry::with_store(store.clone())),
         limits: Limits {
             default_timeout: Duration::from_secs(args.default_timeout),
             max_timeout: Duration::from_secs(args.max_timeout),
@@ -261,6 +288,13 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             internet_default: args.internet_by_default,
         },
     });
+    if let Some(store) = &store {
+        let adopted = restore::adopt(&server, store).await?;
+        eprintln!(
+            "dockhand serve: state in {} ({adopted} sandboxes restored)",
+            store.path().display()
+        );
+    }
     let reaper = tokio::spawn(registry::reap_forever(server.registry.clone()));
     // Warm the pools now (images are built on first use): the first create
     // is then a handover too.
@@ -297,8 +331,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     reaper.abort();
-    let all = server.registry.take_all();
-    futures::future::join_all(all.iter().map(|s| s.close())).await;
+    restore::shut_down(&server, on_shutdown).await;
     for cell in server.pools.values() {
         match cell.get() {
             Some(Pool::Kernel(p)) => p.shutdown().await,

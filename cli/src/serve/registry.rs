@@ -13,6 +13,7 @@ use dockhand::State;
 use super::interpreter::Contexts;
 use super::lock;
 use super::process::Processes;
+use super::state::Store;
 use super::watch::Watchers;
 
 /// One sandbox: a session (and, for kernel templates, its kernel).
@@ -21,6 +22,8 @@ pub struct Sandbox {
     pub id: String,
     /// The key that made it; no other key sees it.
     pub tenant: usize,
+    /// That key's hash, as a state directory stores the owner.
+    pub key_hash: String,
     /// The template it came from.
     pub template: String,
     /// The token in-sandbox calls must carry (`X-Access-Token`).
@@ -64,6 +67,7 @@ pub struct Sandbox {
 pub struct NewSandbox {
     pub id: String,
     pub tenant: usize,
+    pub key_hash: String,
     pub template: String,
     pub metadata: BTreeMap<String, String>,
     pub envs: BTreeMap<String, String>,
@@ -84,6 +88,7 @@ impl Sandbox {
         Sandbox {
             id: parts.id,
             tenant: parts.tenant,
+            key_hash: parts.key_hash,
             template: parts.template,
             envd_token: token(),
             traffic_token: token(),
@@ -168,6 +173,11 @@ impl Sandbox {
         *lock(&self.end_at)
     }
 
+    /// Sets its end (a restored sandbox's, as stored).
+    pub fn set_end(&self, end: DateTime<Utc>) {
+        *lock(&self.end_at) = end;
+    }
+
     /// Sets its end to `timeout` from now (shorter or longer).
     pub fn set_timeout(&self, timeout: Duration) {
         *lock(&self.end_at) = Utc::now() + to_chrono(timeout);
@@ -210,10 +220,12 @@ pub fn sandbox_id() -> String {
     format!("i{}", &raw[..19])
 }
 
-/// Every live sandbox by id, and the slots of those being created.
+/// Every live sandbox by id, and the slots of those being created; with a
+/// state directory, each change written through to it.
 #[derive(Default)]
 pub struct Registry {
     sandboxes: Mutex<Live>,
+    store: Option<Arc<Store>>,
 }
 
 #[derive(Default)]
@@ -269,6 +281,47 @@ fn release(live: &mut Live, tenant: usize) {
 }
 
 impl Registry {
+    /// A registry that writes through to `store`.
+    pub fn with_store(store: Option<Arc<Store>>) -> Registry {
+        Registry {
+            store,
+            ..Registry::default()
+        }
+    }
+
+    /// The state directory's store, if the server has one.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// Writes a sandbox's current state to the store (kept sandboxes only:
+    /// one that cannot outlive the server, under an egress policy, is not
+    /// promised to). A failed write is logged: the sandbox works on.
+    pub fn persist(&self, sandbox: &Sandbox) {
+        let Some(store) = &self.store else { return };
+        if !sandbox.session.config().is_kept() {
+            return;
+        }
+        if let Err(e) = store.put(&super::restore::row_of(sandbox)) {
+            tracing::error!(sandbox = %sandbox.id, path = %store.path().display(), error = %e, "writing the state database");
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        if let Some(store) = &self.store {
+            if let Err(e) = store.remove(id) {
+                tracing::error!(sandbox = %id, path = %store.path().display(), error = %e, "writing the state database");
+            }
+        }
+    }
+
+    /// Puts a sandbox restored from the state directory in place.
+    pub fn adopt(&self, sandbox: Arc<Sandbox>) {
+        lock(&self.sandboxes)
+            .by_id
+            .insert(sandbox.id.clone(), sandbox);
+    }
+
     /// Takes a slot for one more sandbox of `tenant`, if neither the key's
     /// limit nor the server's is reached (creates in flight count).
     pub fn reserve(&self, tenant: usize, per_key: usize, total: usize) -> Result<Slot<'_>, Full> {
@@ -307,12 +360,16 @@ impl Registry {
 
     /// Takes the sandbox `id` out if `tenant` owns it.
     pub fn remove_owned(&self, tenant: usize, id: &str) -> Option<Arc<Sandbox>> {
-        let mut live = lock(&self.sandboxes);
-        let map = &mut live.by_id;
-        if map.get(id).is_some_and(|s| s.tenant == tenant) {
-            return map.remove(id);
-        }
-        None
+        let removed = {
+            let mut live = lock(&self.sandboxes);
+            let map = &mut live.by_id;
+            if !map.get(id).is_some_and(|s| s.tenant == tenant) {
+                return None;
+            }
+            map.remove(id)
+        };
+        self.forget(id);
+        removed
     }
 
     /// `tenant`'s sandboxes.
@@ -349,6 +406,10 @@ impl Registry {
             } else if let Some(s) = map.remove(&sandbox.id) {
                 expired.to_kill.push(s);
             }
+        }
+        drop(live);
+        for s in &expired.to_kill {
+            self.forget(&s.id);
         }
         expired
     }
@@ -387,7 +448,9 @@ pub async fn reap_forever(registry: Arc<Registry>) {
             tracing::info!(sandbox = %sandbox.id, "timeout reached: pausing the sandbox");
             let registry = registry.clone();
             tokio::spawn(async move {
-                if let Err(e) = sandbox.pause(mode).await {
+                let paused = sandbox.pause(mode).await;
+                registry.persist(&sandbox);
+                if let Err(e) = paused {
                     // A sandbox that cannot pause is killed, as without the setting.
                     tracing::warn!(sandbox = %sandbox.id, error = %e, "pausing at the timeout failed: killing it");
                     if let Some(s) = registry.remove_owned(sandbox.tenant, &sandbox.id) {

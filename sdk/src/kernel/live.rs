@@ -133,6 +133,24 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The kept kernel whose container is `id` (its session made with
+    /// `keep(true)`), paused in this process until [`Kernel::resume`]: on
+    /// its files its contexts start afresh; from memory its processes go on
+    /// (this process talks to them through a new relay).
+    pub async fn kept_kernel(&self, id: &str, config: KernelConfig) -> Result<Kernel> {
+        let session = self.kept_session(id, config.session_config()).await?;
+        Ok(Kernel {
+            inner: Arc::new(Inner {
+                config,
+                session,
+                link: tokio::sync::Mutex::new(None),
+                contexts: Mutex::new(BTreeMap::new()),
+            }),
+        })
+    }
+}
+
 impl Kernel {
     /// Builds the image if needed, starts the container and the default
     /// context.
@@ -518,10 +536,19 @@ impl Kernel {
         Ok(paused)
     }
 
-    /// Resumes a paused kernel (see [`Session::resume`]).
+    /// Resumes a paused kernel (see [`Session::resume`]). One adopted
+    /// from another process ([`Client::kept_kernel`]) gets its default
+    /// context here.
     pub async fn resume(&self) -> Result<()> {
-        let _link = self.inner.link.lock().await;
-        self.inner.session.resume().await
+        {
+            let _link = self.inner.link.lock().await;
+            self.inner.session.resume().await?;
+        }
+        if self.contexts().is_empty() {
+            let cwd = self.inner.config.session.workspace_dir().to_string();
+            self.create_context_in(DEFAULT_CONTEXT, &cwd).await?;
+        }
+        Ok(())
     }
 
     /// Removes the container and every context.

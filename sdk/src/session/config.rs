@@ -351,6 +351,12 @@ impl SessionConfig {
         self
     }
 
+    /// Whether sessions of this configuration outlive their process
+    /// ([`keep`](Self::keep)).
+    pub fn is_kept(&self) -> bool {
+        self.keep
+    }
+
     /// A name used in snapshot tags and labels.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());

@@ -273,6 +273,7 @@ impl Session {
             let mut status = lock(&self.inner.status);
             status.life.container_id = Some(conn.container_id.clone());
             status.checkpoint = Some(checkpoint.to_string());
+            status.settled = true;
         }
         *lock(&self.inner.launched) = Some(launch::Launched {
             spec,

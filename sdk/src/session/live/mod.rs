@@ -89,6 +89,9 @@ struct Status {
     snapshots: Vec<String>,
     /// The checkpoint the running container was restored from.
     checkpoint: Option<String>,
+    /// Started and set up (or adopted): a kept session is left behind
+    /// only from here on; one dropped before is removed.
+    settled: bool,
 }
 
 /// Where each request's replies go; `None` once the agent is gone, so a
@@ -168,7 +171,7 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if !self.config.keep {
+        if !self.config.keep || !lock(&self.status).settled {
             return;
         }
         // A kept session outlives its handle: its container stays (its
@@ -237,6 +240,7 @@ impl Client {
                     in_flight: 0,
                     snapshots: Vec::new(),
                     checkpoint: None,
+                    settled: false,
                 }),
                 conn: Mutex::new(None),
                 secrets: Mutex::default(),
@@ -342,6 +346,7 @@ impl Session {
                 return Err(e);
             }
         }
+        lock(&self.inner.status).settled = true;
         Ok(())
     }
 

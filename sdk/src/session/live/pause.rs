@@ -437,6 +437,15 @@ impl Client {
     /// agent starts again on its files. `config` gives the limits, secrets
     /// and timeouts to use from now on; its image is not used.
     pub async fn resume_session(&self, id: &str, config: SessionConfig) -> Result<Session> {
+        let session = self.kept_session(id, config).await?;
+        session.resume().await?;
+        Ok(session)
+    }
+
+    /// The kept session `id` as a paused [`Session`] of this process, not
+    /// resumed yet (see [`Client::resume_session`]): what a server that
+    /// restarted holds until a client asks for it.
+    pub async fn kept_session(&self, id: &str, config: SessionConfig) -> Result<Session> {
         let engine = self.engine()?.clone();
         let unknown = || Error::SessionUnavailable {
             reason: format!(
@@ -491,8 +500,8 @@ impl Client {
             let mut status = lock(&session.inner.status);
             status.life.state = State::Paused;
             status.life.container_id = Some(id.to_string());
+            status.settled = true;
         }
-        session.resume().await?;
         Ok(session)
     }
 
