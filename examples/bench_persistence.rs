@@ -210,7 +210,7 @@ async fn memory(main: &Client, gib: f64) -> Result<(), Box<dyn std::error::Error
             bytes.text().unwrap_or("?")
         );
     }
-    let probe = probe(&ours).await?;
+    let expected = probe(&ours).await?;
 
     // Docker's own checkpoint and restore of the twin's container.
     let host = daemon.endpoint.clone();
@@ -226,7 +226,7 @@ async fn memory(main: &Client, gib: f64) -> Result<(), Box<dyn std::error::Error
     let resume = t.elapsed();
     assert_eq!(
         probe(&ours).await?,
-        probe,
+        expected,
         "the DataFrame came back as it was"
     );
     let bytes = paused.checkpoint_bytes.unwrap_or(0);
@@ -254,7 +254,7 @@ async fn memory(main: &Client, gib: f64) -> Result<(), Box<dyn std::error::Error
     let t = Instant::now();
     ours.resume().await?;
     let second_resume = t.elapsed();
-    assert_eq!(probe(&ours).await?, probe);
+    assert_eq!(probe(&ours).await?, expected);
     line("second pause (moves the checkpoint)", second_pause, None);
     line("second resume", second_resume, None);
     ours.close().await?;

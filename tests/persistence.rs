@@ -187,12 +187,8 @@ async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
         b"from the first owner"
     );
     // An unknown id, or a container that is not a kept session: typed.
-    for bad in [
-        "no-such-container",
-        &common::docker(&["ps", "-q", "--filter", "label=dev.dockhand.kind=watchdog"])
-            .trim()
-            .to_string(),
-    ] {
+    let watchdog = common::docker(&["ps", "-q", "--filter", "label=dev.dockhand.kind=watchdog"]);
+    for bad in ["no-such-container", watchdog.trim()] {
         if bad.is_empty() {
             continue;
         }

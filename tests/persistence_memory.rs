@@ -367,10 +367,9 @@ async fn everything() {
         .arg(&small)
         .stderr(std::process::Stdio::null())
         .status();
-    let failed = failed.map(|p| format!("{p:?}")).map_err(|e| {
-        eprintln!("the failed pause: {:?}", e.to_string());
-        e
-    });
+    let failed = failed
+        .map(|p| format!("{p:?}"))
+        .inspect_err(|e| eprintln!("the failed pause: {:?}", e.to_string()));
     let failed = failed.expect_err("a pause onto a full disk failed");
     assert!(
         matches!(

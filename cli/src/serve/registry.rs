@@ -363,7 +363,7 @@ impl Registry {
         let removed = {
             let mut live = lock(&self.sandboxes);
             let map = &mut live.by_id;
-            if !map.get(id).is_some_and(|s| s.tenant == tenant) {
+            if map.get(id).is_none_or(|s| s.tenant != tenant) {
                 return None;
             }
             map.remove(id)

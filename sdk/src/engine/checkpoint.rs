@@ -92,10 +92,11 @@ impl Engine {
                 "the daemon has no `{CHECKPOINT_RUNTIME}` runtime (gVisor: register it under \"runtimes\" in its daemon.json)"
             ));
         } else if runtime != Some(CHECKPOINT_RUNTIME) {
-            missing.push(format!(
+            missing.push(
                 "the sandbox does not run under gVisor (`.isolation(Isolation::Gvisor)`); \
                  runc's checkpoints (CRIU) are not used"
-            ));
+                    .to_string(),
+            );
         }
         Ok((!missing.is_empty()).then(|| missing.join("; ")))
     }
