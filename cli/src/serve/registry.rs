@@ -13,7 +13,7 @@ use dockhand::State;
 use super::interpreter::Contexts;
 use super::lock;
 use super::process::Processes;
-use super::state::Store;
+use super::state::{Row, Store};
 use super::watch::Watchers;
 
 /// One sandbox: a session (and, for kernel templates, its kernel).
@@ -107,6 +107,32 @@ impl Sandbox {
             on_timeout_pause: parts.on_timeout_pause,
             auto_resume: parts.auto_resume,
             transition: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The sandbox as a state directory keeps it.
+    pub fn row(&self) -> Row {
+        let paused = self.is_paused();
+        Row {
+            id: self.id.clone(),
+            key_hash: self.key_hash.clone(),
+            template: self.template.clone(),
+            envd_token: self.envd_token.clone(),
+            traffic_token: self.traffic_token.clone(),
+            metadata: serde_json::to_string(&self.metadata).unwrap_or_default(),
+            envs: serde_json::to_string(&self.envs).unwrap_or_default(),
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+            started_at: self.started_at,
+            end_at: self.end_at(),
+            container_id: self.session.describe().container_id.unwrap_or_default(),
+            on_timeout_pause: match self.on_timeout_pause {
+                None => String::new(),
+                Some(None) => "auto".into(),
+                Some(Some(mode)) => mode.to_string(),
+            },
+            auto_resume: self.auto_resume,
+            paused,
         }
     }
 
@@ -302,7 +328,7 @@ impl Registry {
         if !sandbox.session.config().is_kept() {
             return;
         }
-        if let Err(e) = store.put(&super::restore::row_of(sandbox)) {
+        if let Err(e) = store.put(&sandbox.row()) {
             tracing::error!(sandbox = %sandbox.id, path = %store.path().display(), error = %e, "writing the state database");
         }
     }

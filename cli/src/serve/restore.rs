@@ -32,32 +32,6 @@ pub fn owner_name(store: &Store) -> String {
     format!("dockhand-serve-{}", store.id)
 }
 
-/// A sandbox as the store keeps it.
-pub fn row_of(sandbox: &Sandbox) -> Row {
-    let paused = sandbox.is_paused();
-    Row {
-        id: sandbox.id.clone(),
-        key_hash: sandbox.key_hash.clone(),
-        template: sandbox.template.clone(),
-        envd_token: sandbox.envd_token.clone(),
-        traffic_token: sandbox.traffic_token.clone(),
-        metadata: serde_json::to_string(&sandbox.metadata).unwrap_or_default(),
-        envs: serde_json::to_string(&sandbox.envs).unwrap_or_default(),
-        cpus: sandbox.cpus,
-        memory_mb: sandbox.memory_mb,
-        started_at: sandbox.started_at,
-        end_at: sandbox.end_at(),
-        container_id: sandbox.session.describe().container_id.unwrap_or_default(),
-        on_timeout_pause: match sandbox.on_timeout_pause {
-            None => String::new(),
-            Some(None) => "auto".into(),
-            Some(Some(mode)) => mode.to_string(),
-        },
-        auto_resume: sandbox.auto_resume,
-        paused,
-    }
-}
-
 /// Adopts every stored sandbox: running ones are resumed (on their files,
 /// or from their memory if they were paused with it), paused ones stay
 /// paused. A sandbox whose key or template the server no longer has, or

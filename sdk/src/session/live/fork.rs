@@ -6,11 +6,10 @@ use std::sync::atomic::AtomicUsize;
 
 use futures::future::join_all;
 
-use super::launch::{connect, programs_tar, Carry};
+use super::launch::{connect, prepare_restore, Carry};
 use super::pause::PauseMode;
 use super::*;
-use crate::engine::{copy_checkpoint, Engine};
-use crate::sandbox::{secrets_archive, SECRETS_DIR};
+use crate::engine::Engine;
 
 /// The most forks one call makes.
 pub const MAX_FORKS: usize = 64;
@@ -282,38 +281,4 @@ impl Session {
         *lock(&self.inner.conn) = Some(conn);
         self.set_state(State::Idle)
     }
-}
-
-/// A new container made with `spec`, holding the session's programs and
-/// secrets and a copy of the checkpoint at `from`, ready to start from it.
-pub(super) async fn prepare_restore(
-    engine: &Engine,
-    spec: &ContainerSpec,
-    c: &SessionConfig,
-    file_secrets: &[(String, String)],
-    from: &std::path::Path,
-    checkpoint: &str,
-) -> Result<crate::engine::ContainerGuard> {
-    let container = engine.create_container(spec).await?;
-    let id = container.id().to_string();
-    engine
-        .upload_archive(&id, AGENT_DIR, Bytes::from(programs_tar(&c.helpers)?))
-        .await?;
-    if !file_secrets.is_empty() {
-        let tar = secrets_archive(file_secrets, c.hardening.owner_ids())?;
-        engine
-            .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
-            .await?;
-    }
-    let to = engine.checkpoint_path(&id, checkpoint).await?;
-    let from = from.to_path_buf();
-    tokio::task::spawn_blocking(move || copy_checkpoint(&from, &to))
-        .await
-        .map_err(|e| Error::io("copying a checkpoint", std::io::Error::other(e)))?
-        .map_err(|e| Error::Checkpoint {
-            operation: "fork",
-            reason: format!("copying the checkpoint: {e}"),
-            state: "the session is unchanged".into(),
-        })?;
-    Ok(container)
 }

@@ -253,7 +253,7 @@ impl Session {
             .commit_container(old, &image, "snapshot", labels)
             .await?;
         launched.spec.image = image.clone();
-        let fresh = super::fork::prepare_restore(
+        let fresh = super::launch::prepare_restore(
             engine,
             &launched.spec,
             &self.inner.config,
