@@ -170,7 +170,9 @@ fn fill(gib: f64) -> String {
 
 fn kernel_config(gib: f64) -> KernelConfig {
     let memory = format!("{}Mi", (gib * 1024.0 * 2.5) as u64 + 1024);
-    KernelConfig::data_science().session(move |s| {
+    let science = KernelConfig::data_science();
+    let image = science.image_spec().clone().trust_host_certificates();
+    science.image(image).session(move |s| {
         s.isolation(Isolation::Gvisor)
             .pausable(true)
             .memory(memory.as_str())

@@ -302,3 +302,29 @@ async fn a_kernel_paused_on_files_keeps_files_and_starts_afresh() {
     assert_eq!(r.stdout, "k\n");
     kernel.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_pauses_itself_and_the_next_request_resumes_it() {
+    let client = common::client().await;
+    let s = client.session(
+        SessionConfig::new().auto_pause(Duration::from_millis(400), PauseMode::Filesystem),
+    );
+    s.start().await.unwrap();
+    s.write_file("kept.txt", b"idle").await.unwrap();
+    let started = Instant::now();
+    while s.state() != State::Paused {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the idle session never paused"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = s.describe().container_id.unwrap();
+    assert!(!running(&id), "paused: its container is stopped");
+    // The next request resumes it, and waits for that.
+    assert_eq!(s.read_file("kept.txt").await.unwrap(), b"idle");
+    assert_eq!(s.state(), State::Idle);
+    assert_eq!(s.exec("echo on").await.unwrap().stdout, "on\n");
+    s.close().await.unwrap();
+    gone(&id).await;
+}

@@ -54,6 +54,34 @@ fn paused_sandboxes_keep_their_files_and_resume_through_the_sdks() {
     assert_eq!(interpreter["stdout"], serde_json::json!(["k\n"]));
     assert_eq!(interpreter["error"], "NameError");
 
+    let snapshots = &r["snapshots"];
+    assert_eq!(snapshots["source_runs_on"], "on\n");
+    assert_eq!(snapshots["copy_file"], "from the snapshot");
+    assert_eq!(snapshots["source_file"], "changed after");
+    assert_eq!(snapshots["listed"], true);
+    assert!(snapshots["other_cannot_use"].is_string(), "{snapshots}");
+    assert_eq!(snapshots["named"], serde_json::json!(["my-snap"]));
+    assert_eq!(snapshots["by_name"], "changed after");
+    assert!(snapshots["name_taken"].is_string(), "{snapshots}");
+    assert_eq!(snapshots["after_source_killed"], "from the snapshot");
+    assert_eq!(snapshots["deleted"], true);
+    assert_eq!(snapshots["deleted_again"], false);
+    assert!(snapshots["create_after_delete"].is_string(), "{snapshots}");
+    assert_eq!(snapshots["kernel_copy"], "2");
+
+    let volumes = &r["volumes"];
+    assert_eq!(volumes["created_name"], "shared-data");
+    assert_eq!(volumes["read_back"], "hello\n");
+    assert_eq!(volumes["listed"], true);
+    assert_eq!(volumes["info_name"], "shared-data");
+    assert_eq!(volumes["other_sees"], false);
+    assert!(volumes["other_mount"].is_string(), "{volumes}");
+    assert_eq!(volumes["other_destroy"], false);
+    assert!(volumes["made_twice"].is_string(), "{volumes}");
+    assert!(volumes["destroy_mounted"].is_string(), "{volumes}");
+    assert_eq!(volumes["destroyed"], true);
+    assert!(volumes["gone"].is_string(), "{volumes}");
+
     // Nothing left once the server ends (paused ones included).
     let pid = server.pid();
     drop(server);

@@ -146,7 +146,12 @@ pub(crate) fn docker_name(name: &str) -> String {
 }
 
 /// Why `name` is not a volume name, if it is not.
-pub(crate) fn check_name(name: &str) -> std::result::Result<(), String> {
+///
+/// ```
+/// assert!(dockhand::volume::check_name("datasets-2").is_ok());
+/// assert!(dockhand::volume::check_name("../etc").is_err());
+/// ```
+pub fn check_name(name: &str) -> std::result::Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name

@@ -149,7 +149,12 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         Ok(r) => r,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
     };
-    let Some(template) = server.templates.get(&request.template_id) else {
+    // A snapshot of the key's names its source's template and its image.
+    let snapshot = server.snapshots.owned(tenant, &request.template_id);
+    let template_name = snapshot
+        .as_ref()
+        .map_or(request.template_id.as_str(), |s| s.template.as_str());
+    let Some(template) = server.templates.get(template_name) else {
         let known: Vec<&str> = server.templates.keys().map(String::as_str).collect();
         return api_error(
             StatusCode::BAD_REQUEST,
@@ -176,14 +181,19 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
             "autoResume needs autoPause (on_timeout: pause)",
         );
     }
-    if request.mcp.as_ref().is_some_and(|v| !v.is_null())
-        || request.volume_mounts.as_ref().is_some_and(|v| !v.is_null())
-    {
+    if request.mcp.as_ref().is_some_and(|v| !v.is_null()) {
         return api_error(
             StatusCode::BAD_REQUEST,
-            "mcp and volumeMounts are not supported by dockhand serve",
+            "mcp is not supported by dockhand serve",
         );
     }
+    let volumes = match &request.volume_mounts {
+        Some(asked) => match super::volumes::mounts(&server, tenant, asked).await {
+            Ok(volumes) => volumes,
+            Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
+        },
+        None => Vec::new(),
+    };
     let network = match network_of(&request, server.limits.internet_default) {
         Ok(n) => n,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("network: {e}")),
@@ -213,7 +223,8 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         server.limits.max_timeout,
     );
     let internet = !matches!(network, Network::None);
-    let (session, kernel) = match server.container(template, network).await {
+    let image = snapshot.as_ref().map(|s| s.image.as_str());
+    let (session, kernel) = match server.container(template, network, image, &volumes).await {
         Ok(parts) => parts,
         Err(e) => {
             return api_error(

@@ -34,7 +34,9 @@ mod interpreter;
 mod process;
 mod registry;
 mod restore;
+mod snapshots;
 mod state;
+mod volumes;
 mod watch;
 
 use caller::{Caller, Tenant};
@@ -124,24 +126,51 @@ pub struct Server {
     templates: BTreeMap<String, Template>,
     pools: BTreeMap<String, OnceCell<Pool>>,
     registry: Arc<Registry>,
+    snapshots: snapshots::Snapshots,
     limits: Limits,
 }
 
 impl Server {
     /// A started container for `template`: from its warm pool when the
-    /// network is the pool's (none), else started now with the network.
-    async fn container(&self, template: &Template, network: Network) -> dockhand::Result<Parts> {
-        if !matches!(network, Network::None) {
+    /// network is the pool's (none) and no snapshot's `image` is asked for,
+    /// else started now with the network (and the image).
+    async fn container(
+        &self,
+        template: &Template,
+        network: Network,
+        image: Option<&str>,
+        volumes: &[(String, String)],
+    ) -> dockhand::Result<Parts> {
+        if !matches!(network, Network::None) || image.is_some() || !volumes.is_empty() {
+            let networked = !matches!(network, Network::None);
+            // A kept session cannot hold a gateway registration: a sandbox
+            // with a network ends with the server.
+            let adapt = |s: dockhand::session::SessionConfig| {
+                let mut s = s.network(network.clone());
+                if networked {
+                    s = s.keep(false);
+                }
+                for (volume, path) in volumes {
+                    s = s.volume(volume, path);
+                }
+                match image {
+                    Some(image) => s.image(dockhand::ImageSpec::prebuilt(image)),
+                    None => s,
+                }
+            };
             return match &template.kind {
                 TemplateKind::Kernel(config) => {
-                    let kernel = self
-                        .client
-                        .kernel((**config).clone().session(|s| s.network(network)));
+                    // A kernel's image is the kernel's setting, not its session's.
+                    let mut config = (**config).clone().session(adapt);
+                    if let Some(image) = image {
+                        config = config.image(dockhand::ImageSpec::prebuilt(image));
+                    }
+                    let kernel = self.client.kernel(config);
                     kernel.start().await?;
                     Ok((kernel.session().clone(), Some(kernel)))
                 }
                 TemplateKind::Session(config) => {
-                    let session = self.client.session((**config).clone().network(network));
+                    let session = self.client.session(adapt((**config).clone()));
                     session.start().await?;
                     Ok((session, None))
                 }
@@ -278,6 +307,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         templates,
         pools,
         registry: Arc::new(Registry::with_store(store.clone())),
+        snapshots: snapshots::Snapshots::default(),
         limits: Limits {
             default_timeout: Duration::from_secs(args.default_timeout),
             max_timeout: Duration::from_secs(args.max_timeout),
@@ -373,6 +403,11 @@ fn router(server: Arc<Server>) -> Router {
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/metrics", get(metrics))
+        .route("/sandboxes/{id}/snapshots", post(snapshot_create))
+        .route("/snapshots", get(snapshot_list))
+        .route("/volumes", post(volume_create).get(volume_list))
+        .route("/volumes/{id}", get(volume_get).delete(volume_delete))
+        .route("/templates/{id}", axum::routing::delete(snapshot_delete))
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
         .route("/health", get(health))
@@ -463,6 +498,51 @@ async fn resume(
     body: Bytes,
 ) -> Response {
     control::resume(&s, tenant, &id, &body).await
+}
+
+async fn snapshot_create(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    snapshots::create(&s, tenant, &id, &body).await
+}
+
+async fn snapshot_list(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    snapshots::list(&s, tenant, &query)
+}
+
+async fn snapshot_delete(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Response {
+    snapshots::delete(&s, tenant, &id).await
+}
+
+async fn volume_create(State(s): Shared, Tenant(tenant): Tenant, body: Bytes) -> Response {
+    volumes::create(&s, tenant, &body).await
+}
+
+async fn volume_list(State(s): Shared, Tenant(tenant): Tenant) -> Response {
+    volumes::list(&s, tenant).await
+}
+
+async fn volume_get(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {
+    volumes::get(&s, tenant, &id).await
+}
+
+async fn volume_delete(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Response {
+    volumes::delete(&s, tenant, &id).await
 }
 
 async fn metrics(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {

@@ -48,6 +48,19 @@ pub async fn adopt(server: &Arc<Server>, store: &Arc<Store>) -> Result<usize> {
             server.client.remove_kept_session(&kept.id).await?;
         }
     }
+    for mut snapshot in store.snapshots()? {
+        match server.keys.tenant_of_hash(&snapshot.key_hash) {
+            Some(tenant) => {
+                snapshot.tenant = tenant;
+                server.snapshots.insert(snapshot);
+            }
+            None => {
+                eprintln!("dockhand serve: snapshot {} is not restored: its API key is no longer one of the server's", snapshot.id);
+                super::snapshots::remove_image(server, &snapshot).await;
+                store.remove_snapshot(&snapshot.id)?;
+            }
+        }
+    }
     let mut adopted = 0;
     for row in rows {
         match adopt_one(server, &row).await {
@@ -144,6 +157,12 @@ pub async fn shut_down(server: &Server, mode: OnShutdown) {
                 }
             }))
             .await;
+            // Without a state directory no later server could reach them.
+            if server.registry.store().is_none() {
+                for snapshot in server.snapshots.take_all() {
+                    super::snapshots::remove_image(server, &snapshot).await;
+                }
+            }
         }
         OnShutdown::Pause => {
             for sandbox in &all {

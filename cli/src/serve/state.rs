@@ -116,6 +116,15 @@ impl Store {
                  on_timeout_pause TEXT NOT NULL,
                  auto_resume INTEGER NOT NULL,
                  paused INTEGER NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS snapshots (
+                 id TEXT PRIMARY KEY,
+                 key_hash TEXT NOT NULL,
+                 template TEXT NOT NULL,
+                 image TEXT NOT NULL,
+                 names TEXT NOT NULL,
+                 source TEXT NOT NULL,
+                 created TEXT NOT NULL
              );",
         )?;
         let schema: Option<String> = db
@@ -217,6 +226,57 @@ impl Store {
             ],
         )?;
         Ok(())
+    }
+
+    /// Stores a snapshot.
+    pub fn put_snapshot(&self, s: &super::snapshots::Snapshot) -> Result<()> {
+        self.lock().execute(
+            "INSERT OR REPLACE INTO snapshots (id, key_hash, template, image, names, source, created)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                s.id,
+                s.key_hash,
+                s.template,
+                s.image,
+                serde_json::to_string(&s.names).unwrap_or_default(),
+                s.source,
+                s.created.to_rfc3339()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a snapshot.
+    pub fn remove_snapshot(&self, id: &str) -> Result<()> {
+        self.lock()
+            .execute("DELETE FROM snapshots WHERE id = ?1", params![id])?;
+        Ok(())
+    }
+
+    /// Every stored snapshot, as `(key hash, snapshot with no tenant yet)`.
+    pub fn snapshots(&self) -> Result<Vec<super::snapshots::Snapshot>> {
+        let db = self.lock();
+        let mut query = db.prepare(
+            "SELECT id, key_hash, template, image, names, source, created FROM snapshots",
+        )?;
+        let rows = query.query_map([], |r| {
+            let names: String = r.get(4)?;
+            let created: String = r.get(6)?;
+            Ok(super::snapshots::Snapshot {
+                id: r.get(0)?,
+                tenant: usize::MAX,
+                key_hash: r.get(1)?,
+                template: r.get(2)?,
+                image: r.get(3)?,
+                names: serde_json::from_str(&names).unwrap_or_default(),
+                source: r.get(5)?,
+                created: DateTime::parse_from_rfc3339(&created)
+                    .map(|t| t.with_timezone(&Utc))
+                    .unwrap_or_else(|_| Utc::now()),
+            })
+        })?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .with_context(|| format!("reading {}", self.path.display()))
     }
 
     /// Forgets a sandbox.

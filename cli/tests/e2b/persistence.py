@@ -119,6 +119,73 @@ def interpreter():
     report["interpreter"] = out
 
 
-for step in (pause_and_connect, lifecycle, interpreter):
+def snapshots():
+    """create_snapshot(), then sandboxes from it: its files as they were,
+    for its key only, until delete_snapshot()."""
+    out = {}
+    src = BaseSandbox.create(template="base", timeout=120)
+    src.files.write("snap.txt", "from the snapshot")
+    info = src.create_snapshot()
+    out["source_runs_on"] = src.commands.run("echo on").stdout
+    src.files.write("snap.txt", "changed after")
+    copy = BaseSandbox.create(info.snapshot_id, timeout=60)
+    out["copy_file"] = copy.files.read("snap.txt")
+    copy.files.write("snap.txt", "copy's own")
+    out["source_file"] = src.files.read("snap.txt")
+    out["listed"] = info.snapshot_id in [s.snapshot_id for s in src.list_snapshots().next_items()]
+    out["other_cannot_use"] = refused(lambda: BaseSandbox.create(info.snapshot_id, api_key=OTHER_KEY))
+    named = src.create_snapshot(name="my-snap")
+    out["named"] = named.names
+    out["by_name"] = BaseSandbox.create("my-snap", timeout=60).files.read("snap.txt")
+    out["name_taken"] = refused(lambda: src.create_snapshot(name="my-snap"))
+    src.kill()
+    copy.kill()
+    # A snapshot outlives its sandbox.
+    out["after_source_killed"] = BaseSandbox.create(info.snapshot_id, timeout=60).files.read("snap.txt")
+    out["deleted"] = BaseSandbox.delete_snapshot(info.snapshot_id)
+    out["deleted_again"] = BaseSandbox.delete_snapshot(info.snapshot_id)
+    out["create_after_delete"] = refused(lambda: BaseSandbox.create(info.snapshot_id))
+    BaseSandbox.delete_snapshot(named.snapshot_id)
+    # The code interpreter's: a kernel sandbox again, with the files.
+    kernel = Sandbox.create(timeout=120)
+    kernel.run_code("open('data.csv', 'w').write('a,b\\n1,2\\n')")
+    kinfo = kernel.create_snapshot()
+    again = Sandbox.create(kinfo.snapshot_id, timeout=120)
+    run = again.run_code("import pandas as pd; int(pd.read_csv('data.csv')['b'][0])")
+    out["kernel_copy"] = run.text if run.error is None else f"{run.error.name}: {run.error.value}"
+    kernel.kill()
+    again.kill()
+    BaseSandbox.delete_snapshot(kinfo.snapshot_id)
+    report["snapshots"] = out
+
+
+def volumes():
+    """e2b.Volume: made, mounted in one sandbox then another, its key's
+    only, not destroyed while mounted."""
+    from e2b import Volume
+
+    out = {}
+    vol = Volume.create("shared-data")
+    out["created_name"] = vol.name
+    writer = BaseSandbox.create(template="base", timeout=60, volume_mounts={"/mnt/data": vol})
+    writer.commands.run("echo hello > /mnt/data/h.txt")
+    writer.kill()
+    reader = BaseSandbox.create(template="base", timeout=60, volume_mounts={"/mnt/data": "shared-data"})
+    out["read_back"] = reader.commands.run("cat /mnt/data/h.txt").stdout
+    out["listed"] = "shared-data" in [v.name for v in Volume.list()]
+    out["info_name"] = Volume.get_info(vol.volume_id).name
+    out["other_sees"] = "shared-data" in [v.name for v in Volume.list(api_key=OTHER_KEY)]
+    out["other_mount"] = refused(lambda: BaseSandbox.create(
+        template="base", timeout=30, volume_mounts={"/mnt/x": "shared-data"}, api_key=OTHER_KEY))
+    out["other_destroy"] = Volume.destroy(vol.volume_id, api_key=OTHER_KEY)
+    out["made_twice"] = refused(lambda: Volume.create("shared-data"))
+    out["destroy_mounted"] = refused(lambda: Volume.destroy(vol.volume_id))
+    reader.kill()
+    out["destroyed"] = Volume.destroy(vol.volume_id)
+    out["gone"] = refused(lambda: Volume.get_info(vol.volume_id))
+    report["volumes"] = out
+
+
+for step in (pause_and_connect, lifecycle, interpreter, snapshots, volumes):
     step()
 print(json.dumps(report))

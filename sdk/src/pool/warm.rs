@@ -324,6 +324,7 @@ async fn refill<T: Send + 'static>(
             tokio::spawn(fill_one(
                 Arc::downgrade(&pool),
                 fill.clone(),
+                discard.clone(),
                 reporter.clone(),
             ));
         }
@@ -342,10 +343,32 @@ async fn refill<T: Send + 'static>(
 
 /// Makes one item and puts it in the pool (or disposes of it, if the pool
 /// closed meanwhile).
-async fn fill_one<T: Send + 'static>(shared: Weak<Shared<T>>, fill: Fill<T>, reporter: Reporter) {
+async fn fill_one<T: Send + 'static>(
+    shared: Weak<Shared<T>>,
+    fill: Fill<T>,
+    discard: Discard<T>,
+    reporter: Reporter,
+) {
     let result = fill().await;
     let Some(pool) = shared.upgrade() else {
+        // Disposed of as the pool would have (a kept session is closed, not
+        // left behind by being dropped).
+        if let Ok(item) = result {
+            discard(item).await;
+        }
         return;
+    };
+    // Made after the pool closed: disposed of before it counts as done,
+    // so a shutdown waiting for fills in flight waits for this too.
+    let closed = lock(&pool.slots).closed;
+    let result = match result {
+        Ok(item) if closed => {
+            discard(item).await;
+            lock(&pool.slots).starting -= 1;
+            pool.changed.notify_waiters();
+            return;
+        }
+        other => other,
     };
     let mut late = None;
     let mut failed = None;
@@ -369,7 +392,9 @@ async fn fill_one<T: Send + 'static>(shared: Weak<Shared<T>>, fill: Fill<T>, rep
     }
     pool.changed.notify_waiters();
     pool.wanted.notify_one();
-    drop(late);
+    if let Some(item) = late {
+        discard(item).await;
+    }
     if let Some((why, backoff)) = failed {
         pool.fill_failures.fetch_add(1, Ordering::Relaxed);
         *lock(&pool.last_failure) = Some(why.clone());

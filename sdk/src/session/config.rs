@@ -82,6 +82,7 @@ pub struct SessionConfig {
     pub(crate) pausable: bool,
     pub(crate) keep: bool,
     pub(crate) volumes: Vec<VolumeMount>,
+    pub(crate) auto_pause: Option<(Duration, super::PauseMode)>,
 }
 
 /// A named volume mounted into a session.
@@ -144,6 +145,7 @@ impl Default for SessionConfig {
             pausable: false,
             keep: false,
             volumes: Vec::new(),
+            auto_pause: None,
         }
     }
 }
@@ -348,6 +350,17 @@ impl SessionConfig {
             path: path.into(),
             read_only: true,
         });
+        self
+    }
+
+    /// Pauses the session (in `mode`) once no request has come for
+    /// `idle`, and resumes it at the next request, which waits for the
+    /// resume (implies [`pausable`](Self::pausable)). A pause the daemon
+    /// refuses (memory mode without gVisor) stops the timer, once, with a
+    /// warning; the session runs on.
+    pub fn auto_pause(mut self, idle: Duration, mode: super::PauseMode) -> Self {
+        self.auto_pause = Some((idle, mode));
+        self.pausable = true;
         self
     }
 

@@ -15,7 +15,7 @@ impl Session {
         command: &str,
         options: ExecOptions,
     ) -> Result<BoxStream<'static, Result<ExecEvent>>> {
-        let busy = self.busy()?;
+        let busy = self.busy().await?;
         let started = Instant::now();
         let timeout = options.timeout.or(self.inner.config.exec_timeout);
         let rx = self.send_exec(command, &options, timeout, true).await?;

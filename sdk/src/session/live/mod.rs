@@ -92,6 +92,8 @@ struct Status {
     /// Started and set up (or adopted): a kept session is left behind
     /// only from here on; one dropped before is removed.
     settled: bool,
+    /// When the last request ended (the idle timer's clock).
+    last_active: Instant,
 }
 
 /// Where each request's replies go; `None` once the agent is gone, so a
@@ -241,6 +243,7 @@ impl Client {
                     snapshots: Vec::new(),
                     checkpoint: None,
                     settled: false,
+                    last_active: Instant::now(),
                 }),
                 conn: Mutex::new(None),
                 secrets: Mutex::default(),
@@ -346,7 +349,14 @@ impl Session {
                 return Err(e);
             }
         }
-        lock(&self.inner.status).settled = true;
+        {
+            let mut status = lock(&self.inner.status);
+            status.settled = true;
+            status.last_active = Instant::now();
+        }
+        if let Some((idle, mode)) = self.inner.config.auto_pause {
+            tokio::spawn(pause::idle_timer(Arc::downgrade(&self.inner), idle, mode));
+        }
         Ok(())
     }
 
@@ -360,9 +370,24 @@ impl Session {
 
     /// Marks a request as under way until the returned guard drops: a
     /// dropped call must not leave the session `running`.
-    fn busy(&self) -> Result<Busy> {
+    async fn busy(&self) -> Result<Busy> {
+        self.wake().await?;
         self.begin()?;
         Ok(Busy(self.clone()))
+    }
+
+    /// Resumes a session paused by its idle timer (see
+    /// [`SessionConfig::auto_pause`]) before a request; others stay as
+    /// they are.
+    async fn wake(&self) -> Result<()> {
+        if self.state() == State::Paused && self.inner.config.auto_pause.is_some() {
+            match self.resume().await {
+                // Resumed by a request racing this one.
+                Err(Error::InvalidTransition { .. }) if self.state() != State::Paused => {}
+                other => other?,
+            }
+        }
+        Ok(())
     }
 
     /// The session stopped answering within `limit`: it is of no more use
@@ -394,6 +419,7 @@ impl Session {
 
     fn end(&self) {
         let mut s = lock(&self.inner.status);
+        s.last_active = Instant::now();
         if s.life.state == State::Running && s.in_flight > 0 {
             s.in_flight -= 1;
             if s.in_flight == 0 {
@@ -407,6 +433,7 @@ impl Session {
         &self,
         build: impl FnOnce(u64) -> Request,
     ) -> Result<mpsc::UnboundedReceiver<Reply>> {
+        self.wake().await?;
         let conn = self.conn()?;
         let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -436,7 +463,7 @@ impl Session {
         build: impl FnOnce(u64, String) -> Request,
     ) -> Result<Reply> {
         let resolved = self.resolve_path(path, "outside")?;
-        let _busy = self.busy()?;
+        let _busy = self.busy().await?;
         let limit = self.inner.config.request_timeout;
         let mut rx = self.request(|id| build(id, resolved)).await?;
         match tokio::time::timeout(limit, rx.recv()).await {
@@ -579,7 +606,7 @@ impl Session {
 
 impl SessionApi for Session {
     async fn exec_with(&self, command: &str, options: ExecOptions) -> Result<ExecResult> {
-        let busy = self.busy()?;
+        let busy = self.busy().await?;
         let started = Instant::now();
         let timeout = options.timeout.or(self.inner.config.exec_timeout);
         let mut rx = self.send_exec(command, &options, timeout, false).await?;

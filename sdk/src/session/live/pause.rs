@@ -430,6 +430,34 @@ impl Session {
     }
 }
 
+/// Pauses the session once it has been idle for `idle`, until it closes
+/// (or the pause is refused). Holds it weakly: a dropped session ends it.
+pub(super) async fn idle_timer(inner: std::sync::Weak<Inner>, idle: Duration, mode: PauseMode) {
+    let tick = idle
+        .min(Duration::from_secs(1))
+        .max(Duration::from_millis(50));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let session = Session { inner };
+        let (state, quiet) = {
+            let status = lock(&session.inner.status);
+            (status.life.state, status.last_active.elapsed())
+        };
+        match state {
+            State::Closed => return,
+            State::Idle if quiet >= idle => match session.pause(mode).await {
+                Ok(_) | Err(Error::InvalidTransition { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the idle session could not be paused; its idle timer stops");
+                    return;
+                }
+            },
+            _ => {}
+        }
+    }
+}
+
 impl Client {
     /// Resumes the kept session `id` (see [`SessionConfig::keep`]) in this
     /// process: paused with its memory, it goes on where it stopped;

@@ -1,0 +1,197 @@
+//! E2B's volumes: `Volume.create(name)`, `Volume.list()`,
+//! `Volume.get_info(id)`, `Volume.destroy(id)`, and `volume_mounts` at a
+//! sandbox's create. Each is a dockhand [`Volume`] labelled with its key's
+//! hash: a key sees, mounts and removes only its own. They outlive
+//! sandboxes and the server (they are the daemon's).
+//!
+//! The volume content API (reading and writing a volume's files without a
+//! sandbox) is not served: mount the volume in a sandbox instead.
+
+use std::collections::HashMap;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use dockhand::Volume;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::control::api_error;
+use super::registry::token;
+use super::Server;
+
+/// The label holding the owning key's hash.
+const OWNER: &str = "e2b.owner";
+/// The label holding the name the client gave.
+const NAME: &str = "e2b.name";
+
+/// The dockhand volume name of `tenant`'s volume `name`.
+fn docker_name(key_hash: &str, name: &str) -> String {
+    format!("e2b-{}-{name}", &key_hash[..12.min(key_hash.len())])
+}
+
+/// A client's volume name: letters, digits, `-`, `_`, `.`; at most 40.
+fn check(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a volume name: 1 to 40 letters, digits, `-`, `_` or `.`, starting with a letter or digit"
+        ))
+    }
+}
+
+/// `tenant`'s volume whose id (the dockhand name) or name is `id`.
+async fn owned(server: &Server, tenant: usize, id: &str) -> dockhand::Result<Option<Volume>> {
+    let hash = server.keys.hash_of(tenant);
+    let candidates = [id.to_string(), docker_name(&hash, id)];
+    for name in candidates {
+        if dockhand::volume::check_name(&name).is_err() {
+            continue;
+        }
+        if let Some(v) = Volume::get(&server.client, &name).await? {
+            if v.labels.get(OWNER) == Some(&hash) {
+                return Ok(Some(v));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn info(v: &Volume) -> Value {
+    json!({
+        "volumeID": v.name,
+        "name": v.labels.get(NAME).cloned().unwrap_or_default(),
+    })
+}
+
+fn with_token(v: &Volume) -> Value {
+    let mut body = info(v);
+    // The content API it would authorize is not served; the SDK needs one.
+    body["token"] = json!(token());
+    body
+}
+
+fn missing(id: &str) -> Response {
+    api_error(
+        StatusCode::NOT_FOUND,
+        format!("volume \"{id}\" doesn't exist or you don't have access to it"),
+    )
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct NewVolume {
+    name: String,
+}
+
+/// `POST /volumes`.
+pub async fn create(server: &Server, tenant: usize, body: &[u8]) -> Response {
+    let request: NewVolume = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
+    };
+    if let Err(e) = check(&request.name) {
+        return api_error(StatusCode::BAD_REQUEST, e);
+    }
+    let hash = server.keys.hash_of(tenant);
+    let labels = HashMap::from([
+        (OWNER.to_string(), hash.clone()),
+        (NAME.to_string(), request.name.clone()),
+    ]);
+    match Volume::create_labelled(&server.client, &docker_name(&hash, &request.name), labels).await
+    {
+        Ok(v) => (StatusCode::CREATED, axum::Json(with_token(&v))).into_response(),
+        Err(dockhand::Error::InvalidSpec { message, .. }) => {
+            api_error(StatusCode::CONFLICT, message)
+        }
+        Err(e) => api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /volumes`.
+pub async fn list(server: &Server, tenant: usize) -> Response {
+    let hash = server.keys.hash_of(tenant);
+    match Volume::list(&server.client).await {
+        Ok(all) => {
+            let mine: Vec<Value> = all
+                .iter()
+                .filter(|v| v.labels.get(OWNER) == Some(&hash))
+                .map(info)
+                .collect();
+            axum::Json(Value::Array(mine)).into_response()
+        }
+        Err(e) => api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /volumes/{id}`.
+pub async fn get(server: &Server, tenant: usize, id: &str) -> Response {
+    match owned(server, tenant, id).await {
+        Ok(Some(v)) => axum::Json(with_token(&v)).into_response(),
+        Ok(None) => missing(id),
+        Err(e) => api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `DELETE /volumes/{id}`: 409 while a sandbox mounts it.
+pub async fn delete(server: &Server, tenant: usize, id: &str) -> Response {
+    let volume = match owned(server, tenant, id).await {
+        Ok(Some(v)) => v,
+        Ok(None) => return missing(id),
+        Err(e) => return api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    match volume.remove(&server.client).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(dockhand::Error::InvalidSpec { message, .. }) => {
+            api_error(StatusCode::CONFLICT, message)
+        }
+        Err(e) => api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// A create's `volumeMounts`, as `(dockhand volume, path)`: each must be
+/// the key's own volume, at an absolute path.
+pub async fn mounts(
+    server: &Server,
+    tenant: usize,
+    asked: &Value,
+) -> Result<Vec<(String, String)>, String> {
+    #[derive(Deserialize)]
+    struct Mount {
+        name: String,
+        path: String,
+    }
+    let asked: Vec<Mount> = match asked {
+        Value::Null => return Ok(Vec::new()),
+        other => serde_json::from_value(other.clone()).map_err(|e| format!("volumeMounts: {e}"))?,
+    };
+    let mut out = Vec::new();
+    for m in asked {
+        if !m.path.starts_with('/') || m.path == "/" || m.path.contains("..") {
+            return Err(format!(
+                "volume `{}`: mount it at an absolute path other than /, not `{}`",
+                m.name, m.path
+            ));
+        }
+        match owned(server, tenant, &m.name).await {
+            Ok(Some(v)) => out.push((v.name, m.path)),
+            Ok(None) => {
+                return Err(format!(
+                    "volume `{}` doesn't exist or you don't have access to it",
+                    m.name
+                ))
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(out)
+}
