@@ -29,24 +29,16 @@ fn docker_name(key_hash: &str, name: &str) -> String {
     format!("e2b-{}-{name}", &key_hash[..12.min(key_hash.len())])
 }
 
-/// A client's volume name: letters, digits, `-`, `_`, `.`; at most 40.
+/// A client's volume name: a dockhand volume name of at most 40
+/// characters (the key's prefix takes the rest).
 fn check(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{name}` is not a volume name: 1 to 40 letters, digits, `-`, `_` or `.`, starting with a letter or digit"
-        ))
+    dockhand::volume::check_name(name)?;
+    if name.len() > 40 {
+        return Err(format!(
+            "`{name}` is longer than a volume name may be here (40)"
+        ));
     }
+    Ok(())
 }
 
 /// `tenant`'s volume whose id (the dockhand name) or name is `id`.
