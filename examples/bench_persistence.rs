@@ -188,13 +188,6 @@ async fn memory(main: &Client, gib: f64) -> Result<(), Box<dyn std::error::Error
         .resolve_image(&kernel_config(gib).container_image())
         .await?;
     let daemon = second_daemon::SecondDaemon::start(DAEMON, &base.reference);
-    for image in main.managed_images().await? {
-        if image.kind == "base-image" {
-            for tag in &image.tags {
-                daemon.load(tag);
-            }
-        }
-    }
     daemon.load(&kernel_image.reference);
     let client = Client::builder()
         .endpoint(&daemon.endpoint)

@@ -52,15 +52,6 @@ async fn everything() {
     let main = common::client().await;
     let base = main.resolve_image(&ImageSpec::default()).await.unwrap();
     let daemon = SecondDaemon::start(RUNSC, &base.reference);
-    // Its base too: an image is found only once its base is, and making
-    // the base there again would take minutes.
-    for base in main.managed_images().await.unwrap() {
-        if base.kind == "base-image" {
-            for tag in &base.tags {
-                daemon.load(tag);
-            }
-        }
-    }
     // The code host's image (the bridge and Monty's worker copied in) is made
     // here, where the package indexes answer, and loaded there.
     let made = main.code_host(CodeHostConfig::new());

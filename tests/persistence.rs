@@ -162,22 +162,44 @@ async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
         .await
         .unwrap();
     let id = kept.describe().container_id.unwrap();
+    let sleeper = kept
+        .spawn("sleep 600", SpawnOptions::new())
+        .await
+        .unwrap()
+        .pid;
     drop(kept);
-    // Its agent stops with its handle; the container stays, with its files.
-    let started = Instant::now();
-    while running(&id) {
-        assert!(started.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(common::container_exists(&id));
+    // It runs on without its handle, its processes too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(running(&id), "a kept session runs on without its owner");
     let listed = client.kept_sessions().await.unwrap();
     let entry = listed.iter().find(|k| k.id == id).expect("listed");
-    assert_eq!(entry.state, "stopped (files)");
-    assert!(entry.since.is_some());
+    assert_eq!(entry.state, "running");
     // reap leaves it.
     client.reap().await.unwrap();
     assert!(common::container_exists(&id));
 
+    // Another owner attaches to it: the same processes, the same files.
+    let again = client
+        .resume_session(&id, SessionConfig::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.read_file("work.txt").await.unwrap(),
+        b"from the first owner"
+    );
+    let alive = again
+        .exec(&format!("kill -0 {sleeper} && echo alive"))
+        .await
+        .unwrap();
+    assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+
+    // Paused on its files and dropped: listed as stopped, resumed by id.
+    again.pause(PauseMode::Filesystem).await.unwrap();
+    drop(again);
+    let listed = client.kept_sessions().await.unwrap();
+    let entry = listed.iter().find(|k| k.id == id).expect("listed");
+    assert_eq!(entry.state, "stopped (files)");
+    assert!(entry.since.is_some());
     let again = client
         .resume_session(&id, SessionConfig::new())
         .await

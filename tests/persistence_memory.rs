@@ -102,15 +102,6 @@ async fn everything() {
         .await
         .unwrap();
     let daemon = SecondDaemon::start(DAEMON, &base.reference);
-    // Its base too: an image is found only once its base is, and making
-    // the base there again would take minutes.
-    for base in main.managed_images().await.unwrap() {
-        if base.kind == "base-image" {
-            for tag in &base.tags {
-                daemon.load(tag);
-            }
-        }
-    }
     daemon.load(&kernel_image.reference);
     let client = Client::builder()
         .endpoint(&daemon.endpoint)

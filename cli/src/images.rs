@@ -72,17 +72,38 @@ pub async fn run(command: ImagesCommand, host: Option<String>, json: bool) -> Re
 pub async fn reap(host: Option<String>, json: bool) -> Result<ExitCode> {
     let client = crate::connect(host, json).await?;
     let report = client.reap().await?;
+    // Kept sessions are left on purpose: listed, not removed.
+    let kept = client.kept_sessions().await?;
     if json {
         println!(
             "{}",
-            serde_json::json!({"containers": report.containers, "volumes": report.volumes})
+            serde_json::json!({
+                "containers": report.containers,
+                "volumes": report.volumes,
+                "networks": report.networks,
+                "images": report.images,
+                "kept_sessions": kept,
+            })
         );
     } else {
         println!(
-            "removed {} container(s) and {} volume(s) left by dead processes",
+            "removed {} container(s), {} volume(s) and {} image(s) left by dead processes",
             report.containers.len(),
-            report.volumes.len()
+            report.volumes.len(),
+            report.images.len()
         );
+        for k in &kept {
+            println!(
+                "kept (not removed): {} {} {}{}",
+                &k.id[..12.min(k.id.len())],
+                k.name.as_deref().unwrap_or("-"),
+                k.state,
+                k.since
+                    .as_deref()
+                    .map(|s| format!(" since {s}"))
+                    .unwrap_or_default()
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

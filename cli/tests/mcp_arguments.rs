@@ -18,6 +18,7 @@ fn exercised() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("write_file", &["path", "content", "session"]),
         ("edit_file", &["path", "edits", "session"]),
         ("list_dir", &["path", "session"]),
+        ("fork_session", &["names", "session"]),
         ("execute", &["code", "inputs"]),
         ("resume", &["decision", "id", "reason", "value"]),
         ("run_code", &["code", "context", "timeout"]),
@@ -185,6 +186,32 @@ async fn every_advertised_argument_is_checked_and_takes_effect() {
     )
     .await;
     assert!(failed(&negative), "{negative:?}");
+
+    // fork_session: the named session is copied under each name.
+    let forked = call(
+        &client,
+        "fork_session",
+        json!({"session": session, "names": ["args-copy"]}),
+    )
+    .await;
+    assert!(!failed(&forked), "{forked:?}");
+    let copied = call(
+        &client,
+        "read_file",
+        json!({"path": "d/notes.txt", "session": "args-copy"}),
+    )
+    .await;
+    assert_eq!(body(&copied)["content"], "one three", "{copied:?}");
+    for names in [
+        json!([]),
+        json!(["a", "b", "c", "d", "e", "f", "g", "h", "i"]),
+    ] {
+        let refused = try_call(&client, "fork_session", json!({"names": names})).await;
+        assert!(
+            refused.is_err() || refused.as_ref().is_ok_and(failed),
+            "{names}: {refused:?}"
+        );
+    }
 
     // Code mode: the inputs are the code's variables.
     let executed = call(

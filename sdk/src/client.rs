@@ -253,6 +253,9 @@ pub struct ReapReport {
     pub volumes: Vec<String>,
     /// Names of the egress networks removed.
     pub networks: Vec<String>,
+    /// Ids of snapshot images removed: untagged (their snapshot was removed
+    /// while a session from it ran) and no longer used.
+    pub images: Vec<String>,
 }
 
 impl Client {
@@ -329,6 +332,7 @@ impl Client {
         }
         report.volumes = engine.reap_volumes().await?;
         report.networks = engine.reap_networks().await?;
+        report.images = engine.prune_untagged("snapshot").await?;
         Ok(report)
     }
 

@@ -81,18 +81,21 @@ impl SecondDaemon {
         daemon.wait_for_answer();
         daemon.load(image);
         // The watchdog's image (a megabyte), so the second daemon does not
-        // compile its own while the tests run.
-        let listed = Command::new("docker")
-            .args([
-                "images",
-                "--filter",
-                "label=dev.dockhand.kind=watchdog-image",
-            ])
-            .args(["--format", "{{.Repository}}:{{.Tag}}"])
-            .output()
-            .expect("docker images");
-        for watchdog in String::from_utf8_lossy(&listed.stdout).lines() {
-            daemon.load(watchdog);
+        // compile its own while the tests run, and the base images: an
+        // image is found only once its base is, and making a base there
+        // (debootstrap) would take minutes.
+        for kind in ["watchdog-image", "base-image"] {
+            let listed = Command::new("docker")
+                .args(["images", "--filter"])
+                .arg(format!("label=dev.dockhand.kind={kind}"))
+                .args(["--format", "{{.Repository}}:{{.Tag}}"])
+                .output()
+                .expect("docker images");
+            for found in String::from_utf8_lossy(&listed.stdout).lines() {
+                if !found.contains("<none>") {
+                    daemon.load(found);
+                }
+            }
         }
         daemon
     }

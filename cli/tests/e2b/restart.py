@@ -24,17 +24,20 @@ def refused(call):
 def before():
     running = BaseSandbox.create(template="base", timeout=600, metadata={"role": "running"})
     running.files.write("work.txt", "before the restart")
+    sleeper = running.commands.run("sleep 600", background=True).pid
     paused = BaseSandbox.create(template="base", timeout=600, metadata={"role": "paused"})
     paused.files.write("work.txt", "paused before")
     paused.pause()
     kernel = Sandbox.create(timeout=600)
     kernel.run_code("x = 1\nopen('k.txt', 'w').write('kernel file')")
     other = BaseSandbox.create(template="base", timeout=600, api_key=OTHER_KEY)
-    print(json.dumps({"running": running.sandbox_id, "paused": paused.sandbox_id,
-                      "kernel": kernel.sandbox_id, "other": other.sandbox_id}))
+    print(json.dumps({"ids": {"running": running.sandbox_id, "paused": paused.sandbox_id,
+                              "kernel": kernel.sandbox_id, "other": other.sandbox_id},
+                      "sleeper": sleeper}))
 
 
-def after(ids):
+def after(made):
+    ids, sleeper = made["ids"], made["sleeper"]
     out = {}
     listed = {s.sandbox_id: s.state for s in BaseSandbox.list(
         query=SandboxQuery(state=[SandboxState.RUNNING, SandboxState.PAUSED])).next_items()}
@@ -42,6 +45,9 @@ def after(ids):
     running = BaseSandbox.connect(ids["running"])
     out["running_file"] = running.files.read("work.txt")
     out["running_command"] = running.commands.run("echo alive").stdout
+    # A process started before the restart runs on (the container was kept
+    # running, and this server attached to it again).
+    out["sleeper_alive"] = running.commands.run(f"kill -0 {sleeper} && echo yes").stdout
     paused = BaseSandbox.connect(ids["paused"])
     out["paused_file"] = paused.files.read("work.txt")
     kernel = Sandbox.connect(ids["kernel"])

@@ -100,7 +100,9 @@ pub struct ContainerSpec {
     /// fails with `EFBIG` (or `SIGXFSZ` for programs that do not ignore it).
     pub max_file_bytes: Option<i64>,
     /// Outlives this process: no owner labels (so no watchdog or `reap`
-    /// removes it), and the [`labels::KEPT`] label.
+    /// removes it), and the [`labels::KEPT`] label. Its stdin stays open
+    /// when an attach ends, so a later process can attach to the same
+    /// running program.
     pub kept: bool,
     /// Named volumes (Docker's names) mounted at paths: `(name, path, read_only)`.
     pub volumes: Vec<(String, String, bool)>,
@@ -270,7 +272,7 @@ impl Engine {
             network_disabled: Some(spec.network.is_none()),
 
             open_stdin: Some(spec.open_stdin),
-            stdin_once: Some(spec.open_stdin),
+            stdin_once: Some(spec.open_stdin && !spec.kept),
             attach_stdin: Some(spec.open_stdin),
             tty: Some(false),
             host_config: Some(host_config),
@@ -488,7 +490,12 @@ impl Engine {
             .map_err(|e| self.docker_err("list volumes", e))?;
         let mut removed = Vec::new();
         for volume in listed.volumes.unwrap_or_default() {
-            if !labels::owner_is_gone(&volume.labels) {
+            // A kept container's scratch volumes have no owner to outlive:
+            // they go once no container uses them (the removal below fails
+            // while one does), as when the container was removed from
+            // outside without them.
+            let kept = volume.labels.get(labels::KEPT).map(String::as_str) == Some("true");
+            if !kept && !labels::owner_is_gone(&volume.labels) {
                 continue;
             }
             // A failure means in use (its container still exists) or gone already.

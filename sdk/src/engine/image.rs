@@ -191,6 +191,19 @@ impl Engine {
             .collect())
     }
 
+    /// Removes images of `kind` that have no tag left and no container
+    /// (a snapshot removed while a sandbox from it still ran); their ids.
+    pub(crate) async fn prune_untagged(&self, kind: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for image in self.managed_images().await? {
+            let untagged = image.tags.iter().all(|t| t == "<none>:<none>");
+            if image.kind == kind && untagged && self.remove_image_if_unused(&image.id).await? {
+                removed.push(image.id);
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes an image unless a container uses it (`false` then); a
     /// missing one counts as removed.
     pub async fn remove_image_if_unused(&self, reference: &str) -> Result<bool> {

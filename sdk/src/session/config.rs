@@ -318,10 +318,12 @@ impl SessionConfig {
     }
 
     /// The session outlives this process (implies [`pausable`](Self::pausable)):
-    /// dropping it, or this process ending, leaves its container stopped
-    /// with its files (or paused, as it was), for
+    /// dropping it, or this process ending, leaves its container as it is
+    /// (running, with its processes, or paused), for
     /// [`Client::resume_session`](crate::Client::resume_session) by id in
-    /// any later process; only [`Session::close`] removes it.
+    /// any later process; only [`Session::close`] removes it. A running
+    /// kept session keeps costing what it uses: pause it first to leave it
+    /// costing nothing.
     /// [`Client::kept_sessions`](crate::Client::kept_sessions) lists them.
     pub fn keep(mut self, on: bool) -> Self {
         self.keep = on;

@@ -84,6 +84,9 @@ pub(super) struct Parked {
     /// The checkpoint's files as written (a local daemon's): a resume
     /// refuses one changed or swapped since.
     pub(super) seal: Option<Seal>,
+    /// Not stopped at all: a kept session's container still running, its
+    /// agent waiting for a host to attach again.
+    pub(super) live: bool,
     pub(super) since: SystemTime,
 }
 
@@ -216,6 +219,7 @@ impl Session {
             checkpoint,
             carry,
             seal,
+            live: false,
             since: SystemTime::now(),
         });
         Ok(Paused {
@@ -384,7 +388,9 @@ impl Session {
                 },
                 None => {
                     let attached = engine.attach(&id).await?;
-                    engine.start_container(&id).await?;
+                    if !parked.live {
+                        engine.start_container(&id).await?;
+                    }
                     (old, attached)
                 }
             };
@@ -460,9 +466,10 @@ pub(super) async fn idle_timer(inner: std::sync::Weak<Inner>, idle: Duration, mo
 
 impl Client {
     /// Resumes the kept session `id` (see [`SessionConfig::keep`]) in this
-    /// process: paused with its memory, it goes on where it stopped;
-    /// stopped (paused on its files, or left when its owner ended), its
-    /// agent starts again on its files. `config` gives the limits, secrets
+    /// process: still running (its owner ended), this process attaches to
+    /// its agent and every process in it goes on; paused with its memory,
+    /// it goes on where it stopped; paused on its files, its agent starts
+    /// again on them. `config` gives the limits, secrets
     /// and timeouts to use from now on; its image is not used.
     pub async fn resume_session(&self, id: &str, config: SessionConfig) -> Result<Session> {
         let session = self.kept_session(id, config).await?;
@@ -488,18 +495,18 @@ impl Client {
         if !is_kept {
             return Err(unknown());
         }
-        if found.running {
-            return Err(Error::SessionUnavailable {
-                reason: format!(
-                    "the kept session `{id}` is running, held by another process; pause or close it there"
-                ),
-            });
-        }
-        let checkpoint = engine
-            .checkpoints(id)
-            .await?
-            .into_iter()
-            .find(|name| name.starts_with("dockhand-"));
+        // Running: its agent outlived its host and waits for another to
+        // attach (one at a time: two hosts of one agent would mix their
+        // requests).
+        let checkpoint = if found.running {
+            None
+        } else {
+            engine
+                .checkpoints(id)
+                .await?
+                .into_iter()
+                .find(|name| name.starts_with("dockhand-"))
+        };
         let token = found
             .labels
             .get(labels::SCRATCH)
@@ -515,13 +522,14 @@ impl Client {
             held: Held::Container(ContainerGuard::adopt(engine, id.to_string(), token)),
             egress: None,
             mode,
-            carry: checkpoint.as_ref().map(|_| Carry {
+            carry: (checkpoint.is_some() || found.running).then(|| Carry {
                 routes: Arc::new(Mutex::new(Some(HashMap::new()))),
                 // Above any id the agent's earlier host may have left running.
                 next_id: 1 << 40,
             }),
             checkpoint,
             seal: None,
+            live: found.running,
             since: SystemTime::now(),
         });
         {
