@@ -153,6 +153,19 @@ async fn filesystem_forks_diverge_and_leave_nothing() {
     s.close().await.unwrap();
 }
 
+/// The kept session `id`, taken over by this process, its file as written.
+async fn taken_over(client: &dockhand::Client, id: &str) -> dockhand::session::Session {
+    let session = client
+        .resume_session(id, SessionConfig::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        session.read_file("work.txt").await.unwrap(),
+        b"from the first owner"
+    );
+    session
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
     let client = common::client().await;
@@ -179,14 +192,7 @@ async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
     assert!(common::container_exists(&id));
 
     // Another owner attaches to it: the same processes, the same files.
-    let again = client
-        .resume_session(&id, SessionConfig::new())
-        .await
-        .unwrap();
-    assert_eq!(
-        again.read_file("work.txt").await.unwrap(),
-        b"from the first owner"
-    );
+    let again = taken_over(&client, &id).await;
     let alive = again
         .exec(&format!("kill -0 {sleeper} && echo alive"))
         .await
@@ -200,14 +206,7 @@ async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
     let entry = listed.iter().find(|k| k.id == id).expect("listed");
     assert_eq!(entry.state, "stopped (files)");
     assert!(entry.since.is_some());
-    let again = client
-        .resume_session(&id, SessionConfig::new())
-        .await
-        .unwrap();
-    assert_eq!(
-        again.read_file("work.txt").await.unwrap(),
-        b"from the first owner"
-    );
+    let again = taken_over(&client, &id).await;
     // An unknown id, or a container that is not a kept session: typed.
     let watchdog = common::docker(&["ps", "-q", "--filter", "label=dev.dockhand.kind=watchdog"]);
     for bad in ["no-such-container", watchdog.trim()] {
