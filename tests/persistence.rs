@@ -333,13 +333,16 @@ async fn an_idle_session_pauses_itself_and_the_next_request_resumes_it() {
     s.start().await.unwrap();
     s.write_file("kept.txt", b"idle").await.unwrap();
     let started = Instant::now();
-    while s.state() != State::Paused {
+    // Paused once its container is stopped (the state says `paused` from
+    // the pause's start).
+    while s.paused_mode().is_none() {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "the idle session never paused"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert_eq!(s.state(), State::Paused);
     let id = s.describe().container_id.unwrap();
     assert!(!running(&id), "paused: its container is stopped");
     // The next request resumes it, and waits for that.

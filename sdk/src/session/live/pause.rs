@@ -315,7 +315,9 @@ impl Session {
         }
     }
 
-    /// What the paused session keeps (`None` unless it is paused).
+    /// What the paused session keeps (`None` unless it is paused, and while
+    /// a pause is still stopping its container: the state is already
+    /// `paused` then).
     pub fn paused_mode(&self) -> Option<PauseMode> {
         lock(&self.inner.parked).as_ref().map(|p| p.mode)
     }
