@@ -10,7 +10,7 @@ mod common;
 #[path = "common/second_daemon.rs"]
 mod second_daemon;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dockhand::session::{PauseMode, Session, SessionApi, SessionConfig, SpawnOptions};
@@ -36,12 +36,7 @@ fn gvisor() -> SessionConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_pause_resume_and_fork_under_gvisor() {
-    if !Path::new("/usr/bin/runsc").exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "runsc is not installed: `apt-get install runsc` (.ci/run does)"
-        );
-        eprintln!("skipped: runsc is not installed (`apt-get install runsc`)");
+    if !second_daemon::runsc_installed() {
         return;
     }
     tokio::time::timeout(TEST_LIMIT, everything())

@@ -30,6 +30,20 @@ fn run(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Whether gVisor's `runsc` is installed; without it a test is skipped,
+/// saying so, except under CI, where that is a failure.
+pub fn runsc_installed() -> bool {
+    if std::path::Path::new("/usr/bin/runsc").exists() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "runsc is not installed: `apt-get install runsc` (.ci/run does)"
+    );
+    eprintln!("skipped: runsc is not installed (`apt-get install runsc`)");
+    false
+}
+
 impl SecondDaemon {
     /// Starts one with `daemon_json` as its config and `image` loaded into it.
     pub fn start(daemon_json: &str, image: &str) -> SecondDaemon {

@@ -20,6 +20,8 @@ pub const BASE: &str = "base";
 /// The API keys; each is a tenant of its own.
 pub struct Keys {
     keys: Vec<Vec<u8>>,
+    /// Each key's hash, as a state directory or a volume's label holds it.
+    hashes: Vec<String>,
 }
 
 impl Keys {
@@ -56,22 +58,21 @@ impl Keys {
                 short.len()
             );
         }
-        Ok(Keys { keys })
+        let hashes = keys
+            .iter()
+            .map(|k| super::state::key_hash(&String::from_utf8_lossy(k)))
+            .collect();
+        Ok(Keys { keys, hashes })
     }
 
     /// The tenant whose key has this hash (a state directory's record).
     pub fn tenant_of_hash(&self, hash: &str) -> Option<usize> {
-        self.keys
-            .iter()
-            .position(|k| same_secret(&super::state::key_hash(&String::from_utf8_lossy(k)), hash))
+        self.hashes.iter().position(|h| same_secret(h, hash))
     }
 
     /// The hash a tenant's key is stored as.
     pub fn hash_of(&self, tenant: usize) -> String {
-        self.keys
-            .get(tenant)
-            .map(|k| super::state::key_hash(&String::from_utf8_lossy(k)))
-            .unwrap_or_default()
+        self.hashes.get(tenant).cloned().unwrap_or_default()
     }
 
     /// The tenant a key belongs to. Every key is compared, in constant

@@ -13,18 +13,12 @@ import time
 
 from e2b import Sandbox as BaseSandbox, SandboxQuery, SandboxState
 from e2b_code_interpreter import Sandbox
+from checks import refused
 
 OTHER_KEY = os.environ["OTHER_KEY"]
 report = {}
 
 
-def refused(call):
-    """The exception a call raises (its class name), or None if it worked."""
-    try:
-        call()
-    except Exception as e:  # noqa: BLE001 - the class is what is reported
-        return type(e).__name__
-    return None
 
 
 def wait_state(sandbox_id, state, limit=30):

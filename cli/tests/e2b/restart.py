@@ -9,16 +9,11 @@ import sys
 
 from e2b import Sandbox as BaseSandbox, SandboxQuery, SandboxState
 from e2b_code_interpreter import Sandbox
+from checks import refused
 
 OTHER_KEY = os.environ["OTHER_KEY"]
 
 
-def refused(call):
-    try:
-        call()
-    except Exception as e:  # noqa: BLE001 - the class is what is reported
-        return type(e).__name__
-    return None
 
 
 def before():

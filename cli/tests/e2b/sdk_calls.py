@@ -25,6 +25,7 @@ from e2b import (
 )
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import AsyncSandbox, Sandbox
+from checks import refused
 
 OTHER_KEY = os.environ["OTHER_KEY"]
 RUN = uuid.uuid4().hex[:8]
@@ -36,13 +37,6 @@ def check(condition, what):
         raise AssertionError(what)
 
 
-def refused(call):
-    """The exception a call raises (its class name), or None if it worked."""
-    try:
-        call()
-    except Exception as e:  # noqa: BLE001 - which exception is what we report
-        return type(e).__name__
-    return None
 
 
 def interpreter():

@@ -76,13 +76,21 @@ impl Engine {
         }
     }
 
+    /// The daemon's settings and data root, read once per engine (each
+    /// pause and resume would otherwise ask again).
+    async fn checkpoint_facts(&self) -> Result<&super::DaemonInfo> {
+        self.checkpoint_facts
+            .get_or_try_init(|| self.daemon_info())
+            .await
+    }
+
     /// Why this daemon cannot save a container's memory under `runtime`,
     /// or `None` when it can.
     pub(crate) async fn memory_checkpoints_refused(
         &self,
         runtime: Option<&str>,
     ) -> Result<Option<String>> {
-        let info = self.daemon_info().await?;
+        let info = self.checkpoint_facts().await?;
         let mut missing = Vec::new();
         if !info.experimental {
             missing.push("the daemon's `experimental` flag is off (set \"experimental\": true in its daemon.json and restart it)".to_string());
@@ -108,8 +116,8 @@ impl Engine {
             "copying a memory checkpoint into a new container (a fork)".into(),
             "fork on the daemon's own machine, or fork in filesystem mode",
         )?;
-        let root = self.daemon_info().await?.root_dir;
-        let path = Path::new(&root)
+        let root = &self.checkpoint_facts().await?.root_dir;
+        let path = Path::new(root)
             .join("containers")
             .join(id)
             .join("checkpoints")
@@ -156,20 +164,6 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<u64> {
         }
     }
     Ok(bytes)
-}
-
-/// The bytes of a checkpoint directory.
-pub(crate) fn checkpoint_size(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(k) if k.is_dir() => checkpoint_size(&e.path()),
-            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
-        })
-        .sum()
 }
 
 fn urlencode(s: &str) -> String {
@@ -237,6 +231,13 @@ impl Engine {
 /// inode, which no one can set back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Seal(Vec<(String, u64, u64, i64, i64)>);
+
+impl Seal {
+    /// The checkpoint's size in bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.0.iter().map(|(_, size, ..)| size).sum()
+    }
+}
 
 /// The seal of the checkpoint directory `dir`.
 pub(crate) fn seal(dir: &Path) -> std::io::Result<Seal> {

@@ -479,17 +479,8 @@ impl Engine {
     /// Removes managed volumes whose owner process is gone (left behind when
     /// their container was removed without them): their names.
     pub async fn reap_volumes(&self) -> Result<Vec<String>> {
-        let filters = HashMap::from([("label", vec![labels::MANAGED])]);
-        let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let listed = self
-            .docker
-            .list_volumes(Some(options))
-            .await
-            .map_err(|e| self.docker_err("list volumes", e))?;
         let mut removed = Vec::new();
-        for volume in listed.volumes.unwrap_or_default() {
+        for volume in self.volumes_labelled(labels::MANAGED).await? {
             // A kept container's scratch volumes have no owner to outlive:
             // they go once no container uses them (the removal below fails
             // while one does), as when the container was removed from

@@ -19,9 +19,7 @@ mod network;
 mod volume;
 mod watchdog;
 
-pub(crate) use checkpoint::{
-    checkpoint_name, checkpoint_size, copy_checkpoint, mark_unique, seal, Seal,
-};
+pub(crate) use checkpoint::{checkpoint_name, copy_checkpoint, mark_unique, seal, Seal};
 pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE};
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;
@@ -54,6 +52,9 @@ pub struct Engine {
         std::sync::Arc<tokio::sync::OnceCell<std::collections::BTreeMap<String, Vec<String>>>>,
     /// The daemon's platform (`linux/amd64`), read on first need.
     platform: std::sync::Arc<tokio::sync::OnceCell<String>>,
+    /// What checkpoints need of the daemon (its settings and data root),
+    /// read on first need.
+    checkpoint_facts: std::sync::Arc<tokio::sync::OnceCell<DaemonInfo>>,
     /// Finds or makes the watchdog's image; without it no watchdog starts.
     /// The image layer provides it (the engine builds no images of its own).
     watchdog_image: Option<WatchdogImage>,
@@ -106,6 +107,7 @@ impl Engine {
             target: std::sync::Arc::new(target),
             runtimes: Default::default(),
             platform: Default::default(),
+            checkpoint_facts: Default::default(),
             watchdog_image: None,
         })
     }

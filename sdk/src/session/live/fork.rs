@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicUsize;
 
 use futures::future::join_all;
 
-use super::launch::{connect, prepare_restore, Carry};
+use super::launch::{connect_container, prepare_restore, Carry};
 use super::pause::PauseMode;
 use super::*;
 use crate::engine::Engine;
@@ -94,7 +94,7 @@ impl Session {
             })
             .collect();
         let started = join_all(forks.iter().map(|f| f.start())).await;
-        self.keep_all_or_none(forks, started, &image).await
+        self.keep_all_or_none(forks, started).await
     }
 
     async fn fork_memory(&self, n: usize) -> Result<Vec<Session>> {
@@ -188,7 +188,7 @@ impl Session {
                 parked.seal = Some(resealed);
             }
         }
-        self.keep_all_or_none(forks, started, &image).await
+        self.keep_all_or_none(forks, started).await
     }
 
     /// Forks when all started; otherwise none (each closed) and the error.
@@ -196,14 +196,12 @@ impl Session {
         &self,
         forks: Vec<Session>,
         started: Vec<Result<()>>,
-        image: &Arc<ForkImage>,
     ) -> Result<Vec<Session>> {
         let failed = started.into_iter().find_map(|r| r.err());
         let Some(e) = failed else {
             return Ok(forks);
         };
         // Each close counts itself off the image; the last removes it.
-        let _ = image;
         for fork in forks {
             let _ = fork.close().await;
         }
@@ -237,17 +235,10 @@ impl Session {
                     reason: e.to_string(),
                     state: "the parent is unchanged".into(),
                 })?;
-            let exited = {
-                let (engine, id) = (engine.clone(), id.clone());
-                async move {
-                    let _ = engine.wait_container(&id).await;
-                }
-            };
-            connect(
+            connect_container(
+                engine,
                 Held::Container(container),
-                attached.input,
-                attached.output,
-                exited,
+                attached,
                 None,
                 Some(Carry {
                     routes: Arc::new(Mutex::new(Some(HashMap::new()))),
@@ -256,29 +247,11 @@ impl Session {
             )
             .await
         };
-        let conn = match tokio::time::timeout(c.start_timeout, started).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => {
-                self.fail(format!("fork failed: {e}"));
-                return Err(e);
-            }
-            Err(_) => {
-                let reason = format!("a fork did not start within {:?}", c.start_timeout);
-                self.fail(reason.clone());
-                return Err(Error::SessionUnavailable { reason });
-            }
-        };
-        {
-            let mut status = lock(&self.inner.status);
-            status.life.container_id = Some(conn.container_id.clone());
-            status.checkpoint = Some(checkpoint.to_string());
-            status.settled = true;
-        }
+        let conn = self.come_up("a fork", started).await?;
         *lock(&self.inner.launched) = Some(launch::Launched {
             spec,
             file_secrets: file_secrets.to_vec(),
         });
-        *lock(&self.inner.conn) = Some(conn);
-        self.set_state(State::Idle)
+        self.runs_in(conn, Some(checkpoint.to_string()))
     }
 }

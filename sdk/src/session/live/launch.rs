@@ -123,24 +123,7 @@ impl Session {
             }
             let attached = engine.attach(&id).await?;
             engine.start_container(&id).await?;
-
-            // The attach stream can stay open after the container is gone
-            // (removed from outside, say): its end is watched too.
-            let exited = {
-                let (engine, id) = (engine.clone(), id.clone());
-                async move {
-                    let _ = engine.wait_container(&id).await;
-                }
-            };
-            connect(
-                Held::Container(container),
-                attached.input,
-                attached.output,
-                exited,
-                egress,
-                None,
-            )
-            .await
+            connect_container(engine, Held::Container(container), attached, egress, None).await
         };
         match tokio::time::timeout(c.start_timeout, started).await {
             Ok(result) => result,
@@ -153,6 +136,65 @@ impl Session {
                 ),
             }),
         }
+    }
+}
+
+/// Speaks with the agent of the container `held` through `attached` until
+/// the container stops: the attach stream can stay open after the container
+/// is gone (removed from outside, say), so its end is watched too.
+pub(super) async fn connect_container(
+    engine: &Engine,
+    held: Held,
+    attached: crate::engine::Attached,
+    egress: Option<crate::egress::Lease>,
+    carry: Option<Carry>,
+) -> Result<Arc<Conn>> {
+    let exited = {
+        let (engine, id) = (engine.clone(), held.id().to_string());
+        async move {
+            let _ = engine.wait_container(&id).await;
+        }
+    };
+    connect(held, attached.input, attached.output, exited, egress, carry).await
+}
+
+impl Session {
+    /// Waits for a container restored or resumed by `coming` to answer,
+    /// within the session's start limit; on a failure or at the limit the
+    /// session fails (its container goes with the future) with `what`.
+    pub(super) async fn come_up(
+        &self,
+        what: &str,
+        coming: impl std::future::Future<Output = Result<Arc<Conn>>>,
+    ) -> Result<Arc<Conn>> {
+        let limit = self.inner.config.start_timeout;
+        match tokio::time::timeout(limit, coming).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => {
+                self.fail(format!("{what} failed: {e}"));
+                Err(e)
+            }
+            Err(_) => {
+                let reason =
+                    format!("{what} did not answer within {limit:?}; its container was removed");
+                self.fail(reason.clone());
+                Err(Error::SessionUnavailable { reason })
+            }
+        }
+    }
+
+    /// The session runs in `conn`'s container now, restored from
+    /// `checkpoint` if it was (removed at the next pause: the runtime may
+    /// still read it).
+    pub(super) fn runs_in(&self, conn: Arc<Conn>, checkpoint: Option<String>) -> Result<()> {
+        {
+            let mut status = lock(&self.inner.status);
+            status.life.container_id = Some(conn.container_id.clone());
+            status.checkpoint = checkpoint;
+            status.settled = true;
+        }
+        *lock(&self.inner.conn) = Some(conn);
+        self.set_state(State::Idle)
     }
 }
 

@@ -6,11 +6,9 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::launch::{connect, Carry};
+use super::launch::{connect_container, Carry};
 use super::*;
-use crate::engine::{
-    checkpoint_name, checkpoint_size, labels, mark_unique, seal, ContainerGuard, Seal,
-};
+use crate::engine::{checkpoint_name, labels, mark_unique, seal, ContainerGuard, Seal};
 
 /// What a pause keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -210,8 +208,8 @@ impl Session {
         if let Some(path) = &local {
             let _ = mark_unique(path);
         }
-        let checkpoint_bytes = local.as_deref().map(checkpoint_size);
         let seal = local.as_deref().and_then(|path| seal(path).ok());
+        let checkpoint_bytes = seal.as_ref().map(Seal::bytes);
         *lock(&self.inner.parked) = Some(Parked {
             held,
             egress,
@@ -349,7 +347,6 @@ impl Session {
         let engine = self.inner.client.engine()?.clone();
         let id = parked.held.id().to_string();
         let checkpoint = parked.checkpoint.clone();
-        let limit = self.inner.config.start_timeout;
         let resumed = async {
             if let (Some(name), Some(sealed)) = (&checkpoint, &parked.seal) {
                 let path = engine.checkpoint_path(&id, name).await?;
@@ -396,45 +393,10 @@ impl Session {
                     (old, attached)
                 }
             };
-            let id = held.id().to_string();
-            let exited = {
-                let (engine, id) = (engine.clone(), id.clone());
-                async move {
-                    let _ = engine.wait_container(&id).await;
-                }
-            };
-            connect(
-                held,
-                attached.input,
-                attached.output,
-                exited,
-                parked.egress,
-                parked.carry,
-            )
-            .await
+            connect_container(&engine, held, attached, parked.egress, parked.carry).await
         };
-        let conn = match tokio::time::timeout(limit, resumed).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => {
-                self.fail(format!("resume failed: {e}"));
-                return Err(e);
-            }
-            Err(_) => {
-                let reason = format!(
-                    "the paused session did not come back within {limit:?}; its container was removed"
-                );
-                self.fail(reason.clone());
-                return Err(Error::SessionUnavailable { reason });
-            }
-        };
-        {
-            let mut status = lock(&self.inner.status);
-            status.life.container_id = Some(conn.container_id.clone());
-            // Removed at the next pause: the runtime may still read it.
-            status.checkpoint = checkpoint;
-        }
-        *lock(&self.inner.conn) = Some(conn);
-        self.set_state(State::Idle)
+        let conn = self.come_up("the resume", resumed).await?;
+        self.runs_in(conn, checkpoint)
     }
 }
 
