@@ -39,7 +39,9 @@ async fn memory_pause_resume_and_fork_under_gvisor() {
     if !second_daemon::runsc_installed() {
         return;
     }
-    tokio::time::timeout(TEST_LIMIT, everything())
+    // On the heap: the whole test's future is too large for a debug
+    // build's test thread.
+    tokio::time::timeout(TEST_LIMIT, Box::pin(everything()))
         .await
         .unwrap_or_else(|_| {
             panic!("the memory persistence test did not finish within {TEST_LIMIT:?}")

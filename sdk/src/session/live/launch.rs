@@ -168,7 +168,9 @@ impl Session {
         coming: impl std::future::Future<Output = Result<Arc<Conn>>>,
     ) -> Result<Arc<Conn>> {
         let limit = self.inner.config.start_timeout;
-        match tokio::time::timeout(limit, coming).await {
+        // On the heap: a restore's future is large, and the caller's
+        // (a fork of several, a test's whole body) holds it.
+        match tokio::time::timeout(limit, Box::pin(coming)).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => {
                 self.fail(format!("{what} failed: {e}"));

@@ -291,10 +291,14 @@ impl Session {
     /// The typed error of a failed checkpoint, after finding out what
     /// became of the container: running on, or removed.
     async fn pause_failed(&self, engine: &crate::engine::Engine, id: &str, e: Error) -> Error {
-        let running = matches!(
-            engine.inspect_stopped(id).await,
-            Ok(Some(c)) if c.running
-        );
+        // runsc may still be ending the container when Docker answers: it
+        // runs on only if it still does a moment later.
+        let running_now =
+            || async { matches!(engine.inspect_stopped(id).await, Ok(Some(c)) if c.running) };
+        let running = running_now().await && {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            running_now().await
+        };
         let state = if running {
             "the session runs on".to_string()
         } else {
