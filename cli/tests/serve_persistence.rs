@@ -95,15 +95,20 @@ fn paused_sandboxes_keep_their_files_and_resume_through_the_sdks() {
     assert_eq!(owned(pid, false), Vec::<String>::new());
 }
 
-fn kept_containers() -> Vec<String> {
+/// The lines a docker CLI command prints.
+fn docker_lines(args: &[&str]) -> Vec<String> {
     let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", "label=dev.dockhand.kept=true"])
+        .args(args)
         .output()
         .expect("docker CLI");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+fn kept_containers() -> Vec<String> {
+    docker_lines(&["ps", "-aq", "--filter", "label=dev.dockhand.kept=true"])
 }
 
 #[test]
@@ -188,4 +193,68 @@ fn a_restarted_server_adopts_its_sandboxes_from_its_state_dir() {
         !missing.status.success() && said.contains("serve.db"),
         "{said}"
     );
+}
+
+/// The images built from specs (templates' included).
+fn spec_images() -> Vec<String> {
+    docker_lines(&["images", "-q", "--no-trunc", "dockhand/image"])
+}
+
+#[test]
+fn templates_built_through_the_sdk_start_sandboxes_and_outlive_a_restart() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.display().to_string();
+
+    let first = Server::start_with(0, &["--state-dir", &state_arg]);
+    let r = json_output(first.python("templates.py", &["build"]));
+    assert!(
+        r["marker_in_log"].as_bool().unwrap(),
+        "the build's log is streamed: {r}"
+    );
+    assert_eq!(r["exists"], true);
+    assert_eq!(r["exists_for_other"], false);
+    assert_eq!(r["jq"], "7\n");
+    assert_eq!(r["pip"], "iniconfig\n");
+    assert_eq!(r["copied"], "hello from the build context");
+    assert_eq!(r["tool"], "the tool ran\n");
+    assert_eq!(r["tool_mode"], "755\n");
+    assert_eq!(r["greeting"], "hi there\n");
+    assert_eq!(r["built_as"], "user\n");
+    assert_eq!(r["started"], "started\n");
+    assert_eq!(r["by_tag"], "hello from the build context");
+    assert!(r["other_create"].is_string(), "{r}");
+    assert_eq!(r["layered"], "layered\njq-\n");
+    assert_eq!(r["failing"][0], "BuildException", "{r}");
+    assert!(r["failing_logged"].as_bool().unwrap(), "{r}");
+    assert!(r["missing_image"].is_string(), "{r}");
+    assert!(r["bad_step"].is_string(), "{r}");
+    assert!(r["reserved"].is_string(), "{r}");
+    assert_eq!(r["other_link"], 404);
+    assert_eq!(r["link_present"], false);
+    assert_eq!(r["guessed_token"], 403);
+    assert_eq!(r["token_elsewhere"], 403);
+    assert_eq!(r["good_token"], 200);
+    assert_eq!(r["spent_token"], 403);
+    assert_eq!(r["other_delete"], 404);
+    let template_id = r["template_id"].as_str().unwrap().to_string();
+    drop(first);
+    let images = spec_images();
+
+    // The template (its image and its start command) outlives the server.
+    let second = Server::start_with(0, &["--state-dir", &state_arg]);
+    let r = json_output(second.python("templates.py", &["after", &template_id]));
+    assert_eq!(r["copied"], "hello from the build context");
+    assert_eq!(r["started"], "started\n");
+    assert_eq!(r["deleted"], serde_json::json!([204, 204]));
+    assert_eq!(r["exists_after_delete"], false);
+    assert!(r["create_after_delete"].is_string(), "{r}");
+    drop(second);
+    // Deleting the two templates removed their two images.
+    let left = spec_images();
+    assert_eq!(images.len() - left.len(), 2, "{images:?} -> {left:?}");
+    // Uploads go with their builds.
+    let uploads: Vec<_> = std::fs::read_dir(state.join("uploads")).unwrap().collect();
+    assert!(uploads.is_empty(), "{uploads:?}");
 }

@@ -221,32 +221,59 @@ pub async fn context_with_file(
     name: &str,
     path: &Path,
 ) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static> {
-    let wrap = |e: io::Error| Error::io(format!("reading {}", path.display()), e);
-    let size = tokio::fs::metadata(path).await.map_err(wrap)?.len();
-    let file = tokio::fs::File::open(path).await.map_err(wrap)?;
-
-    let mut head = Vec::new();
-    let df = header(
-        "Dockerfile",
-        dockerfile.len() as u64,
-        0o644,
-        tar::EntryType::Regular,
+    context_with_files(
+        &[TarFile::new("Dockerfile", dockerfile)],
+        &[(name.to_string(), path.to_path_buf())],
     )
-    .map_err(wrap)?;
-    head.extend_from_slice(df.as_bytes());
-    head.extend_from_slice(dockerfile.as_bytes());
-    head.resize(head.len() + padding(dockerfile.len() as u64), 0);
-    let big = header(name, size, 0o644, tar::EntryType::Regular).map_err(wrap)?;
-    head.extend_from_slice(big.as_bytes());
+    .await
+}
 
-    // Entry data is padded to 512 bytes; the archive ends with two zero blocks.
-    let mut tail = vec![0u8; padding(size)];
-    tail.extend_from_slice(&[0u8; 1024]);
-
-    let body = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
-    Ok(futures::stream::iter([Ok(Bytes::from(head))])
-        .chain(body)
-        .chain(futures::stream::iter([Ok(Bytes::from(tail))])))
+/// A build context streamed from disk: small files held in memory, then
+/// each host file (`(name, path)`) read as the archive is sent, never
+/// held whole. A host file that changes size meanwhile ends the stream
+/// with an error rather than a corrupt archive.
+pub async fn context_with_files(
+    small: &[TarFile],
+    large: &[(String, std::path::PathBuf)],
+) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static> {
+    let mut head = build_tar(&[], small)?;
+    // `build_tar` ends the archive; the large files follow its entries.
+    head.truncate(head.len() - 1024);
+    let mut parts: Vec<futures::stream::BoxStream<'static, io::Result<Bytes>>> =
+        vec![futures::stream::iter([Ok(Bytes::from(head))]).boxed()];
+    for (name, path) in large {
+        let wrap = |e: io::Error| Error::io(format!("reading {}", path.display()), e);
+        let file = tokio::fs::File::open(path).await.map_err(wrap)?;
+        let size = file.metadata().await.map_err(wrap)?.len();
+        let entry = header(name, size, 0o644, tar::EntryType::Regular).map_err(wrap)?;
+        let sized = tokio::io::AsyncReadExt::take(file, size);
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = sent.clone();
+        let body = futures::TryStreamExt::inspect_ok(
+            tokio_util::io::ReaderStream::with_capacity(sized, 1 << 20),
+            move |chunk| {
+                counter.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            },
+        );
+        let path = path.clone();
+        // Polled once the body is done: a file that shrank meanwhile.
+        let check = futures::stream::once(async move {
+            (sent.load(std::sync::atomic::Ordering::Relaxed) != size).then(|| {
+                Err(io::Error::other(format!(
+                    "{} changed size while it was sent",
+                    path.display()
+                )))
+            })
+        })
+        .filter_map(futures::future::ready);
+        parts.push(futures::stream::iter([Ok(Bytes::copy_from_slice(entry.as_bytes()))]).boxed());
+        parts.push(body.boxed());
+        parts.push(check.boxed());
+        parts.push(futures::stream::iter([Ok(Bytes::from(vec![0u8; padding(size)]))]).boxed());
+    }
+    // The archive ends with two zero blocks.
+    parts.push(futures::stream::iter([Ok(Bytes::from(vec![0u8; 1024]))]).boxed());
+    Ok(futures::stream::iter(parts).flatten())
 }
 
 fn padding(len: u64) -> usize {

@@ -311,6 +311,35 @@ impl Client {
         self.images()?.resolve(spec).await
     }
 
+    /// [`Client::resolve_image`], with the build's progress (each log line
+    /// of the base and the image) sent to `on_progress` as well as to the
+    /// client's handler: the log of one build, for a caller that shows it.
+    /// A spec found already built reports nothing but its source.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// let client = dockhand::Client::connect().await?;
+    /// let spec = dockhand::ImageSpec::default().env("MODE", "fast").run("echo built");
+    /// let image = client
+    ///     .resolve_image_with_progress(&spec, |p| println!("{}", p.message))
+    ///     .await?;
+    /// println!("{} ({:?})", image.reference, image.source);
+    /// # Ok(()) }
+    /// ```
+    pub async fn resolve_image_with_progress(
+        &self,
+        spec: &ImageSpec,
+        on_progress: impl Fn(&crate::Progress) + Send + Sync + 'static,
+    ) -> Result<ResolvedImage> {
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = &self.inner.cluster {
+            return cluster.resolve_image(spec).await;
+        }
+        let images = self.images()?;
+        let reporter = images.reporter().and(std::sync::Arc::new(on_progress));
+        images.resolve_reporting(spec, &reporter).await
+    }
+
     /// Removes what dockhand processes left behind when they died (killed,
     /// crashed): on Docker, containers, volumes and networks of owner
     /// processes of this host that are gone; on Kubernetes, the pods of

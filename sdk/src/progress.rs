@@ -53,6 +53,19 @@ impl Reporter {
         Reporter { handler }
     }
 
+    /// A reporter that sends to this one's handler and to `extra`.
+    pub(crate) fn and(&self, extra: ProgressHandler) -> Reporter {
+        let first = self.handler.clone();
+        Reporter {
+            handler: Some(Arc::new(move |p: &Progress| {
+                if let Some(first) = &first {
+                    first(p);
+                }
+                extra(p);
+            })),
+        }
+    }
+
     pub(crate) fn report(&self, image: &str, stage: Stage, message: impl Into<String>) {
         let progress = Progress {
             image: image.to_string(),

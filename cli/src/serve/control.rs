@@ -149,11 +149,27 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         Ok(r) => r,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
     };
-    // A snapshot of the key's names its source's template and its image.
+    // A snapshot of the key's names its source's template and its image;
+    // so does a template the key built.
     let snapshot = server.snapshots.owned(tenant, &request.template_id);
-    let template_name = snapshot
-        .as_ref()
-        .map_or(request.template_id.as_str(), |s| s.template.as_str());
+    let built = match snapshot {
+        Some(_) => None,
+        None => server.built.owned(tenant, &request.template_id),
+    };
+    if built.as_ref().is_some_and(|b| b.image.is_none()) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "template '{}' has no finished build yet",
+                request.template_id
+            ),
+        );
+    }
+    let template_name = match (&snapshot, &built) {
+        (Some(s), _) => s.template.as_str(),
+        (None, Some(b)) => b.base.as_str(),
+        (None, None) => request.template_id.as_str(),
+    };
     let Some(template) = server.templates.get(template_name) else {
         let known: Vec<&str> = server.templates.keys().map(String::as_str).collect();
         return api_error(
@@ -223,7 +239,11 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         server.limits.max_timeout,
     );
     let internet = !matches!(network, Network::None);
-    let image = snapshot.as_ref().map(|s| s.image.as_str());
+    let image = match (&snapshot, &built) {
+        (Some(s), _) => Some(s.image.as_str()),
+        (None, Some(b)) => b.image.as_deref(),
+        (None, None) => None,
+    };
     let (session, kernel) = match server.container(template, network, image, &volumes).await {
         Ok(parts) => parts,
         Err(e) => {
@@ -257,6 +277,12 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("setting envVars: {e}"),
             );
+        }
+    }
+    if let Some(built) = &built {
+        if let Err(e) = super::templates::start_commands(&sandbox.session, built).await {
+            sandbox.close().await;
+            return api_error(StatusCode::INTERNAL_SERVER_ERROR, e);
         }
     }
     slot.fill(sandbox.clone());

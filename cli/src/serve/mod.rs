@@ -36,6 +36,10 @@ mod registry;
 mod restore;
 mod snapshots;
 mod state;
+mod template_build;
+mod template_files;
+mod template_spec;
+mod templates;
 mod volumes;
 mod watch;
 
@@ -101,6 +105,13 @@ pub struct ServeArgs {
     /// them, or `kill` them (the default without).
     #[arg(long, value_enum)]
     on_shutdown: Option<restore::OnShutdown>,
+    /// Template builds (the SDKs' `Template.build`) run at once; more wait.
+    #[arg(long, default_value_t = 2)]
+    concurrent_builds: usize,
+    /// Refuse template builds: their steps run in the daemon's build
+    /// containers (root inside, the daemon's default network).
+    #[arg(long)]
+    no_template_builds: bool,
 }
 
 /// The server's limits.
@@ -112,6 +123,7 @@ pub struct Limits {
     max_upload: usize,
     run_timeout: Duration,
     internet_default: bool,
+    template_builds: bool,
 }
 
 enum Pool {
@@ -127,6 +139,8 @@ pub struct Server {
     pools: BTreeMap<String, OnceCell<Pool>>,
     registry: Arc<Registry>,
     snapshots: snapshots::Snapshots,
+    /// Templates keys built through the SDKs' `Template` API.
+    built: templates::Templates,
     limits: Limits,
 }
 
@@ -308,6 +322,10 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         pools,
         registry: Arc::new(Registry::with_store(store.clone())),
         snapshots: snapshots::Snapshots::default(),
+        built: templates::Templates::new(
+            template_files::Uploads::new(args.state_dir.as_deref())?,
+            args.concurrent_builds,
+        ),
         limits: Limits {
             default_timeout: Duration::from_secs(args.default_timeout),
             max_timeout: Duration::from_secs(args.max_timeout),
@@ -316,6 +334,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             max_upload: args.max_upload,
             run_timeout: Duration::from_secs(args.run_timeout),
             internet_default: args.internet_by_default,
+            template_builds: !args.no_template_builds,
         },
     });
     if let Some(store) = &store {
@@ -391,6 +410,10 @@ fn router(server: Arc<Server>) -> Router {
     // Uploads stream in bounded memory and check their own limit.
     let files = Router::new()
         .route("/files", get(files_get).post(files_post))
+        .route(
+            "/templates/{id}/files/{hash}",
+            get(template_files_link).put(template_files_upload),
+        )
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/sandboxes", post(create).get(list))
@@ -407,7 +430,15 @@ fn router(server: Arc<Server>) -> Router {
         .route("/snapshots", get(snapshot_list))
         .route("/volumes", post(volume_create).get(volume_list))
         .route("/volumes/{id}", get(volume_get).delete(volume_delete))
-        .route("/templates/{id}", axum::routing::delete(snapshot_delete))
+        .route("/templates", get(template_list))
+        .route("/v3/templates", post(template_request))
+        .route("/templates/aliases/{alias}", get(template_alias))
+        .route("/v2/templates/{id}/builds/{build}", post(template_start))
+        .route(
+            "/templates/{id}/builds/{build}/status",
+            get(template_status),
+        )
+        .route("/templates/{id}", axum::routing::delete(template_delete))
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
         .route("/health", get(health))
@@ -517,12 +548,78 @@ async fn snapshot_list(
     snapshots::list(&s, tenant, &query)
 }
 
-async fn snapshot_delete(
+/// A snapshot's or a built template's removal (the server's own templates
+/// are not removed through the API).
+async fn template_delete(
     State(s): Shared,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
 ) -> Response {
+    if s.snapshots.owned(tenant, &id).is_none() {
+        if let Some(answer) = templates::delete(&s, tenant, &id).await {
+            return answer;
+        }
+    }
     snapshots::delete(&s, tenant, &id).await
+}
+
+async fn template_list(State(s): Shared, Tenant(tenant): Tenant) -> Response {
+    templates::list(&s, tenant)
+}
+
+async fn template_request(State(s): Shared, Tenant(tenant): Tenant, body: Bytes) -> Response {
+    templates::request(&s, tenant, &body)
+}
+
+async fn template_alias(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(alias): Path<String>,
+) -> Response {
+    templates::alias(&s, tenant, &alias)
+}
+
+async fn template_start(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path((id, build)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    match templates::start(&s, tenant, &id, &build, &body) {
+        Ok((job, request, built)) => {
+            tokio::spawn(template_build::run(s.clone(), job, request, built));
+            StatusCode::ACCEPTED.into_response()
+        }
+        Err(refusal) => refusal,
+    }
+}
+
+async fn template_status(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path((id, build)): Path<(String, String)>,
+    uri: axum::http::Uri,
+) -> Response {
+    templates::status(&s, tenant, &id, &build, uri.query().unwrap_or_default())
+}
+
+async fn template_files_link(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path((id, hash)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    template_files::link(&s, tenant, &id, &hash, &headers)
+}
+
+/// The upload a link allows: its token is the credential (the SDKs send
+/// no API key to an upload URL).
+async fn template_files_upload(
+    State(s): Shared,
+    Path((id, hash)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    template_files::upload(&s, &id, &hash, request).await
 }
 
 async fn volume_create(State(s): Shared, Tenant(tenant): Tenant, body: Bytes) -> Response {

@@ -61,6 +61,23 @@ pub async fn adopt(server: &Arc<Server>, store: &Arc<Store>) -> Result<usize> {
             }
         }
     }
+    for mut built in store.templates()? {
+        match server.keys.tenant_of_hash(&built.key_hash) {
+            // Only finished templates: a build the restart cut short is gone.
+            Some(tenant) if built.image.is_some() => {
+                built.tenant = tenant;
+                server.built.insert(built);
+            }
+            Some(_) => store.remove_template(&built.id)?,
+            None => {
+                eprintln!("dockhand serve: template {} is not restored: its API key is no longer one of the server's", built.name);
+                if let Some(image) = &built.image {
+                    super::templates::remove_image(server, image).await;
+                }
+                store.remove_template(&built.id)?;
+            }
+        }
+    }
     let mut adopted = 0;
     for row in rows {
         match adopt_one(server, &row).await {
@@ -161,6 +178,11 @@ pub async fn shut_down(server: &Server, mode: OnShutdown) {
             if server.registry.store().is_none() {
                 for snapshot in server.snapshots.take_all() {
                     super::snapshots::remove_image(server, &snapshot).await;
+                }
+                for built in server.built.take_all() {
+                    if let Some(image) = &built.image {
+                        super::templates::remove_image(server, image).await;
+                    }
                 }
             }
         }

@@ -125,6 +125,11 @@ impl Store {
                  names TEXT NOT NULL,
                  source TEXT NOT NULL,
                  created TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS templates (
+                 id TEXT PRIMARY KEY,
+                 key_hash TEXT NOT NULL,
+                 data TEXT NOT NULL
              );",
         )?;
         let schema: Option<String> = db
@@ -277,6 +282,38 @@ impl Store {
         })?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .with_context(|| format!("reading {}", self.path.display()))
+    }
+
+    /// Stores a template a key built.
+    pub fn put_template(&self, t: &super::templates::Built) -> Result<()> {
+        self.lock().execute(
+            "INSERT OR REPLACE INTO templates (id, key_hash, data) VALUES (?1, ?2, ?3)",
+            params![t.id, t.key_hash, serde_json::to_string(t)?],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a template.
+    pub fn remove_template(&self, id: &str) -> Result<()> {
+        self.lock()
+            .execute("DELETE FROM templates WHERE id = ?1", params![id])?;
+        Ok(())
+    }
+
+    /// Every stored template (with no tenant yet).
+    pub fn templates(&self) -> Result<Vec<super::templates::Built>> {
+        let db = self.lock();
+        let mut query = db.prepare("SELECT id, data FROM templates")?;
+        let rows = query.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, data) = row?;
+            let t = serde_json::from_str(&data).with_context(|| {
+                format!("template {id} in {} cannot be read", self.path.display())
+            })?;
+            out.push(t);
+        }
+        Ok(out)
     }
 
     /// Forgets a sandbox.

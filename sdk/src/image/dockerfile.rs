@@ -155,6 +155,7 @@ pub(crate) fn base_setup() -> String {
 fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
     let mut d = String::new();
     d.push_str("# Rendered by dockhand from an ImageSpec. The image tag is a hash of this text.\n");
+    d.push_str(&super::step::render_stages(&spec.steps));
     d.push_str(&format!("FROM {base}\n"));
     // One ENV and one RUN for all of dockhand's own setup that the base
     // lacks, before the spec's own steps and dockhand's programs, so that
@@ -218,6 +219,7 @@ fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
         let json = serde_json::to_string(command).unwrap_or_default();
         d.push_str(&format!("RUN [\"/bin/sh\", \"-c\", {json}]\n"));
     }
+    d.push_str(&super::step::render_steps(&spec.steps));
     d
 }
 

@@ -24,6 +24,7 @@ pub(crate) mod program;
 mod registry;
 mod resolver;
 mod spec;
+mod step;
 pub(crate) mod watchdog;
 
 pub use dockerfile::{BuildPlan, IMAGE_REPOSITORY};
@@ -32,3 +33,4 @@ pub(crate) use resolver::ImageResolver;
 pub use resolver::{ImageSource, ResolvedImage};
 pub use spec::{host_ca_bundle, ImageSpec, CA_CERTS_ENV, DEFAULT_PYTHON};
 pub(crate) use spec::{ContextFile, CopyFrom, CONTEXT_DIR};
+pub use step::{ArchiveCopy, BuildStep};

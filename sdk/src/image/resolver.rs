@@ -91,6 +91,16 @@ impl ImageResolver {
     }
 
     pub(crate) async fn resolve(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
+        self.resolve_reporting(spec, &self.reporter).await
+    }
+
+    /// [`ImageResolver::resolve`], reporting the build's progress to
+    /// `reporter` (a caller's own log) instead of the client's.
+    pub(crate) async fn resolve_reporting(
+        &self,
+        spec: &ImageSpec,
+        reporter: &Reporter,
+    ) -> Result<ResolvedImage> {
         let started = Instant::now();
         if let Some(hit) = lock(&self.resolved).get(spec) {
             return Ok(ResolvedImage {
@@ -102,10 +112,10 @@ impl ImageResolver {
         spec.validate()?;
         let (reference, id, source) = match &spec.prebuilt {
             Some(reference) => {
-                let (id, source) = self.ensure_present(reference).await?;
+                let (id, source) = self.ensure_present(reference, reporter).await?;
                 (reference.clone(), id, source)
             }
-            None => self.build_spec(spec).await?,
+            None => self.build_spec(spec, reporter).await?,
         };
         let resolved = ResolvedImage {
             reference,
@@ -117,11 +127,15 @@ impl ImageResolver {
         Ok(resolved)
     }
 
-    async fn build_spec(&self, spec: &ImageSpec) -> Result<(String, String, ImageSource)> {
+    async fn build_spec(
+        &self,
+        spec: &ImageSpec,
+        reporter: &Reporter,
+    ) -> Result<(String, String, ImageSource)> {
         // The base first: its tag says what it is made of, and the image's
         // tag follows from it.
         let base = match &spec.base_image {
-            None => base::ensure_base(&self.engine, &spec.python_version, &self.reporter).await?,
+            None => base::ensure_base(&self.engine, &spec.python_version, reporter).await?,
             Some(reference) => reference.clone(),
         };
         let plan = spec.plan_on(&base)?;
@@ -138,7 +152,7 @@ impl ImageResolver {
             return Ok((plan.tag, info.id, ImageSource::Cached));
         }
         if let Some(reference) = &spec.base_image {
-            self.ensure_present(reference).await?;
+            self.ensure_present(reference, reporter).await?;
         }
         let extra = HashMap::from([(labels::SPEC_HASH.to_string(), plan.hash.clone())]);
         let dockerfile = format!("{}{}", plan.dockerfile, label_instruction("image", &extra));
@@ -149,15 +163,15 @@ impl ImageResolver {
         for file in &spec.context_files {
             files.push(TarFile::new(file.name.clone(), file.bytes.clone()));
         }
-        let context = archive::build_tar(&[], &files)?;
-        self.reporter.report(
+        let archives = checked_archives(spec).await?;
+        let context = archive::context_with_files(&files, &archives).await?;
+        reporter.report(
             &plan.tag,
             Stage::Build,
             format!("building from {}", plan.base),
         );
         let started = Instant::now();
-        let body = futures::stream::iter([Ok(bytes::Bytes::from(context))]);
-        run_build(&self.engine, &plan.tag, body, &self.reporter).await?;
+        run_build(&self.engine, &plan.tag, context, reporter).await?;
         let info =
             self.engine
                 .inspect_image(&plan.tag)
@@ -167,7 +181,7 @@ impl ImageResolver {
                     message: "the build reported success but the image is missing".into(),
                     log_tail: String::new(),
                 })?;
-        self.reporter.report(
+        reporter.report(
             &plan.tag,
             Stage::Ready,
             format!("built in {:.1}s", started.elapsed().as_secs_f64()),
@@ -176,12 +190,15 @@ impl ImageResolver {
     }
 
     /// A named image: local, or pulled.
-    async fn ensure_present(&self, reference: &str) -> Result<(String, ImageSource)> {
+    async fn ensure_present(
+        &self,
+        reference: &str,
+        reporter: &Reporter,
+    ) -> Result<(String, ImageSource)> {
         if let Some(info) = self.engine.inspect_image(reference).await? {
             return Ok((info.id, ImageSource::Cached));
         }
-        self.reporter
-            .report(reference, Stage::Pull, format!("pulling {reference}"));
+        reporter.report(reference, Stage::Pull, format!("pulling {reference}"));
         self.engine
             .pull_image(reference, PULL_TIMEOUT)
             .await
@@ -206,4 +223,36 @@ impl ImageResolver {
             })?;
         Ok((info.id, ImageSource::Pulled))
     }
+}
+
+/// The archives a spec copies from, each once, as `(context name, path)`,
+/// after checking each still holds what the spec's tag names: a file
+/// changed since would give an image its tag does not describe.
+async fn checked_archives(spec: &ImageSpec) -> Result<Vec<(String, std::path::PathBuf)>> {
+    let mut out: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for step in &spec.steps {
+        let super::BuildStep::Copy(copy) = step else {
+            continue;
+        };
+        let name = copy.context_name();
+        if out.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        let path = copy.archive().to_path_buf();
+        let read = path.clone();
+        let digest = tokio::task::spawn_blocking(move || super::step::file_digest(&read))
+            .await
+            .map_err(|e| Error::io("hashing an archive", std::io::Error::other(e)))??;
+        if digest != copy.digest() {
+            return Err(Error::spec(
+                "image spec",
+                format!(
+                    "the archive {} changed after it was added to the spec",
+                    path.display()
+                ),
+            ));
+        }
+        out.push((name, path));
+    }
+    Ok(out)
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::step::{ArchiveCopy, BuildStep};
 use crate::error::{Error, Result};
 
 /// The Python version used when a spec does not name one: the python of the
@@ -54,6 +55,10 @@ pub struct ImageSpec {
     /// programs from: too large for a command line).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) context_files: Vec<ContextFile>,
+    /// Ordered steps after the commands (variables, a user, a working
+    /// directory, archives); commands added after the first step join them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) steps: Vec<BuildStep>,
 }
 
 /// One file of a build context (see [`ImageSpec::context_files`]). Its name
@@ -98,6 +103,7 @@ impl Default for ImageSpec {
             ca_from_env: true,
             copies: Vec::new(),
             context_files: Vec::new(),
+            steps: Vec::new(),
         }
     }
 }
@@ -145,9 +151,59 @@ impl ImageSpec {
         self
     }
 
-    /// Adds a shell command run as its own build step, after the packages.
+    /// Adds a shell command run as its own build step, after the packages
+    /// and after the steps added before it.
     pub fn run(mut self, command: impl Into<String>) -> Self {
-        self.commands.push(command.into());
+        // Commands render before the ordered steps: one added after a step
+        // is a step too, so the order given is the order run.
+        if self.steps.is_empty() {
+            self.commands.push(command.into());
+        } else {
+            self.steps.push(BuildStep::Run {
+                command: command.into(),
+                user: None,
+            });
+        }
+        self
+    }
+
+    /// Adds a shell command run as `user` (a name of the image or
+    /// `uid[:gid]`); later steps run as the user before it.
+    pub fn run_as(mut self, user: impl Into<String>, command: impl Into<String>) -> Self {
+        self.steps.push(BuildStep::Run {
+            command: command.into(),
+            user: Some(user.into()),
+        });
+        self
+    }
+
+    /// Sets an environment variable for later steps and for containers
+    /// (`$NAME` in the value expands as in a Dockerfile).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.steps.push(BuildStep::Env {
+            name: name.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// Sets the working directory (absolute) of later steps and containers.
+    pub fn workdir(mut self, path: impl Into<String>) -> Self {
+        self.steps.push(BuildStep::Workdir(path.into()));
+        self
+    }
+
+    /// Runs later steps as `user` (a name of the image or `uid[:gid]`).
+    /// The image ends as root (images built on it start there); sessions
+    /// and sandboxes run as the user their hardening names.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.steps.push(BuildStep::User(user.into()));
+        self
+    }
+
+    /// Copies files out of a tar archive on the host (see [`ArchiveCopy`]).
+    pub fn copy_archive(mut self, copy: ArchiveCopy) -> Self {
+        self.steps.push(BuildStep::Copy(copy));
         self
     }
 
@@ -196,9 +252,14 @@ impl ImageSpec {
         &self.apt_packages
     }
 
-    /// The extra build commands, in order.
+    /// The extra build commands added before any ordered step, in order.
     pub fn commands(&self) -> &[String] {
         &self.commands
+    }
+
+    /// The ordered steps (and the commands added after the first of them).
+    pub fn steps(&self) -> &[BuildStep] {
+        &self.steps
     }
 
     /// The prebuilt image used as is, if this spec names one.
@@ -219,6 +280,7 @@ impl ImageSpec {
             let has_build_steps = !self.pip_packages.is_empty()
                 || !self.apt_packages.is_empty()
                 || !self.commands.is_empty()
+                || !self.steps.is_empty()
                 || self.base_image.is_some();
             if has_build_steps {
                 return bad("a prebuilt image is used as is: it cannot take packages, commands or a base image (use base_image to build on top of it)".into());
@@ -258,6 +320,9 @@ impl ImageSpec {
         }
         if let Some(c) = self.commands.iter().find(|c| c.trim().is_empty()) {
             return bad(format!("command `{c}` is empty"));
+        }
+        for step in &self.steps {
+            step.validate()?;
         }
         Ok(())
     }

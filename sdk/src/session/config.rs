@@ -170,6 +170,11 @@ impl SessionConfig {
         self
     }
 
+    /// The image as configured.
+    pub fn image_spec(&self) -> &ImageSpec {
+        &self.image
+    }
+
     /// Starts from a snapshot: the files are as they were when it was taken.
     pub fn from_snapshot(mut self, snapshot: &Snapshot) -> Self {
         self.image = ImageSpec::prebuilt(snapshot.image.clone());
