@@ -77,6 +77,23 @@ fn paused_sandboxes_keep_their_files_and_resume_through_the_sdks() {
     assert_eq!(volumes["other_sees"], false);
     assert!(volumes["other_mount"].is_string(), "{volumes}");
     assert_eq!(volumes["other_destroy"], false);
+    assert_eq!(volumes["content_read"], "hello\n");
+    assert_eq!(volumes["content_written"], 12);
+    assert!(volumes["content_overwrite"].is_string(), "{volumes}");
+    assert_eq!(volumes["seen_in_sandbox"], "again");
+    assert_eq!(
+        volumes["listing"],
+        serde_json::json!(["/docs", "/docs/deep", "/docs/deep/note.txt", "/h.txt"])
+    );
+    assert_eq!(volumes["exists"], serde_json::json!([true, false]));
+    assert_eq!(volumes["mode"], "0o600");
+    assert_eq!(volumes["info_type"], "directory");
+    assert_eq!(volumes["removed"], false);
+    assert!(volumes["missing_read"].is_string(), "{volumes}");
+    assert!(volumes["climb"].is_string(), "{volumes}");
+    assert!(volumes["foreign_owner"].is_string(), "{volumes}");
+    assert!(volumes["forged_token"].is_string(), "{volumes}");
+    assert!(volumes["their_token"].is_string(), "{volumes}");
     assert!(volumes["made_twice"].is_string(), "{volumes}");
     assert!(volumes["destroy_mounted"].is_string(), "{volumes}");
     assert_eq!(volumes["destroyed"], true);

@@ -75,6 +75,22 @@ impl Keys {
         self.hashes.get(tenant).cloned().unwrap_or_default()
     }
 
+    /// The token of a volume's content API for `tenant`: a hash of the key
+    /// and the volume, which only that key's holder is given.
+    pub fn volume_token(&self, tenant: usize, volume: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(b"dockhand serve volume token\0");
+        hasher.update(self.keys.get(tenant).map(Vec::as_slice).unwrap_or_default());
+        hasher.update(b"\0");
+        hasher.update(volume.as_bytes());
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// The tenant a key belongs to. Every key is compared, in constant
     /// time, so the answer's timing tells nothing about which came close.
     pub fn tenant(&self, presented: &[u8]) -> Option<usize> {

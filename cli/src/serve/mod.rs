@@ -40,6 +40,7 @@ mod template_build;
 mod template_files;
 mod template_spec;
 mod templates;
+mod volume_content;
 mod volumes;
 mod watch;
 
@@ -141,6 +142,8 @@ pub struct Server {
     snapshots: snapshots::Snapshots,
     /// Templates keys built through the SDKs' `Template` API.
     built: templates::Templates,
+    /// Sessions that reach volumes' files for the volume content API.
+    volume_helpers: volume_content::Helpers,
     limits: Limits,
 }
 
@@ -326,6 +329,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             template_files::Uploads::new(args.state_dir.as_deref())?,
             args.concurrent_builds,
         ),
+        volume_helpers: volume_content::Helpers::default(),
         limits: Limits {
             default_timeout: Duration::from_secs(args.default_timeout),
             max_timeout: Duration::from_secs(args.max_timeout),
@@ -345,6 +349,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         );
     }
     let reaper = tokio::spawn(registry::reap_forever(server.registry.clone()));
+    let helpers = tokio::spawn(volume_content::close_idle_forever(server.clone()));
     // Warm the pools now (images are built on first use): the first create
     // is then a handover too.
     for template in server.templates.values().filter(|t| t.pool > 0) {
@@ -380,6 +385,8 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     reaper.abort();
+    helpers.abort();
+    server.volume_helpers.close_idle(true).await;
     restore::shut_down(&server, on_shutdown).await;
     for cell in server.pools.values() {
         match cell.get() {
@@ -413,6 +420,10 @@ fn router(server: Arc<Server>) -> Router {
         .route(
             "/templates/{id}/files/{hash}",
             get(template_files_link).put(template_files_upload),
+        )
+        .route(
+            "/volumecontent/{id}/{what}",
+            axum::routing::any(volume_content),
         )
         .layer(DefaultBodyLimit::disable());
     Router::new()
@@ -610,6 +621,16 @@ async fn template_files_link(
     headers: HeaderMap,
 ) -> Response {
     template_files::link(&s, tenant, &id, &hash, &headers)
+}
+
+/// The volume content API: the volume's token is the credential, checked
+/// before the body is read.
+async fn volume_content(
+    State(s): Shared,
+    Path((id, what)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    volume_content::handle(&s, &id, &what, request).await
 }
 
 /// The upload a link allows: its token is the credential (the SDKs send

@@ -4,8 +4,8 @@
 //! hash: a key sees, mounts and removes only its own. They outlive
 //! sandboxes and the server (they are the daemon's).
 //!
-//! The volume content API (reading and writing a volume's files without a
-//! sandbox) is not served: mount the volume in a sandbox instead.
+//! The volume content API (a volume's files without a sandbox) is
+//! `volume_content`'s; the token create and get answer authorizes it.
 
 use std::collections::HashMap;
 
@@ -16,11 +16,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::control::api_error;
-use super::registry::token;
 use super::Server;
 
 /// The label holding the owning key's hash.
-const OWNER: &str = "e2b.owner";
+pub const OWNER: &str = "e2b.owner";
 /// The label holding the name the client gave.
 const NAME: &str = "e2b.name";
 
@@ -65,10 +64,11 @@ fn info(v: &Volume) -> Value {
     })
 }
 
-fn with_token(v: &Volume) -> Value {
+/// The volume's info and the token of its content API (derived from the
+/// key and the volume, so it holds across restarts and for this key only).
+fn with_token(server: &Server, tenant: usize, v: &Volume) -> Value {
     let mut body = info(v);
-    // The content API it would authorize is not served; the SDK needs one.
-    body["token"] = json!(token());
+    body["token"] = json!(server.keys.volume_token(tenant, &v.name));
     body
 }
 
@@ -101,7 +101,11 @@ pub async fn create(server: &Server, tenant: usize, body: &[u8]) -> Response {
     ]);
     match Volume::create_labelled(&server.client, &docker_name(&hash, &request.name), labels).await
     {
-        Ok(v) => (StatusCode::CREATED, axum::Json(with_token(&v))).into_response(),
+        Ok(v) => (
+            StatusCode::CREATED,
+            axum::Json(with_token(server, tenant, &v)),
+        )
+            .into_response(),
         Err(dockhand::Error::InvalidSpec { message, .. }) => {
             api_error(StatusCode::CONFLICT, message)
         }
@@ -128,7 +132,7 @@ pub async fn list(server: &Server, tenant: usize) -> Response {
 /// `GET /volumes/{id}`.
 pub async fn get(server: &Server, tenant: usize, id: &str) -> Response {
     match owned(server, tenant, id).await {
-        Ok(Some(v)) => axum::Json(with_token(&v)).into_response(),
+        Ok(Some(v)) => axum::Json(with_token(server, tenant, &v)).into_response(),
         Ok(None) => missing(id),
         Err(e) => api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
@@ -141,6 +145,7 @@ pub async fn delete(server: &Server, tenant: usize, id: &str) -> Response {
         Ok(None) => return missing(id),
         Err(e) => return api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
+    server.volume_helpers.close(&volume.name).await;
     match volume.remove(&server.client).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(dockhand::Error::InvalidSpec { message, .. }) => {

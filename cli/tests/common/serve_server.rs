@@ -69,6 +69,7 @@ impl Server {
             .args(args)
             .env("E2B_API_URL", &self.url)
             .env("E2B_SANDBOX_URL", &self.url)
+            .env("E2B_VOLUME_API_URL", &self.url)
             .env("E2B_API_KEY", KEY)
             .env("OTHER_KEY", OTHER_KEY)
             .env_remove("E2B_DOMAIN")

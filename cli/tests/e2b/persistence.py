@@ -172,6 +172,27 @@ def volumes():
     out["other_mount"] = refused(lambda: BaseSandbox.create(
         template="base", timeout=30, volume_mounts={"/mnt/x": "shared-data"}, api_key=OTHER_KEY))
     out["other_destroy"] = Volume.destroy(vol.volume_id, api_key=OTHER_KEY)
+    # The content API: the volume's files without a sandbox, seen by the
+    # sandbox that mounts it.
+    out["content_read"] = vol.read_file("h.txt")
+    vol.make_dir("docs/deep", force=True)
+    out["content_written"] = vol.write_file("docs/deep/note.txt", "from the API").size
+    out["content_overwrite"] = refused(lambda: vol.write_file("docs/deep/note.txt", "again"))
+    vol.write_file("docs/deep/note.txt", "again", force=True)
+    out["seen_in_sandbox"] = reader.commands.run("cat /mnt/data/docs/deep/note.txt").stdout
+    out["listing"] = sorted(e.path for e in vol.list("/", depth=3))
+    out["exists"] = [vol.exists("h.txt"), vol.exists("nope.txt")]
+    out["mode"] = oct(vol.update_metadata("h.txt", mode=0o600).mode)
+    out["info_type"] = str(vol.get_info("docs").type.value)
+    vol.remove("docs/deep/note.txt")
+    out["removed"] = vol.exists("docs/deep/note.txt")
+    out["missing_read"] = refused(lambda: vol.read_file("nope.txt"))
+    out["climb"] = refused(lambda: vol.read_file("../../etc/passwd"))
+    out["foreign_owner"] = refused(lambda: vol.write_file("x.txt", "x", uid=0))
+    out["forged_token"] = refused(lambda: vol.read_file("h.txt", token="0" * 64))
+    theirs = Volume.create("their-data", api_key=OTHER_KEY)
+    out["their_token"] = refused(lambda: vol.read_file("h.txt", token=theirs.token))
+    Volume.destroy(theirs.volume_id, api_key=OTHER_KEY)
     out["made_twice"] = refused(lambda: Volume.create("shared-data"))
     out["destroy_mounted"] = refused(lambda: Volume.destroy(vol.volume_id))
     reader.kill()
