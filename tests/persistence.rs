@@ -198,6 +198,32 @@ async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
         .await
         .unwrap();
     assert_eq!(alive.stdout, "alive\n", "{alive:?}");
+    // A command this owner leaves running keeps its request id: the next
+    // owner numbers past it, so none of its requests gets that output.
+    again
+        .spawn(
+            "while true; do echo tick; sleep 0.05; done",
+            SpawnOptions::new(),
+        )
+        .await
+        .unwrap();
+    drop(again);
+    let again = taken_over(&client, &id).await;
+    for _ in 0..5 {
+        let mut spawned = again
+            .spawn("sleep 0.3; echo clean", SpawnOptions::new())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(event) = futures::StreamExt::next(&mut spawned.events).await {
+            match event.unwrap() {
+                dockhand::session::ExecEvent::Stdout(b) => out.extend_from_slice(&b),
+                dockhand::session::ExecEvent::Exit(_) => break,
+                _ => {}
+            }
+        }
+        assert_eq!(String::from_utf8_lossy(&out), "clean\n");
+    }
 
     // Paused on its files and dropped: listed as stopped, resumed by id.
     again.pause(PauseMode::Filesystem).await.unwrap();

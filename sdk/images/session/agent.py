@@ -15,7 +15,8 @@ threads, so a long command does not hold up a file read.
                  {"type": "stat", "id", "path"}
                  {"type": "mkdir", "id", "path"}
                  {"type": "move", "id", "path", "destination"}
-                 {"type": "hello"}                          (answered with another "ready")
+                 {"type": "hello"}                          (answered with another "ready", with the
+                                                             next request id no earlier host used)
   agent -> host  {"type": "ready"}
                  {"type": "started", "id", "pid"}   (an exec with "report_pid", before its output)
                  {"type": "chunk", "id", "stream": "stdout" | "stderr", "data"}
@@ -559,11 +560,21 @@ def reap_once(own):
                 pass
 
 
+# One past the highest request id seen: a host attaching later (a server
+# restarted twice) numbers its requests from here, never reusing the id of
+# a command an earlier host left running.
+_next_id = 1
+
+
 def serve(line):
+    global _next_id
     try:
         req = json.loads(line)
     except ValueError:
         return
+    rid = req.get("id")
+    if isinstance(rid, int) and rid >= _next_id:
+        _next_id = rid + 1
     if req.get("type") == "input":
         queue_input(req)
         return
@@ -576,7 +587,7 @@ def serve(line):
     # A host that attached after the agent started (a pod on a cluster)
     # missed the first `ready`: say it again.
     if req.get("type") == "hello":
-        send({"type": "ready", "pid": os.getpid()})
+        send({"type": "ready", "pid": os.getpid(), "next_id": _next_id})
         return
     # Every pid in use (a command's fork bomb): end what used them up and
     # try again for a moment, since a bomb's remains take a while to go;

@@ -187,6 +187,10 @@ pub enum Reply {
     Ready {
         /// Its pid.
         pid: u32,
+        /// One past the highest request id it has seen (said in answer
+        /// to a `hello`): where a later host starts numbering.
+        #[serde(default)]
+        next_id: u64,
     },
     /// An exec with `report_pid` began: its pid (and process group).
     Started {

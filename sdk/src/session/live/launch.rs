@@ -247,7 +247,11 @@ pub(super) async fn connect(
         parking,
     });
     match ready_rx.recv().await {
-        Some(Ok(())) => Ok(conn),
+        Some(Ok(next_id)) => {
+            // An agent an earlier host used says where its ids end.
+            conn.next_id.fetch_max(next_id, Ordering::SeqCst);
+            Ok(conn)
+        }
         Some(Err(stderr)) => Err(Error::SessionUnavailable {
             reason: format!("the session agent exited: {}", stderr.trim()),
         }),
@@ -454,7 +458,7 @@ async fn read_replies(
     mut output: Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
     exited: impl std::future::Future<Output = ()> + Send,
     routes: Routes,
-    ready: mpsc::UnboundedSender<std::result::Result<(), String>>,
+    ready: mpsc::UnboundedSender<std::result::Result<u64, String>>,
     parking: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut lines = LineBuffer::default();
@@ -483,7 +487,11 @@ async fn read_replies(
                 }
             };
             let Some(id) = reply.id() else {
-                let _ = ready.send(Ok(()));
+                let next_id = match reply {
+                    Reply::Ready { next_id, .. } => next_id,
+                    _ => 0,
+                };
+                let _ = ready.send(Ok(next_id));
                 continue;
             };
             let mut routes = lock(&routes);
@@ -542,6 +550,16 @@ mod tests {
             serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
         assert_eq!(again["type"], "ready");
         assert_eq!(again["pid"], first["pid"]);
+        assert_eq!(again["next_id"], 1);
+        // A later host numbers its requests past every id an earlier one
+        // used (a signal for an id with no command is answered by nothing).
+        stdin
+            .write_all(b"{\"type\":\"signal\",\"id\":41,\"signal\":15}\n{\"type\":\"hello\"}\n")
+            .unwrap();
+        stdin.flush().unwrap();
+        let later: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(later["next_id"], 42);
         drop(stdin);
         assert!(lines.next().is_none(), "nothing more once stdin closed");
         let status = agent.wait().unwrap();
