@@ -351,6 +351,52 @@ async fn a_kernel_paused_on_files_keeps_files_and_starts_afresh() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_kernel_taken_over_keeps_its_contexts_variables() {
+    let config = common::kernel_config().session(|c| c.keep(true).name("kept-kernel"));
+    let client = common::client().await;
+    let kernel = client.kernel(config.clone());
+    kernel.start().await.unwrap();
+    kernel.run("x = 41\nimport json").await.unwrap();
+    kernel.create_context("other").await.unwrap();
+    kernel
+        .run_with(
+            "y = 'second'",
+            dockhand::kernel::RunOptions::new().context("other"),
+        )
+        .await
+        .unwrap();
+    let id = kernel.session().describe().container_id.unwrap();
+    drop(kernel);
+
+    // Another owner takes it over: the same kernels, their variables and
+    // imports, in both contexts.
+    let again = client.kept_kernel(&id, config).await.unwrap();
+    again.resume().await.unwrap();
+    let mut names = again.contexts();
+    names.sort();
+    assert_eq!(names, ["default", "other"]);
+    let r = again.run("json.dumps(x + 1)").await.unwrap();
+    assert_eq!(r.text(), Some("'42'"), "{r:?}");
+    let r = again
+        .run_with("y", dockhand::kernel::RunOptions::new().context("other"))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), Some("'second'"), "{r:?}");
+    // A new context beside them works too.
+    again.create_context("third").await.unwrap();
+    let r = again
+        .run_with(
+            "1 + 1",
+            dockhand::kernel::RunOptions::new().context("third"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.text(), Some("2"), "{r:?}");
+    again.close().await.unwrap();
+    gone(&id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_pauses_itself_and_the_next_request_resumes_it() {
     let client = common::client().await;
     let s = client.session(

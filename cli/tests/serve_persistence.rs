@@ -156,6 +156,7 @@ fn a_restarted_server_adopts_its_sandboxes_from_its_state_dir() {
     assert_eq!(r["sleeper_alive"], "yes\n");
     assert_eq!(r["paused_file"], "paused before");
     assert_eq!(r["kernel"], serde_json::json!([["kernel file\n"], "4"]));
+    assert_eq!(r["kernel_variable"], "42");
     assert_eq!(r["other_hidden"], "SandboxNotFoundException");
     assert_eq!(r["other_own"], "mine\n");
     drop(second);

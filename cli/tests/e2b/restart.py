@@ -48,6 +48,8 @@ def after(made):
     kernel = Sandbox.connect(ids["kernel"])
     run = kernel.run_code("print(open('k.txt').read())\n2 + 2")
     out["kernel"] = [run.logs.stdout, run.text]
+    # The kernel itself ran on: a variable set before the restart is there.
+    out["kernel_variable"] = kernel.run_code("x + 41").text
     out["other_hidden"] = refused(lambda: BaseSandbox.connect(ids["other"]))
     out["other_own"] = BaseSandbox.connect(ids["other"], api_key=OTHER_KEY).commands.run("echo mine").stdout
     for name, sid in ids.items():

@@ -7,12 +7,14 @@ The session agent runs it with its stdin kept open; it speaks JSON lines:
                  {"op": "send", "ctx", "channel": "shell" | "control", "msg": {header, parent_header, metadata, content}}
                  {"op": "interrupt", "ctx"}
                  {"op": "stop", "ctx"}
+                 {"op": "list"}
   relay -> host  {"ev": "ready"}
                  {"ev": "started", "ctx", "pid"} | {"ev": "failed", "ctx", "reason"}
                  {"ev": "msg", "ctx", "channel", "msg": {...}}
                  {"ev": "cut", "ctx", "parent", "stream"}       (later output of that stream was dropped)
                  {"ev": "died", "ctx", "code", "oom", "stderr"}
                  {"ev": "stopped", "ctx"}
+                 {"ev": "contexts", "list": [{"ctx", "cwd"}]}   (the running contexts, for "list")
 
 Messages are signed and checked with each kernel's own key (jupyter_client's
 Session). The context a message belongs to is the socket it came from, never
@@ -340,6 +342,13 @@ class Relay:
             return
         if op == "stop":
             self.stop(name)
+            return
+        if op == "list":
+            # A host that took over this relay (its server restarted) asks
+            # which contexts run, to route their events again.
+            emit({"ev": "contexts", "list": [
+                {"ctx": c.name, "cwd": c.req.get("cwd") or ""}
+                for c in self.contexts.values() if c.ready]})
             return
         context = self.contexts.get(name)
         if context is None:

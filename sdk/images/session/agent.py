@@ -15,6 +15,7 @@ threads, so a long command does not hold up a file read.
                  {"type": "stat", "id", "path"}
                  {"type": "mkdir", "id", "path"}
                  {"type": "move", "id", "path", "destination"}
+                 {"type": "channels", "id"}                 (the running execs with "keep_stdin": id, command)
                  {"type": "hello"}                          (answered with another "ready", with the
                                                              next request id no earlier host used)
   agent -> host  {"type": "ready"}
@@ -132,6 +133,8 @@ def do_exec(req):
     proc = with_pids(spawn)
     master = terminal.get("fd")
     _groups[rid] = proc.pid
+    if keep_stdin and master is None:
+        _channels[rid] = req["command"]
     if master is not None:
         _terminals[rid] = master
     try:
@@ -155,6 +158,7 @@ def do_exec(req):
     finally:
         _commands.discard(proc.pid)
         _groups.pop(rid, None)
+        _channels.pop(rid, None)
         if _terminals.pop(rid, None) is not None:
             os.close(master)
         pending = _inputs.get(rid)
@@ -256,6 +260,15 @@ _groups = {}
 
 # Exec id -> queue of `input` data for a command that keeps its stdin open.
 _inputs = {}
+
+# Exec id -> command, of the commands a host talks to over their stdin
+# (channels: a kernel relay, say). A host that attaches later finds them
+# here, as the agent started them: nothing a command wrote says so.
+_channels = {}
+
+
+def do_channels(req):
+    return {"channels": [{"id": rid, "command": command} for rid, command in list(_channels.items())]}
 
 
 def feed_inputs(rid, write, close):
@@ -492,7 +505,7 @@ def do_move(req):
 
 
 HANDLERS = {"read": do_read, "write": do_write, "list": do_list, "remove": do_remove,
-            "stat": do_stat, "mkdir": do_mkdir, "move": do_move}
+            "stat": do_stat, "mkdir": do_mkdir, "move": do_move, "channels": do_channels}
 
 
 def handle(req):

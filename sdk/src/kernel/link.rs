@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::wire::{Event, Lines, Op};
+use super::wire::{Event, Lines, Listed, Op};
 use super::KernelError;
 use crate::error::Result;
 use crate::session::protocol::{unb64, Reply};
@@ -40,6 +40,8 @@ struct Routes {
     /// The agent ended the relay's group for using up the container's pids.
     pids_exhausted: bool,
     contexts: HashMap<String, Route>,
+    /// Who waits for the answer to `list`.
+    listing: Option<oneshot::Sender<Vec<Listed>>>,
 }
 
 /// A running relay.
@@ -62,22 +64,10 @@ impl Link {
     /// user site, no `PYTHON*` variables, not its own directory on the
     /// path), so nothing the kernel's code writes is ever loaded by it.
     pub(crate) async fn open(session: &Session) -> Result<Arc<Link>> {
-        let relay = format!("{}/{RELAY_FILE}", crate::session::HELPERS_DIR);
-        let Channel { id, replies } = session
-            .open_channel(&format!("exec python3 -I -B -u {relay}"), BTreeMap::new())
+        let channel = session
+            .open_channel(&relay_command(), BTreeMap::new())
             .await?;
-        let routes = Arc::new(Mutex::new(Routes {
-            alive: true,
-            ..Routes::default()
-        }));
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let reader = tokio::spawn(read_events(replies, routes.clone(), ready_tx));
-        let link = Arc::new(Link {
-            session: session.clone(),
-            channel: id,
-            routes,
-            reader,
-        });
+        let (link, ready_rx) = Link::over(session, channel);
         match tokio::time::timeout(READY_LIMIT, ready_rx).await {
             Ok(Ok(())) => Ok(link),
             Ok(Err(_)) => {
@@ -96,6 +86,54 @@ impl Link {
             }
             Err(_) => Err(KernelError::Unavailable {
                 reason: format!("the kernel relay did not start within {READY_LIMIT:?}"),
+            }
+            .into()),
+        }
+    }
+
+    /// The host's end of a relay on `channel`, and the signal of its
+    /// `ready`.
+    fn over(session: &Session, channel: Channel) -> (Arc<Link>, oneshot::Receiver<()>) {
+        let Channel { id, replies } = channel;
+        let routes = Arc::new(Mutex::new(Routes {
+            alive: true,
+            ..Routes::default()
+        }));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let reader = tokio::spawn(read_events(replies, routes.clone(), ready_tx));
+        let link = Arc::new(Link {
+            session: session.clone(),
+            channel: id,
+            routes,
+            reader,
+        });
+        (link, ready_rx)
+    }
+
+    /// Takes over the relay an earlier host of this (kept) session left
+    /// running, if there is one: its kernels, their variables and all, and
+    /// the contexts they run. `None` where no relay runs.
+    pub(crate) async fn adopt(session: &Session) -> Result<Option<(Arc<Link>, Vec<Listed>)>> {
+        let command = relay_command();
+        let Some(open) = session
+            .open_channels()
+            .await?
+            .into_iter()
+            .find(|c| c.command == command)
+        else {
+            return Ok(None);
+        };
+        let (link, _ready) = Link::over(session, session.adopt_channel(open.id)?);
+        let (tx, rx) = oneshot::channel();
+        lock(&link.routes).listing = Some(tx);
+        link.send(&Op::List).await?;
+        match tokio::time::timeout(READY_LIMIT, rx).await {
+            Ok(Ok(listed)) => Ok(Some((link, listed))),
+            _ => Err(KernelError::Unavailable {
+                reason: format!(
+                    "the running kernel relay did not list its contexts: {}",
+                    link.why()
+                ),
             }
             .into()),
         }
@@ -166,6 +204,14 @@ impl Link {
     }
 }
 
+/// How the agent runs the relay (and how a later host finds it running).
+fn relay_command() -> String {
+    format!(
+        "exec python3 -I -B -u {}/{RELAY_FILE}",
+        crate::session::HELPERS_DIR
+    )
+}
+
 /// Routes the relay's events until its output ends.
 async fn read_events(
     mut replies: mpsc::UnboundedReceiver<Reply>,
@@ -213,7 +259,13 @@ async fn read_events(
                 }
                 continue;
             }
-            let routes = lock(&routes);
+            let mut routes = lock(&routes);
+            if let Event::Contexts { list } = event {
+                if let Some(listing) = routes.listing.take() {
+                    let _ = listing.send(list);
+                }
+                continue;
+            }
             let Some(route) = event.context().and_then(|c| routes.contexts.get(c)) else {
                 continue;
             };

@@ -135,9 +135,10 @@ impl Client {
 
 impl Client {
     /// The kept kernel whose container is `id` (its session made with
-    /// `keep(true)`), paused in this process until [`Kernel::resume`]: on
-    /// its files its contexts start afresh; from memory its processes go on
-    /// (this process talks to them through a new relay).
+    /// `keep(true)`), paused in this process until [`Kernel::resume`]. One
+    /// that runs (or is restored from memory) goes on: resume takes over
+    /// the relay its kernels run under, so every context keeps its
+    /// variables. One stopped on its files starts its contexts afresh.
     pub async fn kept_kernel(&self, id: &str, config: KernelConfig) -> Result<Kernel> {
         let session = self.kept_session(id, config.session_config()).await?;
         Ok(Kernel {
@@ -537,18 +538,50 @@ impl Kernel {
     }
 
     /// Resumes a paused kernel (see [`Session::resume`]). One adopted
-    /// from another process ([`Client::kept_kernel`]) gets its default
-    /// context here.
+    /// from another process ([`Client::kept_kernel`]) that still runs
+    /// takes over its relay: its contexts go on, variables, imports and
+    /// all. Otherwise (its container was stopped, or held no kernel) it
+    /// gets its default context here.
     pub async fn resume(&self) -> Result<()> {
         {
-            let _link = self.inner.link.lock().await;
+            let mut link = self.inner.link.lock().await;
             self.inner.session.resume().await?;
+            if link.is_none() && self.contexts().is_empty() {
+                match Link::adopt(&self.inner.session).await {
+                    Ok(Some((running, listed))) => {
+                        self.take_over(&running, listed);
+                        *link = Some(running);
+                    }
+                    Ok(None) => {}
+                    // The contexts start afresh, as after a restart.
+                    Err(e) => tracing::warn!(error = %e, "taking over a kept kernel's relay"),
+                }
+            }
         }
         if self.contexts().is_empty() {
             let cwd = self.inner.config.session.workspace_dir().to_string();
             self.create_context_in(DEFAULT_CONTEXT, &cwd).await?;
         }
         Ok(())
+    }
+
+    /// Routes the contexts a taken-over relay runs to this kernel.
+    fn take_over(&self, link: &Arc<Link>, listed: Vec<super::wire::Listed>) {
+        let mut contexts = lock(&self.inner.contexts);
+        for found in listed {
+            let Some(events) = link.route(&found.ctx) else {
+                return;
+            };
+            let context = Context {
+                name: found.ctx.clone(),
+                cwd: found.cwd,
+                events: Some(events),
+                link: Some(link.clone()),
+                history: Vec::new(),
+                abandoned: Arc::default(),
+            };
+            contexts.insert(found.ctx, Arc::new(tokio::sync::Mutex::new(context)));
+        }
     }
 
     /// Removes the container and every context.

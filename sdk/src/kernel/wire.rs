@@ -29,6 +29,8 @@ pub(crate) enum Op<'a> {
     Interrupt { ctx: &'a str },
     /// End a context's kernel and all it started.
     Stop { ctx: &'a str },
+    /// Asks for the running contexts (a host that takes over a relay).
+    List,
 }
 
 impl Op<'_> {
@@ -70,13 +72,24 @@ pub(crate) enum Event {
     Stopped {
         ctx: String,
     },
+    /// The running contexts, in answer to `list`.
+    Contexts {
+        list: Vec<Listed>,
+    },
+}
+
+/// A context a relay runs, as `list` gives it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub ctx: String,
+    pub cwd: String,
 }
 
 impl Event {
     /// The context the event is about.
     pub(crate) fn context(&self) -> Option<&str> {
         match self {
-            Event::Ready => None,
+            Event::Ready | Event::Contexts { .. } => None,
             Event::Failed { ctx, .. } => ctx.as_deref(),
             Event::Started { ctx }
             | Event::Msg { ctx, .. }

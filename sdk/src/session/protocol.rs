@@ -56,6 +56,11 @@ pub enum Request {
         /// The signal's number (`SIGKILL`, `SIGTERM`, `SIGINT` or `SIGHUP`).
         signal: i32,
     },
+    /// List the running commands that keep their stdin open (channels).
+    Channels {
+        /// Request id.
+        id: u64,
+    },
     /// Describe one path (symbolic links not followed).
     Stat {
         /// Request id.
@@ -179,6 +184,16 @@ pub struct FileInfo {
     pub target: Option<String>,
 }
 
+/// A running command a host talks to over its stdin, as the agent
+/// started it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct OpenChannel {
+    /// Its request id.
+    pub id: u64,
+    /// Its command.
+    pub command: String,
+}
+
 /// Agent -> host.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -244,6 +259,9 @@ pub enum Reply {
         /// Whether mkdir made the directory (false: it was there).
         #[serde(default)]
         created: Option<bool>,
+        /// The channels (channels).
+        #[serde(default)]
+        channels: Option<Vec<OpenChannel>>,
     },
     /// A request failed.
     Error {

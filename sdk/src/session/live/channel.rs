@@ -42,6 +42,34 @@ impl Session {
         Ok(Channel { id, replies })
     }
 
+    /// The channels running in the container, as its agent started them:
+    /// what an earlier host of a kept session left (its kernel relay).
+    pub(crate) async fn open_channels(&self) -> Result<Vec<protocol::OpenChannel>> {
+        let _busy = self.busy().await?;
+        let limit = self.inner.config.request_timeout;
+        let mut rx = self.request(|id| Request::Channels { id }).await?;
+        match tokio::time::timeout(limit, rx.recv()).await {
+            Err(_) => Err(self.unanswered("a channels request", limit)),
+            Ok(Some(Reply::Ok { channels, .. })) => Ok(channels.unwrap_or_default()),
+            Ok(Some(Reply::Error { message, .. })) => Err(Error::SessionUnavailable {
+                reason: format!("listing the session's channels: {message}"),
+            }),
+            Ok(_) => Err(self.gone()),
+        }
+    }
+
+    /// Takes over channel `id`, which an earlier host opened: its later
+    /// output comes here (what it wrote with no host attached is gone).
+    pub(crate) fn adopt_channel(&self, id: u64) -> Result<Channel> {
+        let conn = self.conn()?;
+        let (tx, replies) = mpsc::unbounded_channel();
+        match lock(&conn.routes).as_mut() {
+            Some(routes) => routes.insert(id, tx),
+            None => return Err(self.gone()),
+        };
+        Ok(Channel { id, replies })
+    }
+
     /// Writes `data` to the stdin of the channel `id`.
     pub(crate) async fn channel_input(&self, id: u64, data: &[u8]) -> Result<()> {
         let conn = self.conn()?;
