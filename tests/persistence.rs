@@ -397,6 +397,34 @@ async fn a_kept_kernel_taken_over_keeps_its_contexts_variables() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_forked_on_files_gives_kernels_with_the_files() {
+    let kernel = common::kernel(common::kernel_config().session(|c| c.pausable(true))).await;
+    kernel
+        .run("x = 1\nopen('base.txt', 'w').write('base')")
+        .await
+        .unwrap();
+    let forks = kernel.fork(2, PauseMode::Filesystem).await.unwrap();
+    forks[0]
+        .run("open('base.txt', 'w').write('changed')")
+        .await
+        .unwrap();
+    let r = forks[1].run("open('base.txt').read()").await.unwrap();
+    assert_eq!(r.text(), Some("'base'"), "{r:?}");
+    // Files, not memory: a fork's context starts afresh.
+    let r = forks[1].run("x").await.unwrap();
+    assert!(
+        r.error.as_ref().is_some_and(|e| e.name == "NameError"),
+        "{r:?}"
+    );
+    let r = kernel.run("x + 1").await.unwrap();
+    assert_eq!(r.text(), Some("2"), "the parent runs on");
+    for fork in forks {
+        fork.close().await.unwrap();
+    }
+    kernel.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_pauses_itself_and_the_next_request_resumes_it() {
     let client = common::client().await;
     let s = client.session(

@@ -58,6 +58,14 @@ async fn count_in(s: &Session) -> (String, u64) {
 /// Waits until the counter's file shows a count above `after`.
 async fn counts_on(s: &Session, token: &str, after: u64) -> u64 {
     let started = Instant::now();
+    // The counter prints its first line before it writes its file.
+    while s.stat("/tmp/count").await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the counter never wrote its file"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     loop {
         let (t, n) = count_in(s).await;
         assert_eq!(
@@ -237,6 +245,34 @@ async fn everything() {
         ticks > before,
         "the kernel's thread goes on: {before} then {ticks}"
     );
+    // Forked with its memory: each fork's context goes on with the
+    // variables, and the forks diverge.
+    kernel
+        .run("import os\nbase = os.urandom(8).hex()")
+        .await
+        .unwrap();
+    let parent_base = kernel
+        .run("base")
+        .await
+        .unwrap()
+        .text()
+        .unwrap()
+        .to_string();
+    let forks = kernel.fork(2, PauseMode::Memory).await.unwrap();
+    for (i, fork) in forks.iter().enumerate() {
+        let r = fork.run(&format!("x = {i}\n(base, x + 41)")).await.unwrap();
+        let text = r.text().unwrap_or_default().to_string();
+        assert_eq!(text, format!("({parent_base}, {})", 41 + i), "{r:?}");
+    }
+    let r = kernel.run("x").await.unwrap();
+    assert_eq!(
+        r.text(),
+        Some("41"),
+        "the parent is not changed by its forks"
+    );
+    for fork in forks {
+        fork.close().await.unwrap();
+    }
     kernel.close().await.unwrap();
 
     // A kept session outlives its handle, paused, and resumes by id.

@@ -1,9 +1,12 @@
 //! Pause, connect and lifecycle of `dockhand serve`'s sandboxes through the
-//! E2B SDKs (`e2b`, `e2b-code-interpreter`), against real containers on a
-//! daemon without checkpoints: pauses keep files (memory mode is tested on
-//! a daemon of its own in tests/persistence_memory.rs).
+//! E2B SDKs (`e2b`, `e2b-code-interpreter`), against real containers: on
+//! the main daemon, without checkpoints, pauses keep files; on a second
+//! dockerd of the test's own with gVisor and `experimental`, they keep
+//! memory, and so do snapshots.
 
 mod common;
+#[path = "../../tests/common/second_daemon.rs"]
+mod second_daemon;
 #[path = "common/serve_server.rs"]
 mod serve_server;
 
@@ -275,4 +278,66 @@ fn templates_built_through_the_sdk_start_sandboxes_and_outlive_a_restart() {
     // Uploads go with their builds.
     let uploads: Vec<_> = std::fs::read_dir(state.join("uploads")).unwrap().collect();
     assert!(uploads.is_empty(), "{uploads:?}");
+}
+
+/// A daemon that saves memory: gVisor registered, checkpoints on.
+const GVISOR_DAEMON: &str = r#"{"experimental": true, "runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}"#;
+
+#[test]
+fn memory_pauses_and_snapshots_through_the_sdks_under_gvisor() {
+    if !second_daemon::runsc_installed() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // The images serve's two templates run, made on the main daemon (the
+    // second has no registry and no debootstrap of its own).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, kernel) = runtime.block_on(async {
+        let main = dockhand::Client::connect().await.unwrap();
+        let base = dockhand::ImageSpec::default().trust_host_certificates();
+        let science = dockhand::kernel::KernelConfig::data_science();
+        let kernel = science
+            .clone()
+            .image(science.image_spec().clone().trust_host_certificates())
+            .container_image();
+        (
+            main.resolve_image(&base).await.unwrap().reference,
+            main.resolve_image(&kernel).await.unwrap().reference,
+        )
+    });
+    let daemon = second_daemon::SecondDaemon::start(GVISOR_DAEMON, &base);
+    daemon.load(&kernel);
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().display().to_string();
+    let server = Server::start_with_env(
+        0,
+        &["--host", &daemon.endpoint, "--gvisor"],
+        &[("DOCKHAND_CACHE_DIR", &cache_dir)],
+    );
+    let r = json_output(server.python("memory.py", &[]));
+    assert_eq!(r["paused_state"], "paused");
+    assert_eq!(
+        r["after_resume"], "42",
+        "a kernel's variable survives a pause: {r}"
+    );
+    assert_eq!(r["source_after_snapshot"], "41");
+    assert_eq!(
+        r["copy_memory"], "42",
+        "a snapshot's sandbox has its memory: {r}"
+    );
+    assert_eq!(r["source_unchanged"], "41");
+    assert_eq!(r["second_copy"], "41", "each sandbox from it starts alike");
+    assert_eq!(r["files_only"], "NameError");
+    assert_eq!(r["process_after_resume"], "alive\n");
+    assert_eq!(r["deleted"], serde_json::json!([true, true]));
+    drop(server);
+    // Nothing left on that daemon: sandboxes, memory snapshots' forks.
+    let started = std::time::Instant::now();
+    while daemon.containers_with_label("dev.dockhand.kind=session") > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "sessions left on the second daemon"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }

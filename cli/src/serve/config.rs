@@ -189,10 +189,14 @@ pub fn templates(
     pool: usize,
     transfer_limit: u64,
     kept_as: Option<String>,
+    gvisor: bool,
 ) -> anyhow::Result<BTreeMap<String, Template>> {
     // With a state directory, containers outlive the server, named as its.
     let prepare = move |session: SessionConfig| {
-        let session = serve_session(session).read_limit(transfer_limit);
+        let mut session = serve_session(session).read_limit(transfer_limit);
+        if gvisor {
+            session = session.isolation(dockhand::Isolation::Gvisor);
+        }
         match &kept_as {
             Some(name) => session.keep(true).name(name.clone()),
             None => session,
@@ -286,7 +290,7 @@ mod tests {
 
     #[test]
     fn the_built_in_templates_are_the_sdks_defaults() {
-        let t = templates(None, 3, 1 << 20, None).unwrap();
+        let t = templates(None, 3, 1 << 20, None, false).unwrap();
         assert!(matches!(t[CODE_INTERPRETER].kind, TemplateKind::Kernel(_)));
         assert!(matches!(t[BASE].kind, TemplateKind::Session(_)));
         assert_eq!(t[BASE].pool, 3);
@@ -300,7 +304,7 @@ mod tests {
                 "base": {"apt": ["jq"], "cpus": 4}
             }}"#,
         );
-        let t = templates(Some(f.path()), 2, 1 << 20, None).unwrap();
+        let t = templates(Some(f.path()), 2, 1 << 20, None, false).unwrap();
         assert!(matches!(t["analysis"].kind, TemplateKind::Kernel(_)));
         assert_eq!(t["analysis"].pool, 0);
         assert_eq!((t["base"].cpus, t["base"].pool), (4, 2));
@@ -313,14 +317,14 @@ mod tests {
     #[test]
     fn bad_template_files_are_refused_with_the_reason() {
         let kind = file(r#"{"templates": {"x": {"kind": "vm"}}}"#);
-        let e = templates(Some(kind.path()), 1, 1 << 20, None)
+        let e = templates(Some(kind.path()), 1, 1 << 20, None, false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("kind `vm`"), "{e}");
         let unknown = file(r#"{"templates": {"x": {"packages": ["a"]}}}"#);
         let e = format!(
             "{:#}",
-            templates(Some(unknown.path()), 1, 1 << 20, None).unwrap_err()
+            templates(Some(unknown.path()), 1, 1 << 20, None, false).unwrap_err()
         );
         assert!(e.contains("packages"), "{e}");
     }

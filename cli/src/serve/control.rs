@@ -244,7 +244,18 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         (None, Some(b)) => b.image.as_deref(),
         (None, None) => None,
     };
-    let (session, kernel) = match server.container(template, network, image, &volumes).await {
+    let frozen = snapshot.as_ref().and_then(|s| s.frozen.clone());
+    if frozen.is_some() && (internet || !volumes.is_empty()) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "a sandbox from a memory snapshot has its source's network and volumes; ask for neither",
+        );
+    }
+    let made = match &frozen {
+        Some(frozen) => frozen.fork().await,
+        None => server.container(template, network, image, &volumes).await,
+    };
+    let (session, kernel) = match made {
         Ok(parts) => parts,
         Err(e) => {
             return api_error(

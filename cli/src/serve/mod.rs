@@ -109,6 +109,10 @@ pub struct ServeArgs {
     /// Template builds (the SDKs' `Template.build`) run at once; more wait.
     #[arg(long, default_value_t = 2)]
     concurrent_builds: usize,
+    /// Sandboxes run under gVisor (the daemon's `runsc` runtime): with the
+    /// daemon's `experimental` flag on, pauses and snapshots keep memory.
+    #[arg(long)]
+    gvisor: bool,
     /// Refuse template builds: their steps run in the daemon's build
     /// containers (root inside, the daemon's default network).
     #[arg(long)]
@@ -313,6 +317,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         args.pool,
         args.max_upload as u64,
         store.as_deref().map(restore::owner_name),
+        args.gvisor,
     )?;
     let pools = templates
         .keys()

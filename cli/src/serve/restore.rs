@@ -164,6 +164,8 @@ async fn adopt_one(server: &Arc<Server>, row: &Row) -> Result<Arc<Sandbox>, Stri
 
 /// What a shutdown does to the sandboxes still held.
 pub async fn shut_down(server: &Server, mode: OnShutdown) {
+    // Memory snapshots are this process's (the next server has their files).
+    server.snapshots.thaw_all().await;
     let all = server.registry.take_all();
     match mode {
         OnShutdown::Kill => {

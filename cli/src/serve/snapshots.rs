@@ -1,6 +1,8 @@
 //! E2B's snapshots: `create_snapshot()` commits a sandbox's files to an
-//! image (the sandbox runs on), `Sandbox.create(<snapshot id>)` starts new
-//! sandboxes from it, `list_snapshots()` and `delete_snapshot()` manage
+//! image and, where the daemon can save memory (gVisor with checkpoints),
+//! keeps its memory too, as a paused fork (the sandbox runs on);
+//! `Sandbox.create(<snapshot id>)` starts new sandboxes from it (forks of
+//! that fork: processes, kernels' variables and all), `list_snapshots()` and `delete_snapshot()` manage
 //! them. A snapshot belongs to the key that made it; it outlives its
 //! sandbox, and with a state directory the server.
 
@@ -13,11 +15,96 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::control::{api_error, not_found};
+use dockhand::session::PauseMode;
+
+use super::control::{api_error, not_found, Parts};
+use super::registry::Sandbox;
 use super::{json_or_default, lock, Server};
 
+/// A sandbox's memory kept for the sandboxes started from its snapshot: a
+/// fork of it, paused with its memory; each create forks that again.
+#[derive(Clone)]
+pub struct Frozen {
+    parts: FrozenParts,
+    /// One fork of it at a time.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Clone)]
+enum FrozenParts {
+    Kernel(dockhand::kernel::Kernel),
+    Session(dockhand::session::Session),
+}
+
+impl std::fmt::Debug for Frozen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Frozen")
+    }
+}
+
+impl Frozen {
+    /// Freezes `sandbox`'s memory (it runs on): `PauseUnsupported` where
+    /// the daemon cannot save memory.
+    async fn of(sandbox: &Sandbox) -> dockhand::Result<Frozen> {
+        let parts = match &sandbox.kernel {
+            Some(kernel) => {
+                let fork = one(kernel.fork(1, PauseMode::Memory).await?)?;
+                if let Err(e) = fork.pause(PauseMode::Memory).await {
+                    let _ = fork.close().await;
+                    return Err(e);
+                }
+                FrozenParts::Kernel(fork)
+            }
+            None => {
+                let fork = one(sandbox.session.fork(1, PauseMode::Memory).await?)?;
+                if let Err(e) = fork.pause(PauseMode::Memory).await {
+                    let _ = fork.close().await;
+                    return Err(e);
+                }
+                FrozenParts::Session(fork)
+            }
+        };
+        Ok(Frozen {
+            parts,
+            turn: Arc::default(),
+        })
+    }
+
+    /// A new sandbox's parts, going on from the frozen memory.
+    pub async fn fork(&self) -> dockhand::Result<Parts> {
+        let _turn = self.turn.lock().await;
+        match &self.parts {
+            FrozenParts::Kernel(k) => {
+                let fork = one(k.fork(1, PauseMode::Memory).await?)?;
+                Ok((fork.session().clone(), Some(fork)))
+            }
+            FrozenParts::Session(s) => Ok((one(s.fork(1, PauseMode::Memory).await?)?, None)),
+        }
+    }
+
+    /// Removes the frozen fork (its container and checkpoint).
+    pub async fn close(&self) {
+        let closed = match &self.parts {
+            FrozenParts::Kernel(k) => k.close().await,
+            FrozenParts::Session(s) => s.close().await.map(drop),
+        };
+        if let Err(e) = closed {
+            tracing::warn!(error = %e, "removing a memory snapshot");
+        }
+    }
+}
+
+/// The one fork asked for.
+fn one<T>(mut forks: Vec<T>) -> dockhand::Result<T> {
+    forks
+        .pop()
+        .ok_or_else(|| dockhand::Error::SessionUnavailable {
+            reason: "the fork made no sandbox".into(),
+        })
+}
+
 /// One snapshot.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     /// What clients name it by (also its template id).
     pub id: String,
@@ -30,6 +117,9 @@ pub struct Snapshot {
     pub names: Vec<String>,
     pub source: String,
     pub created: DateTime<Utc>,
+    /// Its memory, while this server runs (a restarted server starts
+    /// sandboxes from its files).
+    pub frozen: Option<Frozen>,
 }
 
 /// The snapshots a server holds.
@@ -71,6 +161,18 @@ impl Snapshots {
     pub fn take_all(&self) -> Vec<Arc<Snapshot>> {
         lock(&self.by_id).drain().map(|(_, s)| s).collect()
     }
+
+    /// Removes every snapshot's memory (a shutdown: the next server has
+    /// their files).
+    pub async fn thaw_all(&self) {
+        let frozen: Vec<Frozen> = lock(&self.by_id)
+            .values()
+            .filter_map(|s| s.frozen.clone())
+            .collect();
+        for f in frozen {
+            f.close().await;
+        }
+    }
 }
 
 fn info(snapshot: &Snapshot) -> Value {
@@ -93,12 +195,6 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
         Ok(r) => r,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
     };
-    if request.memory == Some(true) {
-        return api_error(
-            StatusCode::NOT_IMPLEMENTED,
-            "snapshots keep files only here (mode=\"filesystem\"); fork a paused sandbox's memory with dockhand's own API",
-        );
-    }
     if let Some(name) = &request.name {
         let ok = !name.is_empty()
             && name.len() <= 64
@@ -124,13 +220,34 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
             format!("sandbox {id} is paused; connect() to it first"),
         );
     }
+    // Memory where the daemon can save it (E2B's default, `full`); asked
+    // for explicitly where it cannot, refused with the reason.
+    let frozen = match request.memory {
+        Some(false) => None,
+        asked => match Frozen::of(&sandbox).await {
+            Ok(frozen) => Some(frozen),
+            Err(dockhand::Error::PauseUnsupported { .. }) if asked.is_none() => None,
+            Err(e @ dockhand::Error::PauseUnsupported { .. }) => {
+                return api_error(StatusCode::NOT_IMPLEMENTED, e.to_string())
+            }
+            Err(e) => {
+                return api_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("snapshotting sandbox {id}'s memory: {e}"),
+                )
+            }
+        },
+    };
     let image = match sandbox.session.snapshot().await {
         Ok(image) => image,
         Err(e) => {
+            if let Some(frozen) = &frozen {
+                frozen.close().await;
+            }
             return api_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("snapshotting sandbox {id}: {e}"),
-            )
+            );
         }
     };
     let snapshot_id = format!("snap-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
@@ -143,6 +260,7 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
         image: image.image,
         source: sandbox.id.clone(),
         created: Utc::now(),
+        frozen,
     });
     if let Some(store) = server.registry.store() {
         if let Err(e) = store.put_snapshot(&snapshot) {
@@ -177,6 +295,9 @@ pub async fn delete(server: &Server, tenant: usize, id: &str) -> Response {
     server.snapshots.remove(&snapshot.id);
     if let Some(store) = server.registry.store() {
         let _ = store.remove_snapshot(&snapshot.id);
+    }
+    if let Some(frozen) = &snapshot.frozen {
+        frozen.close().await;
     }
     remove_image(server, &snapshot).await;
     StatusCode::NO_CONTENT.into_response()

@@ -278,6 +278,7 @@ impl Store {
                 created: DateTime::parse_from_rfc3339(&created)
                     .map(|t| t.with_timezone(&Utc))
                     .unwrap_or_else(|_| Utc::now()),
+                frozen: None,
             })
         })?;
         rows.collect::<rusqlite::Result<Vec<_>>>()

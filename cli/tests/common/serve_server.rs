@@ -30,6 +30,11 @@ impl Server {
 
     /// A server with these extra options.
     pub fn start_with(pool: usize, extra: &[&str]) -> Server {
+        Server::start_with_env(pool, extra, &[])
+    }
+
+    /// A server with these extra options and environment variables.
+    pub fn start_with_env(pool: usize, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let small_uploads = ["--max-upload", "8388608"];
         let extra: Vec<&str> = if extra.contains(&"--max-upload") {
             extra.to_vec()
@@ -45,6 +50,7 @@ impl Server {
             .args(["--pool", &pool.to_string()])
             .args(extra)
             .env("DOCKHAND_SERVE_API_KEYS", format!("{KEY},{OTHER_KEY}"))
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -72,30 +72,30 @@ impl RunOptions {
 }
 
 /// One context: its kernel's events and its history.
-struct Context {
-    name: String,
-    cwd: String,
-    events: Option<mpsc::UnboundedReceiver<Event>>,
+pub(super) struct Context {
+    pub(super) name: String,
+    pub(super) cwd: String,
+    pub(super) events: Option<mpsc::UnboundedReceiver<Event>>,
     /// The relay its kernel runs under (a new relay means a new kernel).
-    link: Option<Arc<Link>>,
-    history: Vec<Cell>,
+    pub(super) link: Option<Arc<Link>>,
+    pub(super) history: Vec<Cell>,
     /// When a run of this context was dropped unfinished (its interrupt
     /// sent): the next run gives it the interrupt's grace, then restarts.
-    abandoned: Arc<Mutex<Option<Instant>>>,
+    pub(super) abandoned: Arc<Mutex<Option<Instant>>>,
 }
 
-struct Inner {
-    config: KernelConfig,
-    session: Session,
-    link: tokio::sync::Mutex<Option<Arc<Link>>>,
-    contexts: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Context>>>>,
+pub(super) struct Inner {
+    pub(super) config: KernelConfig,
+    pub(super) session: Session,
+    pub(super) link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    pub(super) contexts: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Context>>>>,
 }
 
 /// A container running Jupyter kernels, one per context. Cheap to clone;
 /// the container goes with [`Kernel::close`] or the last clone.
 #[derive(Clone)]
 pub struct Kernel {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for Kernel {
@@ -547,15 +547,7 @@ impl Kernel {
             let mut link = self.inner.link.lock().await;
             self.inner.session.resume().await?;
             if link.is_none() && self.contexts().is_empty() {
-                match Link::adopt(&self.inner.session).await {
-                    Ok(Some((running, listed))) => {
-                        self.take_over(&running, listed);
-                        *link = Some(running);
-                    }
-                    Ok(None) => {}
-                    // The contexts start afresh, as after a restart.
-                    Err(e) => tracing::warn!(error = %e, "taking over a kept kernel's relay"),
-                }
+                *link = self.take_over_relay().await;
             }
         }
         if self.contexts().is_empty() {
@@ -563,25 +555,6 @@ impl Kernel {
             self.create_context_in(DEFAULT_CONTEXT, &cwd).await?;
         }
         Ok(())
-    }
-
-    /// Routes the contexts a taken-over relay runs to this kernel.
-    fn take_over(&self, link: &Arc<Link>, listed: Vec<super::wire::Listed>) {
-        let mut contexts = lock(&self.inner.contexts);
-        for found in listed {
-            let Some(events) = link.route(&found.ctx) else {
-                return;
-            };
-            let context = Context {
-                name: found.ctx.clone(),
-                cwd: found.cwd,
-                events: Some(events),
-                link: Some(link.clone()),
-                history: Vec::new(),
-                abandoned: Arc::default(),
-            };
-            contexts.insert(found.ctx, Arc::new(tokio::sync::Mutex::new(context)));
-        }
     }
 
     /// Removes the container and every context.

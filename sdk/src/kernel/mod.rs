@@ -35,6 +35,7 @@ mod execution;
 mod link;
 mod live;
 mod notebook;
+mod takeover;
 mod wire;
 
 pub use config::KernelConfig;

@@ -102,7 +102,7 @@ impl Session {
         let launched =
             lock(&self.inner.launched)
                 .clone()
-                .ok_or_else(|| Error::SessionUnavailable {
+                .ok_or_else(|| Error::PauseUnsupported {
                     reason: "a memory fork needs a session this process started (one resumed by id has no launch settings here); fork in filesystem mode".into(),
                 })?;
         if matches!(self.inner.config.network, crate::Network::Egress(_)) {
