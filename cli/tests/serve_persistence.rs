@@ -329,6 +329,8 @@ fn memory_pauses_and_snapshots_through_the_sdks_under_gvisor() {
     assert_eq!(r["second_copy"], "41", "each sandbox from it starts alike");
     assert_eq!(r["files_only"], "NameError");
     assert_eq!(r["process_after_resume"], "alive\n");
+    assert_eq!(r["auto_paused"], "paused");
+    assert_eq!(r["auto_resumed"], "'kept in memory'", "{r}");
     assert_eq!(r["deleted"], serde_json::json!([true, true]));
     drop(server);
     // Nothing left on that daemon: sandboxes, memory snapshots' forks.

@@ -5,6 +5,7 @@ variables and a command's process survive `pause()` / `connect()`, and
 from the source's memory and then diverge. Prints one JSON line."""
 
 import json
+import time
 
 from e2b import Sandbox as BaseSandbox
 from e2b_code_interpreter import Sandbox
@@ -36,7 +37,16 @@ plain.pause()
 plain = BaseSandbox.connect(plain.sandbox_id)
 out["process_after_resume"] = plain.commands.run(f"kill -0 {sleeper} && echo alive").stdout
 
-for sandbox in (source, copy, second, from_files, plain):
+# Paused with its memory at its timeout, resumed by the next call.
+auto = Sandbox.create(timeout=4, lifecycle={"on_timeout": "pause", "auto_resume": True})
+auto.run_code("y = 'kept in memory'")
+started = time.monotonic()
+while Sandbox.get_info(auto.sandbox_id).state.value != "paused" and time.monotonic() - started < 60:
+    time.sleep(0.25)
+out["auto_paused"] = Sandbox.get_info(auto.sandbox_id).state.value
+out["auto_resumed"] = auto.run_code("y").text
+
+for sandbox in (source, copy, second, from_files, plain, auto):
     sandbox.kill()
 out["deleted"] = [Sandbox.delete_snapshot(s.snapshot_id) for s in (snapshot, files)]
 print(json.dumps(out))
