@@ -81,9 +81,15 @@ async fn state_results_charts_frames_and_errors() {
     assert!(!e.traceback.contains('\u{1b}'));
     assert_eq!(k.run("a").await.unwrap().text(), Some("1"));
 
+    // A restart keeps the notebook's history, and says where it was.
+    k.restart_context("default").await.unwrap();
+    assert_eq!(k.run("7 * 6").await.unwrap().text(), Some("42"));
+
     // The notebook of the context.
     let nb = k.notebook("default").await.unwrap();
-    assert_eq!(nb["cells"].as_array().unwrap().len(), 6);
+    assert_eq!(nb["cells"].as_array().unwrap().len(), 8);
+    assert_eq!(nb["cells"][6]["cell_type"], "markdown");
+    assert_eq!(nb["cells"][7]["source"], serde_json::json!(["7 * 6"]));
     // Valid by Jupyter's own validator.
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), serde_json::to_vec(&nb).unwrap()).unwrap();
@@ -98,7 +104,63 @@ async fn state_results_charts_frames_and_errors() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "6");
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "8");
+    k.close().await.unwrap();
+}
+
+/// Chart data as a model reads it: a gap is null (not 0.0), a text index
+/// stays its labels (pandas plots it at positions), dates stay dates
+/// (pandas plots them as period ordinals or day numbers), value by value.
+#[tokio::test]
+async fn chart_data_keeps_gaps_categories_and_dates() {
+    let k = kernel(config()).await;
+    let chart = |code: &'static str| {
+        let k = k.clone();
+        async move {
+            let ex = k.run(code).await.unwrap();
+            let figure = ex
+                .results
+                .iter()
+                .find(|r| r.chart().is_some())
+                .unwrap_or_else(|| panic!("a chart from {code}: {ex:?}"));
+            figure.chart().unwrap().elements[0].clone()
+        }
+    };
+    k.run("import numpy as np\nimport pandas as pd")
+        .await
+        .unwrap();
+    let by_city =
+        chart("pd.Series([1.0, np.nan, 3.0], index=['Oslo', 'Lima', 'Pune']).plot().figure").await;
+    assert_eq!(by_city["x"], serde_json::json!(["Oslo", "Lima", "Pune"]));
+    assert_eq!(by_city["y"], serde_json::json!([1.0, null, 3.0]));
+    let daily = chart(
+        "pd.Series([1.0, 2.0], index=pd.date_range('2024-02-28', periods=2, freq='D')).plot().figure",
+    )
+    .await;
+    assert_eq!(
+        daily["x"],
+        serde_json::json!(["2024-02-28T00:00:00", "2024-02-29T00:00:00"])
+    );
+    let irregular = chart(
+        "pd.Series([5.0, 6.0], index=pd.to_datetime(['2024-01-01', '2024-03-01'])).plot().figure",
+    )
+    .await;
+    assert_eq!(
+        irregular["x"],
+        serde_json::json!(["2024-01-01T00:00:00", "2024-03-01T00:00:00"])
+    );
+    let numpy_dates = chart(
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot(np.array(['2024-05-01', '2024-05-02'], dtype='datetime64[ns]'), [1, np.nan])\nfig",
+    )
+    .await;
+    assert_eq!(
+        numpy_dates["x"],
+        serde_json::json!([
+            "2024-05-01T00:00:00.000000000",
+            "2024-05-02T00:00:00.000000000"
+        ])
+    );
+    assert_eq!(numpy_dates["y"], serde_json::json!([1.0, null]));
     k.close().await.unwrap();
 }
 

@@ -228,10 +228,13 @@ async fn run_all(
         match target {
             Target::Fresh(kernel) => kernel.write_file(&name, &data).await?,
             Target::Kept(id) => {
-                let content =
-                    String::from_utf8(data).context("uploads to a kept kernel must be text")?;
-                session::request(id, json!({"op": "write", "path": name, "content": content}))
-                    .await?;
+                use base64::Engine as _;
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
+                session::request(
+                    id,
+                    json!({"op": "write", "path": name, "content_base64": encoded}),
+                )
+                .await?;
             }
         }
     }

@@ -12,8 +12,26 @@ pub const TIMEOUT: u8 = 124;
 /// dockhand or the daemon failed (as `docker run` does for its own errors).
 pub const INTERNAL: u8 = 125;
 
+/// An error a session's keeper met, with the exit code it means there.
+#[derive(Debug)]
+pub struct Relayed {
+    pub message: String,
+    pub exit_code: u8,
+}
+
+impl std::fmt::Display for Relayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Relayed {}
+
 /// The exit code for an error.
 pub fn code_of(e: &anyhow::Error) -> u8 {
+    if let Some(relayed) = e.downcast_ref::<Relayed>() {
+        return relayed.exit_code;
+    }
     e.downcast_ref::<Error>().map_or(USAGE, code_of_error)
 }
 
@@ -22,7 +40,13 @@ pub fn code_of_error(e: &Error) -> u8 {
         Error::NonZeroExit { exit_code, .. } => u8::try_from(*exit_code).unwrap_or(1).max(1),
         Error::Killed { signal, .. } => u8::try_from(128 + signal).unwrap_or(137),
         Error::OutOfMemory { .. } | Error::ProcessLimit { .. } => 137,
-        Error::Timeout { .. } | Error::CommandTimeout { .. } => TIMEOUT,
+        Error::Timeout { .. }
+        | Error::CommandTimeout { .. }
+        | Error::Kernel(dockhand::kernel::KernelError::Timeout { .. }) => TIMEOUT,
+        Error::Kernel(dockhand::kernel::KernelError::Died {
+            out_of_memory: true,
+            ..
+        }) => 137,
         Error::InvalidSpec { .. }
         | Error::MissingInput { .. }
         | Error::UnknownInput { .. }

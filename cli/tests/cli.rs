@@ -360,13 +360,54 @@ fn kernel_cells_charts_and_notebooks() {
         .assert()
         .success()
         .stdout("42\n");
+    // A binary file goes in as it is (not only UTF-8 text).
+    let binary = dir.path().join("blob.bin");
+    let bytes: Vec<u8> = (0..=255u8).rev().collect();
+    std::fs::write(&binary, &bytes).unwrap();
+    dockhand()
+        .args(["kernel", "run", "--id", &id, "--upload"])
+        .arg(&binary)
+        .args([
+            "-c",
+            "b = open('blob.bin', 'rb').read(); (len(b), b[0], b[-1])",
+        ])
+        .assert()
+        .success()
+        .stdout("(256, 255, 0)\n");
+    // A time limit exits 124, as the README says, kept or not; the kept
+    // context keeps its state (the run was interrupted).
+    dockhand()
+        .args([
+            "kernel",
+            "run",
+            "--id",
+            &id,
+            "--timeout",
+            "1",
+            "-c",
+            "import time; time.sleep(30)",
+        ])
+        .assert()
+        .code(124);
+    dockhand()
+        .args([
+            "kernel",
+            "run",
+            "--timeout",
+            "1",
+            "-c",
+            "import time; time.sleep(30)",
+        ])
+        .assert()
+        .code(124);
     dockhand()
         .args(["kernel", "notebook", &id])
         .arg(&notebook)
         .assert()
         .success();
     let nb: serde_json::Value = serde_json::from_slice(&std::fs::read(&notebook).unwrap()).unwrap();
-    assert_eq!(nb["cells"].as_array().unwrap().len(), 2);
+    // The runs that finished (the one past its time limit is not a cell).
+    assert_eq!(nb["cells"].as_array().unwrap().len(), 3);
     dockhand().args(["kernel", "close", &id]).assert().success();
     dockhand()
         .args(["kernel", "run", "--id", &id, "-c", "v"])

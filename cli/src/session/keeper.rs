@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use base64::Engine as _;
 use dockhand::kernel::{Kernel, KernelConfig, RunOptions};
 use dockhand::session::{Edit, ExecOptions, PauseMode, Session, SessionApi, SessionConfig};
 use serde_json::{json, Value};
@@ -149,7 +150,9 @@ async fn handle(stream: UnixStream, session: &Session, reach: &Reach<'_>) -> boo
     let op = request["op"].as_str().unwrap_or("").to_string();
     let reply = match answer(&op, &request, session, reach).await {
         Ok(v) => v,
-        Err(e) => json!({"error": format!("{e:#}")}),
+        // The exit code the error means, so the command that asked exits
+        // as it would have run the request itself (124 for a time limit).
+        Err(e) => json!({"error": format!("{e:#}"), "exit_code": crate::outcome::code_of(&e)}),
     };
     let _ = write.write_all(format!("{reply}\n").as_bytes()).await;
     op == "close" && reply.get("error").is_none()
@@ -222,14 +225,21 @@ async fn answer(op: &str, r: &Value, session: &Session, reach: &Reach<'_>) -> Re
         }
         "read" => {
             let data = session.read_file(&text("path")).await?;
-            json!({"content": String::from_utf8_lossy(&data)})
+            // Binary files travel base64-encoded too (parquet, images).
+            json!({
+                "content": String::from_utf8_lossy(&data),
+                "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
+            })
         }
         "write" => {
-            let content = text("content");
-            session
-                .write_file(&text("path"), content.as_bytes())
-                .await?;
-            json!({"written_bytes": content.len()})
+            let data = match r.get("content_base64").and_then(Value::as_str) {
+                Some(encoded) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .context("content_base64 is not base64")?,
+                None => text("content").into_bytes(),
+            };
+            session.write_file(&text("path"), &data).await?;
+            json!({"written_bytes": data.len()})
         }
         "edit" => {
             let edits: Vec<Edit> =

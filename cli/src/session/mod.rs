@@ -210,7 +210,15 @@ pub async fn request(id: &str, body: Value) -> Result<Value> {
     let reply: Value =
         serde_json::from_str(&line).context("the session's keeper answered nothing")?;
     if let Some(e) = reply.get("error").and_then(Value::as_str) {
-        bail!("{e}");
+        let exit_code = reply["exit_code"]
+            .as_u64()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(crate::outcome::INTERNAL);
+        return Err(crate::outcome::Relayed {
+            message: e.to_string(),
+            exit_code,
+        }
+        .into());
     }
     Ok(reply)
 }
@@ -256,22 +264,34 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }
         SessionCommand::Read { id, path } => {
+            use base64::Engine as _;
             let reply = request(&id, json!({"op": "read", "path": path})).await?;
             if json {
                 println!("{reply}");
             } else {
-                print!("{}", reply["content"].as_str().unwrap_or(""));
+                // The bytes as they are: a binary file is not mangled.
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(reply["content_base64"].as_str().unwrap_or(""))
+                    .context("the keeper's answer is not base64")?;
+                std::io::Write::write_all(&mut std::io::stdout(), &data)?;
             }
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Write { id, path, content } => {
-            let content = match content {
-                Some(c) => c,
-                None => std::io::read_to_string(std::io::stdin()).context("reading stdin")?,
+            use base64::Engine as _;
+            let data = match content {
+                Some(c) => c.into_bytes(),
+                None => {
+                    let mut data = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut data)
+                        .context("reading stdin")?;
+                    data
+                }
             };
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&data);
             let reply = request(
                 &id,
-                json!({"op": "write", "path": path, "content": content}),
+                json!({"op": "write", "path": path, "content_base64": encoded}),
             )
             .await?;
             print(json, &reply, |r| {

@@ -32,15 +32,56 @@ def _dh_setup():
     MAX_POINTS = 10000
 
     def plain(value):
+        # A masked point (pandas masks NaN in the lines it plots): nothing
+        # there, not the 0.0 its `.item()` gives.
+        if type(value).__name__ == "MaskedConstant":
+            return None
+        kind = getattr(getattr(value, "dtype", None), "kind", "")
+        if kind == "M":
+            # numpy's datetime64: `.item()` of nanoseconds is an integer.
+            import numpy
+            return None if numpy.isnat(value) else str(numpy.datetime_as_string(value))
         try:
             value = value.item()
-        except AttributeError:
+        except (AttributeError, ValueError):
             pass
         if isinstance(value, float) and not math.isfinite(value):
             return None
         if isinstance(value, (int, float, str, bool)) or value is None:
             return value
+        if hasattr(value, "isoformat"):
+            # datetime, date, pandas' Timestamp (NaT is nothing).
+            text = value.isoformat()
+            return None if text == "NaT" else text
         return str(value)
+
+    def converter_of(axis):
+        try:
+            return axis.get_converter()
+        except AttributeError:
+            return getattr(axis, "converter", None)
+
+    def x_values(ax, line):
+        """A line's x values as its axis shows them: dates as dates (pandas
+        plots them as period ordinals or day numbers), a text index as its
+        labels (pandas plots it at positions 0, 1, ...)."""
+        xs = values(line.get_xdata())
+        numbers = all(x is None or isinstance(x, (int, float)) for x in xs)
+        if not numbers:
+            return xs
+        name = type(converter_of(ax.xaxis)).__name__
+        freq = getattr(ax, "freq", None)
+        if name == "PeriodConverter" and freq is not None:
+            import pandas
+            return [None if x is None else pandas.Period(ordinal=int(x), freq=freq).to_timestamp().isoformat()
+                    for x in xs]
+        if "Date" in name:
+            from matplotlib.dates import num2date
+            return [None if x is None else num2date(x).replace(tzinfo=None).isoformat() for x in xs]
+        labels = getattr(ax, "_dockhand_index", None)
+        if labels is not None and all(x is None or (float(x).is_integer() and 0 <= x < len(labels)) for x in xs):
+            return [None if x is None else plain(labels[int(x)]) for x in xs]
+        return xs
 
     def values(seq):
         out = []
@@ -89,7 +130,7 @@ def _dh_setup():
         lines = ax.get_lines()
         if lines:
             elements = [{"label": line.get_label() if not str(line.get_label()).startswith("_") else "",
-                         "x": values(line.get_xdata()), "y": values(line.get_ydata())} for line in lines]
+                         "x": x_values(ax, line), "y": values(line.get_ydata())} for line in lines]
             return dict(base, type="line", elements=elements)
         return dict(base, type="unknown", elements=[])
 
@@ -256,7 +297,60 @@ def _dh_no_tcp_listener():
         pass
 
 
+def _dh_keep_text_index():
+    # pandas plots a line over a text index at positions 0, 1, ... and
+    # labels only the ticks it shows: the index is kept on the axes, so the
+    # chart's data says which category each point is. Done when pandas'
+    # plotting module is imported (it costs nothing before).
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    target = "pandas.plotting._matplotlib.core"
+
+    def patch(module):
+        line = getattr(module, "LinePlot", None)
+        original = getattr(line, "_post_plot_logic", None)
+        if original is None or getattr(original, "_dockhand", False):
+            return
+
+        def post_plot_logic(self, ax, data):
+            if getattr(self, "_need_to_set_index", False):
+                try:
+                    ax._dockhand_index = list(data.index)
+                except Exception:
+                    pass
+            return original(self, ax, data)
+
+        post_plot_logic._dockhand = True
+        line._post_plot_logic = post_plot_logic
+
+    if target in sys.modules:
+        patch(sys.modules[target])
+        return
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target_module=None):
+            if name != target:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
 _dh_setup()
 _dh_own_output()
 _dh_no_tcp_listener()
-del _dh_setup, _dh_own_output, _dh_no_tcp_listener
+_dh_keep_text_index()
+del _dh_setup, _dh_own_output, _dh_no_tcp_listener, _dh_keep_text_index

@@ -217,18 +217,23 @@ impl ImageSpec {
     /// Trusts the certificates in a PEM file during builds (apt, pip, curl) and in
     /// containers (Python's `ssl`, `requests`). Needed behind TLS-intercepting proxies.
     pub fn trust_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_files.push(path.into());
+        let path = path.into();
+        // Once: a file named twice would be trusted twice, and the bundle
+        // (and so the image's tag) would change with it.
+        if !self.ca_files.contains(&path) {
+            self.ca_files.push(path);
+        }
         self
     }
 
     /// Trusts whatever the host trusts: its system CA bundle, when one is found
     /// at a usual place. On a machine behind a corporate proxy whose CA is
     /// installed on the host, this is the one switch that makes pip work.
-    pub fn trust_host_certificates(mut self) -> Self {
-        if let Some(path) = host_ca_bundle() {
-            self.ca_files.push(path);
+    pub fn trust_host_certificates(self) -> Self {
+        match host_ca_bundle() {
+            Some(path) => self.trust_ca_file(path),
+            None => self,
         }
-        self
     }
 
     /// Ignores the `DOCKHAND_CA_CERTS` environment variable for this spec.

@@ -38,7 +38,10 @@ impl Default for KernelConfig {
     fn default() -> Self {
         KernelConfig {
             session: SessionConfig::new().no_timeout(),
-            image: ImageSpec::default(),
+            // A kernel's image always installs packages (ipykernel at
+            // least): behind a TLS-intercepting proxy that works only with
+            // the host's CA trusted, so dockhand's presets trust it.
+            image: ImageSpec::default().trust_host_certificates(),
             run_timeout: Duration::from_secs(60),
             interrupt_grace: Duration::from_secs(3),
             text_limit: 1 << 20,
@@ -50,7 +53,9 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
-    /// Python with ipykernel, on the default base image, network off.
+    /// Python with ipykernel, on the default base image, network off. Its
+    /// image trusts the host's CA bundle (builds work behind a
+    /// TLS-intercepting proxy).
     pub fn new() -> Self {
         Self::default()
     }
@@ -59,7 +64,11 @@ impl KernelConfig {
     /// each context starts (`pd`, `np`, `plt`).
     pub fn data_science() -> Self {
         Self::new()
-            .image(ImageSpec::default().pip(DATA_SCIENCE_PACKAGES))
+            .image(
+                ImageSpec::default()
+                    .pip(DATA_SCIENCE_PACKAGES)
+                    .trust_host_certificates(),
+            )
             .startup("import pandas as pd\nimport numpy as np\nimport matplotlib.pyplot as plt")
     }
 

@@ -261,9 +261,9 @@ impl Kernel {
         let mut execution = collector.execution;
         execution.duration = started.elapsed();
         self.redact(&mut execution);
-        context.history.push(Cell {
+        context.history.push(Cell::Run {
             code: code.to_string(),
-            execution: execution.clone(),
+            execution: Box::new(execution.clone()),
         });
         Ok(execution)
     }
@@ -363,7 +363,10 @@ impl Kernel {
                 return Ok(link);
             }
         }
-        context.history.clear();
+        // The history goes on, with the restart recorded where it was.
+        if matches!(context.history.last(), Some(Cell::Run { .. })) {
+            context.history.push(Cell::Restart);
+        }
         let events = link
             .route(&context.name)
             .ok_or_else(|| KernelError::Unavailable { reason: link.why() })?;
@@ -478,7 +481,8 @@ impl Kernel {
         lock(&self.inner.contexts).keys().cloned().collect()
     }
 
-    /// Restarts a context's kernel: its variables and history are gone.
+    /// Restarts a context's kernel: its variables are gone; its notebook
+    /// keeps the runs before, with the restart recorded.
     pub async fn restart_context(&self, name: &str) -> Result<()> {
         let context = self.context(name)?;
         let mut context = context.lock().await;
@@ -508,8 +512,8 @@ impl Kernel {
         Ok(())
     }
 
-    /// A context's runs since it (re)started, as a Jupyter notebook
-    /// (nbformat 4) with every output.
+    /// A context's runs, as a Jupyter notebook (nbformat 4) with every
+    /// output; a markdown cell marks each restart of its kernel.
     pub async fn notebook(&self, context: &str) -> Result<serde_json::Value> {
         let context = self.context(context)?;
         let context = context.lock().await;

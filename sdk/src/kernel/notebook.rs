@@ -5,9 +5,15 @@ use serde_json::{json, Map, Value};
 use super::execution::Execution;
 
 /// One run: its code and what it produced.
-pub(crate) struct Cell {
-    pub(crate) code: String,
-    pub(crate) execution: Execution,
+pub(crate) enum Cell {
+    /// A run: its code and what it gave.
+    Run {
+        code: String,
+        execution: Box<Execution>,
+    },
+    /// The context's kernel started again here: what the runs above made
+    /// in memory is gone (their files stay).
+    Restart,
 }
 
 /// nbformat wants multi-line text as a list of lines, each keeping its `\n`.
@@ -55,20 +61,30 @@ fn outputs(e: &Execution) -> Vec<Value> {
     out
 }
 
+/// What a notebook says where its context's kernel started again.
+const RESTART_NOTE: &str =
+    "*The kernel restarted here: variables and imports of the cells above are gone (files stay).*";
+
 /// The notebook of these runs.
 pub(crate) fn render(history: &[Cell]) -> Value {
     let cells: Vec<Value> = history
         .iter()
         .enumerate()
-        .map(|(i, cell)| {
-            json!({
+        .map(|(i, cell)| match cell {
+            Cell::Run { code, execution } => json!({
                 "cell_type": "code",
                 "id": format!("cell-{i}"),
-                "execution_count": cell.execution.execution_count,
+                "execution_count": execution.execution_count,
                 "metadata": {},
-                "source": lines(&cell.code),
-                "outputs": outputs(&cell.execution),
-            })
+                "source": lines(code),
+                "outputs": outputs(execution),
+            }),
+            Cell::Restart => json!({
+                "cell_type": "markdown",
+                "id": format!("cell-{i}"),
+                "metadata": {},
+                "source": lines(RESTART_NOTE),
+            }),
         })
         .collect();
     json!({
@@ -99,10 +115,18 @@ mod tests {
             is_main: true,
             cut: vec![],
         });
-        let nb = render(&[Cell {
-            code: "print('a')\nprint('b')\n1 + 1".into(),
-            execution,
-        }]);
+        let nb = render(&[
+            Cell::Run {
+                code: "print('a')\nprint('b')\n1 + 1".into(),
+                execution: Box::new(execution),
+            },
+            Cell::Restart,
+        ]);
+        assert_eq!(nb["cells"][1]["cell_type"], "markdown");
+        assert!(nb["cells"][1]["source"][0]
+            .as_str()
+            .unwrap()
+            .contains("restarted"));
         assert_eq!(nb["nbformat"], 4);
         let cell = &nb["cells"][0];
         assert_eq!(
