@@ -259,6 +259,11 @@ fn templates_built_through_the_sdk_start_sandboxes_and_outlive_a_restart() {
     assert_eq!(r["good_token"], 200);
     assert_eq!(r["spent_token"], 403);
     assert_eq!(r["other_delete"], 404);
+    assert_eq!(
+        r["upload_cap"],
+        serde_json::json!([200, 200, 200, 413, 200, 429]),
+        "a key's waiting uploads are bounded"
+    );
     let template_id = r["template_id"].as_str().unwrap().to_string();
     drop(first);
     let images = spec_images();

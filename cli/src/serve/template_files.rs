@@ -22,6 +22,9 @@ use super::{lock, Server};
 
 /// How long an upload link works.
 const LINK_LIFETIME: Duration = Duration::from_secs(3600);
+/// What one key's uploads may hold on disk at once, in largest uploads:
+/// files wait there for their build, and a client may never start it.
+const KEY_UPLOADS: u64 = 4;
 /// The most links outstanding, all keys together.
 const MAX_LINKS: usize = 10_000;
 
@@ -76,6 +79,18 @@ impl Uploads {
     pub fn path(&self, template: &str, hash: &str) -> Option<PathBuf> {
         let path = self.file(template, hash);
         (valid_hash(hash) && path.is_file()).then_some(path)
+    }
+
+    /// The bytes the uploads of these templates hold.
+    fn used(&self, templates: &[String]) -> u64 {
+        templates
+            .iter()
+            .filter_map(|t| std::fs::read_dir(self.dir.join(t)).ok())
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
     }
 
     /// Removes a template's uploads.
@@ -143,6 +158,14 @@ pub fn link(server: &Server, tenant: usize, id: &str, hash: &str, headers: &Head
     if uploads.path(&built.id, hash).is_some() {
         return (StatusCode::CREATED, axum::Json(json!({"present": true}))).into_response();
     }
+    let cap = key_cap(server);
+    let used = uploads.used(&server.built.ids_of(tenant));
+    if used >= cap {
+        return api_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("this key's uploads hold {used} bytes, the server's limit of {cap}; start their builds or delete their templates first"),
+        );
+    }
     let Some(token) = uploads.link(&built.id, hash) else {
         return api_error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -181,7 +204,13 @@ pub async fn upload(server: &Server, id: &str, hash: &str, request: Request) -> 
             "this upload link is not valid (wrong, used or expired); ask for a new one",
         );
     }
-    let limit = server.limits.max_upload as u64;
+    // Within the upload limit, and within what the key may still hold.
+    let room = server
+        .built
+        .owner_of(id)
+        .map(|tenant| key_cap(server).saturating_sub(uploads.used(&server.built.ids_of(tenant))))
+        .unwrap_or(0);
+    let limit = (server.limits.max_upload as u64).min(room);
     let target = uploads.file(id, hash);
     let partial = target.with_extension(format!("part-{}", uuid::Uuid::new_v4().simple()));
     match receive(request, &partial, limit).await {
@@ -200,6 +229,11 @@ pub async fn upload(server: &Server, id: &str, hash: &str, request: Request) -> 
             refusal
         }
     }
+}
+
+/// What one key's uploads may hold on disk.
+fn key_cap(server: &Server) -> u64 {
+    server.limits.max_upload as u64 * KEY_UPLOADS
 }
 
 /// Streams the body to `path`, at most `limit` bytes.
@@ -223,7 +257,7 @@ async fn receive(request: Request, path: &Path, limit: u64) -> Result<(), Respon
         if total > limit {
             return Err(api_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the upload is over the server's limit of {limit} bytes"),
+                format!("the upload is over the server's limit of {limit} bytes (per upload, and for what a key's waiting uploads hold)"),
             ));
         }
         file.write_all(&chunk).await.map_err(failed)?;

@@ -177,6 +177,20 @@ impl Templates {
             .cloned()
     }
 
+    /// The ids of `tenant`'s templates.
+    pub fn ids_of(&self, tenant: usize) -> Vec<String> {
+        lock(&self.by_id)
+            .values()
+            .filter(|t| t.tenant == tenant)
+            .map(|t| t.id.clone())
+            .collect()
+    }
+
+    /// The tenant whose template `id` is.
+    pub fn owner_of(&self, id: &str) -> Option<usize> {
+        lock(&self.by_id).get(id).map(|t| t.tenant)
+    }
+
     /// A template as restored from the state directory.
     pub fn insert(&self, built: Built) {
         lock(&self.by_id).insert(built.id.clone(), built);

@@ -21,6 +21,8 @@ pub static SERIAL: Mutex<()> = Mutex::new(());
 pub struct Server {
     pub child: Child,
     pub url: String,
+    /// `--max-upload`, as the server was started with.
+    pub max_upload: String,
 }
 
 impl Server {
@@ -48,7 +50,7 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_dockhand"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--pool", &pool.to_string()])
-            .args(extra)
+            .args(&extra)
             .env("DOCKHAND_SERVE_API_KEYS", format!("{KEY},{OTHER_KEY}"))
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -63,9 +65,15 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        let max_upload = extra
+            .iter()
+            .position(|a| *a == "--max-upload")
+            .and_then(|i| extra.get(i + 1))
+            .map_or_else(|| "104857600".to_string(), |v| v.to_string());
         Server {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            max_upload,
         }
     }
 
@@ -76,6 +84,7 @@ impl Server {
             .env("E2B_API_URL", &self.url)
             .env("E2B_SANDBOX_URL", &self.url)
             .env("E2B_VOLUME_API_URL", &self.url)
+            .env("MAX_UPLOAD", &self.max_upload)
             .env("E2B_API_KEY", KEY)
             .env("OTHER_KEY", OTHER_KEY)
             .env_remove("E2B_DOMAIN")

@@ -106,6 +106,18 @@ def build():
     out["spent_token"] = httpx.put(link["url"], content=b"x").status_code
     out["other_delete"] = httpx.delete(f"{API}/templates/{info.template_id}",
                                        headers={"X-API-Key": OTHER_KEY}).status_code
+    # Uploads that wait for a build are bounded per key (four of the
+    # server's largest uploads; the 9 bytes above wait too): past that, no
+    # byte more and then no link.
+    largest = int(os.environ["MAX_UPLOAD"])
+    sizes = [largest, largest, largest, largest, largest - 9]
+    statuses = []
+    for i, size in enumerate(sizes):
+        asked = httpx.get(f"{API}/templates/{info.template_id}/files/{i + 1:064x}", headers={"X-API-Key": KEY})
+        statuses.append(httpx.put(asked.json()["url"], content=b"x" * size).status_code)
+    after = httpx.get(f"{API}/templates/{info.template_id}/files/{9:064x}", headers={"X-API-Key": KEY})
+    statuses.append(after.status_code)
+    out["upload_cap"] = statuses
     print(json.dumps(out))
 
 
