@@ -8,6 +8,7 @@ use dockhand::kernel::KernelConfig;
 use dockhand::session::SessionConfig;
 use dockhand::ImageSpec;
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// The home of E2B's default user, and the sandbox's workspace.
@@ -58,10 +59,7 @@ impl Keys {
                 short.len()
             );
         }
-        let hashes = keys
-            .iter()
-            .map(|k| super::state::key_hash(&String::from_utf8_lossy(k)))
-            .collect();
+        let hashes = keys.iter().map(|k| key_hash(k)).collect();
         Ok(Keys { keys, hashes })
     }
 
@@ -78,17 +76,12 @@ impl Keys {
     /// The token of a volume's content API for `tenant`: a hash of the key
     /// and the volume, which only that key's holder is given.
     pub fn volume_token(&self, tenant: usize, volume: &str) -> String {
-        use sha2::{Digest, Sha256};
         let mut hasher = Sha256::new();
         hasher.update(b"dockhand serve volume token\0");
         hasher.update(self.keys.get(tenant).map(Vec::as_slice).unwrap_or_default());
         hasher.update(b"\0");
         hasher.update(volume.as_bytes());
-        hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex(&hasher.finalize())
     }
 
     /// The tenant a key belongs to. Every key is compared, in constant
@@ -102,6 +95,16 @@ impl Keys {
         }
         found
     }
+}
+
+/// The hash a key is stored as (the key itself never is).
+pub fn key_hash(key: &[u8]) -> String {
+    hex(&Sha256::digest(key))
+}
+
+/// Lower-case hexadecimal.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compares two secrets in constant time.

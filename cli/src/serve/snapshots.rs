@@ -42,28 +42,58 @@ impl std::fmt::Debug for Frozen {
     }
 }
 
+impl FrozenParts {
+    /// A sandbox's parts, as its kind has them.
+    fn of(sandbox: &Sandbox) -> FrozenParts {
+        match &sandbox.kernel {
+            Some(kernel) => FrozenParts::Kernel(kernel.clone()),
+            None => FrozenParts::Session(sandbox.session.clone()),
+        }
+    }
+
+    /// One fork of these, with their memory.
+    async fn fork(&self) -> dockhand::Result<FrozenParts> {
+        Ok(match self {
+            FrozenParts::Kernel(k) => {
+                FrozenParts::Kernel(one(k.fork(1, PauseMode::Memory).await?)?)
+            }
+            FrozenParts::Session(s) => {
+                FrozenParts::Session(one(s.fork(1, PauseMode::Memory).await?)?)
+            }
+        })
+    }
+
+    async fn pause(&self) -> dockhand::Result<()> {
+        match self {
+            FrozenParts::Kernel(k) => k.pause(PauseMode::Memory).await.map(drop),
+            FrozenParts::Session(s) => s.pause(PauseMode::Memory).await.map(drop),
+        }
+    }
+
+    async fn close(&self) -> dockhand::Result<()> {
+        match self {
+            FrozenParts::Kernel(k) => k.close().await,
+            FrozenParts::Session(s) => s.close().await.map(drop),
+        }
+    }
+
+    fn into_parts(self) -> Parts {
+        match self {
+            FrozenParts::Kernel(k) => (k.session().clone(), Some(k)),
+            FrozenParts::Session(s) => (s, None),
+        }
+    }
+}
+
 impl Frozen {
     /// Freezes `sandbox`'s memory (it runs on): `PauseUnsupported` where
     /// the daemon cannot save memory.
     async fn of(sandbox: &Sandbox) -> dockhand::Result<Frozen> {
-        let parts = match &sandbox.kernel {
-            Some(kernel) => {
-                let fork = one(kernel.fork(1, PauseMode::Memory).await?)?;
-                if let Err(e) = fork.pause(PauseMode::Memory).await {
-                    let _ = fork.close().await;
-                    return Err(e);
-                }
-                FrozenParts::Kernel(fork)
-            }
-            None => {
-                let fork = one(sandbox.session.fork(1, PauseMode::Memory).await?)?;
-                if let Err(e) = fork.pause(PauseMode::Memory).await {
-                    let _ = fork.close().await;
-                    return Err(e);
-                }
-                FrozenParts::Session(fork)
-            }
-        };
+        let parts = FrozenParts::of(sandbox).fork().await?;
+        if let Err(e) = parts.pause().await {
+            let _ = parts.close().await;
+            return Err(e);
+        }
         Ok(Frozen {
             parts,
             turn: Arc::default(),
@@ -73,22 +103,12 @@ impl Frozen {
     /// A new sandbox's parts, going on from the frozen memory.
     pub async fn fork(&self) -> dockhand::Result<Parts> {
         let _turn = self.turn.lock().await;
-        match &self.parts {
-            FrozenParts::Kernel(k) => {
-                let fork = one(k.fork(1, PauseMode::Memory).await?)?;
-                Ok((fork.session().clone(), Some(fork)))
-            }
-            FrozenParts::Session(s) => Ok((one(s.fork(1, PauseMode::Memory).await?)?, None)),
-        }
+        Ok(self.parts.fork().await?.into_parts())
     }
 
     /// Removes the frozen fork (its container and checkpoint).
     pub async fn close(&self) {
-        let closed = match &self.parts {
-            FrozenParts::Kernel(k) => k.close().await,
-            FrozenParts::Session(s) => s.close().await.map(drop),
-        };
-        if let Err(e) = closed {
+        if let Err(e) = self.parts.close().await {
             tracing::warn!(error = %e, "removing a memory snapshot");
         }
     }

@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::config::hex;
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
-use sha2::{Digest, Sha256};
 
 /// The database's file name in the state directory.
 const DB: &str = "serve.db";
@@ -47,15 +47,6 @@ pub struct Store {
     /// This state directory's own id: the name its sandboxes carry, so one
     /// left by a crash and in no row is found and removed.
     pub id: String,
-}
-
-/// The hash a key is stored as (the key itself never is).
-pub fn key_hash(key: &str) -> String {
-    hex(&Sha256::digest(key.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Store {
@@ -335,7 +326,7 @@ mod tests {
             .with_timezone(&Utc);
         Row {
             id: id.into(),
-            key_hash: key_hash("k"),
+            key_hash: super::super::config::key_hash(b"k"),
             template: "base".into(),
             envd_token: "e".into(),
             traffic_token: "t".into(),

@@ -35,6 +35,15 @@ pub async fn run(server: Arc<Server>, job: Arc<Job>, request: BuildRequest, buil
                 "info",
                 format!("Template {} is ready ({image})", built.name),
             );
+            // The template may have been deleted meanwhile: then the image goes.
+            if server.built.owned(built.tenant, &built.id).is_none() {
+                super::templates::remove_image(&server, &image).await;
+                job.fail(Refusal {
+                    step: None,
+                    message: "the template was deleted while it was built".into(),
+                });
+                return forget_uploads(&server, &built, &job);
+            }
             let done = Built {
                 base,
                 image: Some(image),
@@ -44,23 +53,19 @@ pub async fn run(server: Arc<Server>, job: Arc<Job>, request: BuildRequest, buil
                 build_id: job.id.clone(),
                 ..built.clone()
             };
-            // The template may have been deleted meanwhile: then the image goes.
-            if server.built.owned(built.tenant, &built.id).is_none() {
-                super::templates::remove_image(&server, done.image.as_deref().unwrap_or_default())
-                    .await;
-                job.fail(Refusal {
-                    step: None,
-                    message: "the template was deleted while it was built".into(),
-                });
-            } else {
-                if let Some(old) = server.built.finished(&server, done) {
-                    super::templates::remove_image(&server, &old).await;
-                }
-                job.set(Status::Ready);
+            if let Some(old) = server.built.finished(&server, done) {
+                super::templates::remove_image(&server, &old).await;
             }
+            job.set(Status::Ready);
         }
         Err(refusal) => job.fail(refusal),
     }
+    forget_uploads(&server, &built, &job);
+}
+
+/// A build's uploads go when it ends, unless another build of the same
+/// template still needs them.
+fn forget_uploads(server: &Server, built: &Built, job: &Job) {
     if !server.built.building(&built.id, &job.id) {
         server.built.uploads.forget(&built.id);
     }
@@ -89,31 +94,20 @@ async fn build(
         .base_image(base_image)
         .trust_host_certificates()
         .run(template_spec::E2B_USER_SETUP);
-    let uploads_of = {
-        let template = built.id.clone();
-        let paths: Vec<(String, Option<std::path::PathBuf>)> = request
-            .steps
-            .iter()
-            .filter_map(|s| s.files_hash.clone())
-            .map(|h| {
-                let path = server.built.uploads.path(&template, &h);
-                (h, path)
-            })
-            .collect();
-        move |hash: &str| {
-            paths
-                .iter()
-                .find(|(h, _)| h == hash)
-                .and_then(|(_, p)| p.clone())
-        }
-    };
+    let uploaded: std::collections::HashMap<String, std::path::PathBuf> = request
+        .steps
+        .iter()
+        .filter_map(|s| s.files_hash.as_deref())
+        .filter_map(|h| Some((h.to_string(), server.built.uploads.path(&built.id, h)?)))
+        .collect();
     let steps = request.steps.clone();
     // Archives are hashed as they are added: not on the async threads.
-    let spec =
-        tokio::task::spawn_blocking(move || template_spec::with_steps(spec, &steps, uploads_of))
-            .await
-            .map_err(|e| refuse(None, format!("reading the uploaded files: {e}")))??
-            .run(template_spec::NEEDS_PYTHON);
+    let spec = tokio::task::spawn_blocking(move || {
+        template_spec::with_steps(spec, &steps, |hash| uploaded.get(hash).cloned())
+    })
+    .await
+    .map_err(|e| refuse(None, format!("reading the uploaded files: {e}")))??
+    .run(template_spec::NEEDS_PYTHON);
     job.log("info", format!("Building on {}", base_label(request)));
     let image = resolve_logged(server, job, &spec)
         .await

@@ -181,23 +181,9 @@ struct Query {
     force: Option<bool>,
 }
 
-fn query_of(request_query: Option<&str>) -> Result<Query, Response> {
-    let pairs: serde_json::Map<String, Value> =
-        super::query_pairs(request_query.unwrap_or_default())
-            .into_iter()
-            .map(|(k, v)| {
-                let value = match k.as_str() {
-                    "path" => Value::String(v),
-                    "force" => Value::Bool(v == "true"),
-                    _ => v
-                        .parse::<u64>()
-                        .map(Value::from)
-                        .unwrap_or(Value::String(v)),
-                };
-                (k, value)
-            })
-            .collect();
-    serde_json::from_value(Value::Object(pairs))
+fn query_of(uri: &axum::http::Uri) -> Result<Query, Response> {
+    axum::extract::Query::<Query>::try_from_uri(uri)
+        .map(|q| q.0)
         .map_err(|e| api_error(StatusCode::BAD_REQUEST, format!("bad query: {e}")))
 }
 
@@ -308,7 +294,7 @@ async fn answer(
     request: Request,
 ) -> Result<Response, Response> {
     let volume = authorized(server, id, request.headers()).await?;
-    let query = query_of(request.uri().query())?;
+    let query = query_of(request.uri())?;
     let path = inside(&query.path)?;
     let session = server
         .volume_helpers

@@ -225,11 +225,13 @@ async fn answer(op: &str, r: &Value, session: &Session, reach: &Reach<'_>) -> Re
         }
         "read" => {
             let data = session.read_file(&text("path")).await?;
-            // Binary files travel base64-encoded too (parquet, images).
-            json!({
-                "content": String::from_utf8_lossy(&data),
-                "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
-            })
+            // Bytes as they are, base64-encoded, for a caller that asks
+            // (binary files: parquet, images); text otherwise.
+            if r["binary"].as_bool() == Some(true) {
+                json!({"content_base64": base64::engine::general_purpose::STANDARD.encode(&data)})
+            } else {
+                json!({"content": String::from_utf8_lossy(&data)})
+            }
         }
         "write" => {
             let data = match r.get("content_base64").and_then(Value::as_str) {

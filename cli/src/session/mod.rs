@@ -265,7 +265,7 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
         }
         SessionCommand::Read { id, path } => {
             use base64::Engine as _;
-            let reply = request(&id, json!({"op": "read", "path": path})).await?;
+            let reply = request(&id, json!({"op": "read", "path": path, "binary": !json})).await?;
             if json {
                 println!("{reply}");
             } else {
