@@ -13,10 +13,16 @@ use dockhand::Error;
 use common::{kernel, kernel_config as config};
 
 /// How many kernel processes run in the container.
+/// Kernel processes: started on their own (`ipykernel_launcher`) or forked
+/// by the relay's fork server (named `dockhand-kernel`).
 async fn kernels_running(k: &Kernel) -> usize {
-    let ps = k.exec(common::PROCESS_LIST).await.unwrap().stdout;
+    let ps = k
+        .exec("for p in /proc/[0-9]*; do echo \"$(cat $p/comm 2>/dev/null) $(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; done")
+        .await
+        .unwrap()
+        .stdout;
     ps.lines()
-        .filter(|l| l.contains("ipykernel_launcher"))
+        .filter(|l| l.contains("ipykernel_launcher") || l.starts_with("dockhand-kernel "))
         .count()
 }
 

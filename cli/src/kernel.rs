@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use dockhand::kernel::{Execution, Kernel, RunOptions};
+use dockhand::kernel::{ContextOptions, Execution, Kernel, Language, RunOptions};
 use serde_json::{json, Value};
 
 use crate::session::{self, StartArgs};
@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// The context to run in (made on first use).
     #[arg(long)]
     context: Option<String>,
+    /// The language of the cells: python (default), javascript, typescript,
+    /// bash or r. Without --context they run in a context of that name.
+    #[arg(long, default_value = "python")]
+    language: Language,
     /// Save every image a cell displays (PNG, SVG, JPEG) into this folder.
     #[arg(long)]
     images: Option<PathBuf>,
@@ -101,13 +105,20 @@ enum Target {
 }
 
 impl Target {
-    async fn run(&self, code: &str, context: Option<&str>, timeout: f64) -> Result<Execution> {
+    async fn run(
+        &self,
+        code: &str,
+        context: Option<&str>,
+        language: Language,
+        timeout: f64,
+    ) -> Result<Execution> {
         match self {
             Target::Fresh(kernel) => {
                 let mut options = RunOptions::new().timeout(Duration::from_secs_f64(timeout));
                 if let Some(context) = context {
                     if !kernel.contexts().iter().any(|c| c == context) {
-                        kernel.create_context(context).await?;
+                        let made = ContextOptions::new().language(language);
+                        kernel.create_context_with(context, made).await?;
                     }
                     options = options.context(context);
                 }
@@ -116,7 +127,7 @@ impl Target {
             Target::Kept(id) => {
                 let reply = session::request(
                     id,
-                    json!({"op": "run_code", "code": code, "context": context, "timeout": timeout}),
+                    json!({"op": "run_code", "code": code, "context": context, "language": language.as_str(), "timeout": timeout}),
                 )
                 .await?;
                 Ok(serde_json::from_value(reply["execution"].clone())?)
@@ -200,7 +211,8 @@ async fn run_cells(args: RunArgs, host: Option<String>, json: bool) -> Result<Ex
         Some(id) => Target::Kept(id.clone()),
         None => {
             let client = crate::connect(host, json).await?;
-            let kernel = client.kernel(args.start.kernel_config()?);
+            let config = args.start.kernel_config()?.languages([args.language]);
+            let kernel = client.kernel(config);
             kernel.start().await?;
             Target::Fresh(kernel)
         }
@@ -241,11 +253,17 @@ async fn run_all(
     if let Some(dir) = &args.images {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    // Another language than Python runs in a context of its name.
+    let context = match (&args.context, args.language) {
+        (Some(name), _) => Some(name.as_str()),
+        (None, Language::Python) => None,
+        (None, other) => Some(other.as_str()),
+    };
     let mut failed = false;
     let mut reports = Vec::new();
     for (n, code) in sources.iter().enumerate() {
         let execution = target
-            .run(code, args.context.as_deref(), args.timeout)
+            .run(code, context, args.language, args.timeout)
             .await?;
         let saved = match &args.images {
             Some(dir) => save_images(dir, n + 1, &execution)?,

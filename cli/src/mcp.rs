@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use dockhand::kernel::{Execution, Kernel, KernelConfig, RunOptions};
+use dockhand::kernel::{ContextOptions, Execution, Kernel, KernelConfig, Language, RunOptions};
 use dockhand::session::{PauseMode, Session, SessionConfig, SessionTools};
 use dockhand::{CacheMode, Client, Egress, ImageSpec, Network, Sandbox, Secret};
 use rmcp::handler::server::wrapper::Parameters;
@@ -34,6 +34,10 @@ pub struct McpArgs {
     /// gateway swaps its placeholder for those hosts only).
     #[arg(long = "secret", value_name = "NAME=env:VAR[@HOST]")]
     secrets: Vec<String>,
+    /// Languages run_code runs beside Python: javascript, typescript, bash,
+    /// r (comma-separated; their kernels are added to the kernel's image).
+    #[arg(long, value_delimiter = ',')]
+    languages: Vec<Language>,
     #[command(flatten)]
     code_mode: crate::mcp_codemode::CodeModeArgs,
 }
@@ -153,8 +157,12 @@ struct RunCode {
     /// matplotlib (plt). Variables persist between calls; charts are
     /// returned as images without plt.show().
     code: String,
-    /// Which context (kernel state) to run in, made on first use; default "default".
+    /// Which context (kernel state) to run in, made on first use; default
+    /// "default" for Python, the language's name for the others.
     context: Option<String>,
+    /// The code's language: "python" (default) or one the server was
+    /// started with (--languages): "javascript", "typescript", "bash", "r".
+    language: Option<String>,
     /// Time limit in seconds (default 60, at most 3600); past it the run is interrupted, and the state kept.
     #[schemars(range(min = 0.001, max = 3600.0))]
     timeout: Option<f64>,
@@ -215,6 +223,7 @@ pub struct Server {
     client: Client,
     network: Network,
     secrets: Vec<Secret>,
+    languages: Vec<Language>,
     owned: Arc<Owned>,
 }
 
@@ -282,12 +291,14 @@ impl Server {
         client: Client,
         network: Network,
         secrets: Vec<Secret>,
+        languages: Vec<Language>,
         code_mode: crate::mcp_codemode::CodeModeArgs,
     ) -> Self {
         Server {
             client,
             network,
             secrets,
+            languages,
             owned: Arc::new(Owned {
                 sessions: Mutex::default(),
                 code_mode: crate::mcp_codemode::CodeMode::new(code_mode),
@@ -476,7 +487,7 @@ impl Server {
             .owned
             .kernel
             .get_or_try_init(|| async {
-                let config = KernelConfig::data_science();
+                let config = KernelConfig::data_science().languages(self.languages.clone());
                 let image = config.image_spec().clone().trust_host_certificates();
                 let (network, secrets) = (self.network.clone(), self.secrets.clone());
                 let kernel = self.client.kernel(config.image(image).session(|s| {
@@ -492,11 +503,22 @@ impl Server {
             Ok(kernel) => kernel,
             Err(e) => return Ok(tool_error(e)),
         };
-        let context = args
-            .context
-            .unwrap_or_else(|| dockhand::kernel::DEFAULT_CONTEXT.into());
+        let language = match args
+            .language
+            .as_deref()
+            .unwrap_or("python")
+            .parse::<Language>()
+        {
+            Ok(l) => l,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let context = args.context.unwrap_or_else(|| match language {
+            Language::Python => dockhand::kernel::DEFAULT_CONTEXT.into(),
+            other => other.as_str().into(),
+        });
         if !kernel.contexts().contains(&context) {
-            if let Err(e) = kernel.create_context(&context).await {
+            let options = ContextOptions::new().language(language);
+            if let Err(e) = kernel.create_context_with(&context, options).await {
                 return Ok(tool_error(e));
             }
         }
@@ -576,7 +598,7 @@ pub async fn serve(args: McpArgs, host: Option<String>) -> Result<ExitCode> {
         .collect::<Result<Vec<_>>>()?;
     // stdout is the protocol: nothing else may be printed there.
     let client = crate::connect(host, true).await?;
-    let server = Server::new(client, network, secrets, args.code_mode);
+    let server = Server::new(client, network, secrets, args.languages, args.code_mode);
     let owned = server.owned.clone();
     let running = server.serve(rmcp::transport::stdio()).await?;
     let ended = running.waiting().await;

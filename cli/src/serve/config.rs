@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use dockhand::kernel::KernelConfig;
+use dockhand::kernel::{KernelConfig, Language};
 use dockhand::session::SessionConfig;
 use dockhand::ImageSpec;
 use serde::Deserialize;
@@ -153,6 +153,10 @@ struct TemplateFile {
     apt: Vec<String>,
     #[serde(default)]
     run: Vec<String>,
+    /// A kernel's languages beside Python (`javascript`, `typescript`,
+    /// `bash`, `r`).
+    #[serde(default)]
+    languages: Vec<String>,
     pool: Option<usize>,
     cpus: Option<u32>,
     memory_mb: Option<u32>,
@@ -193,6 +197,7 @@ pub fn templates(
     transfer_limit: u64,
     kept_as: Option<String>,
     gvisor: bool,
+    languages: &[Language],
 ) -> anyhow::Result<BTreeMap<String, Template>> {
     // With a state directory, containers outlive the server, named as its.
     let prepare = move |session: SessionConfig| {
@@ -210,7 +215,10 @@ pub fn templates(
     // behind a TLS-intercepting proxy.
     let science = KernelConfig::data_science();
     let image = science.image_spec().clone().trust_host_certificates();
-    let kernel = science.image(image).session(prepare.clone());
+    let kernel = science
+        .image(image)
+        .languages(languages.iter().copied())
+        .session(prepare.clone());
     out.insert(
         CODE_INTERPRETER.to_string(),
         Template {
@@ -258,9 +266,22 @@ pub fn templates(
         image
             .validate()
             .with_context(|| format!("template `{name}` in {}", path.display()))?;
+        let mut extra = Vec::new();
+        for name_of in &t.languages {
+            let language = name_of
+                .parse::<Language>()
+                .with_context(|| format!("template `{name}` in {}", path.display()))?;
+            extra.push(language);
+        }
+        if !extra.is_empty() && t.kind != "kernel" {
+            bail!("template `{name}`: `languages` needs kind `kernel`");
+        }
         let kind = match t.kind.as_str() {
             "kernel" => TemplateKind::Kernel(Box::new(
-                KernelConfig::new().image(image).session(prepare.clone()),
+                KernelConfig::new()
+                    .image(image)
+                    .languages(extra)
+                    .session(prepare.clone()),
             )),
             "session" => {
                 TemplateKind::Session(Box::new(prepare(SessionConfig::new().image(image))))
@@ -293,7 +314,7 @@ mod tests {
 
     #[test]
     fn the_built_in_templates_are_the_sdks_defaults() {
-        let t = templates(None, 3, 1 << 20, None, false).unwrap();
+        let t = templates(None, 3, 1 << 20, None, false, &[]).unwrap();
         assert!(matches!(t[CODE_INTERPRETER].kind, TemplateKind::Kernel(_)));
         assert!(matches!(t[BASE].kind, TemplateKind::Session(_)));
         assert_eq!(t[BASE].pool, 3);
@@ -307,7 +328,7 @@ mod tests {
                 "base": {"apt": ["jq"], "cpus": 4}
             }}"#,
         );
-        let t = templates(Some(f.path()), 2, 1 << 20, None, false).unwrap();
+        let t = templates(Some(f.path()), 2, 1 << 20, None, false, &[]).unwrap();
         assert!(matches!(t["analysis"].kind, TemplateKind::Kernel(_)));
         assert_eq!(t["analysis"].pool, 0);
         assert_eq!((t["base"].cpus, t["base"].pool), (4, 2));
@@ -320,14 +341,14 @@ mod tests {
     #[test]
     fn bad_template_files_are_refused_with_the_reason() {
         let kind = file(r#"{"templates": {"x": {"kind": "vm"}}}"#);
-        let e = templates(Some(kind.path()), 1, 1 << 20, None, false)
+        let e = templates(Some(kind.path()), 1, 1 << 20, None, false, &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("kind `vm`"), "{e}");
         let unknown = file(r#"{"templates": {"x": {"packages": ["a"]}}}"#);
         let e = format!(
             "{:#}",
-            templates(Some(unknown.path()), 1, 1 << 20, None, false).unwrap_err()
+            templates(Some(unknown.path()), 1, 1 << 20, None, false, &[]).unwrap_err()
         );
         assert!(e.contains("packages"), "{e}");
     }

@@ -282,7 +282,10 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         auto_resume,
     }));
     if let (Some(kernel), false) = (&sandbox.kernel, envs.is_empty()) {
-        if let Err(e) = kernel.run(&env_update_code(&envs)).await {
+        if let Err(e) = kernel
+            .run(&env_update_code(&envs, dockhand::kernel::Language::Python))
+            .await
+        {
             sandbox.close().await;
             return api_error(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use dockhand::kernel::{
-    Kernel, KernelEvent, RichResult, RunOptions, CHART_MIME, DATAFRAME_MIME, DEFAULT_CONTEXT,
+    ContextOptions, Kernel, KernelEvent, Language, RichResult, RunOptions, CHART_MIME,
+    DATAFRAME_MIME, DEFAULT_CONTEXT,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -20,20 +21,29 @@ use super::config::HOME;
 use super::files::http_error;
 use super::registry::Sandbox;
 
-/// A sandbox's contexts by id: their working directories.
+/// A sandbox's contexts by id: their working directories and languages.
 #[derive(Default)]
 pub struct Contexts {
-    cwd: Mutex<BTreeMap<String, String>>,
+    made: Mutex<BTreeMap<String, (String, Language)>>,
 }
 
 impl Contexts {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
-        super::lock(&self.cwd)
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (String, Language)>> {
+        super::lock(&self.made)
     }
 }
 
-fn context_json(id: &str, cwd: &str) -> Value {
-    json!({"id": id, "language": "python", "cwd": cwd})
+fn context_json(id: &str, cwd: &str, language: Language) -> Value {
+    json!({"id": id, "language": language.as_str(), "cwd": cwd})
+}
+
+/// The context a run without a context id goes to: each language has a
+/// default one, as E2B's interpreter has (Python's is the kernel's own).
+fn default_context(language: Language) -> String {
+    match language {
+        Language::Python => DEFAULT_CONTEXT.to_string(),
+        other => format!("default-{other}"),
+    }
 }
 
 fn kernel_of(sandbox: &Sandbox) -> Result<&Kernel, Response> {
@@ -48,14 +58,23 @@ fn kernel_of(sandbox: &Sandbox) -> Result<&Kernel, Response> {
     })
 }
 
-fn check_language(language: Option<&str>) -> Result<(), Response> {
-    match language {
-        None | Some("python") | Some("python3") | Some("") => Ok(()),
-        Some(other) => Err(http_error(
+/// The language asked for, which the sandbox's kernel must carry.
+fn language_of(kernel: &Kernel, language: Option<&str>) -> Result<Language, Response> {
+    let language = match language.unwrap_or("python").parse::<Language>() {
+        Ok(l) => l,
+        Err(e) => return Err(http_error(StatusCode::BAD_REQUEST, e.to_string())),
+    };
+    if !kernel.languages().contains(&language) {
+        let carried: Vec<&str> = kernel.languages().iter().map(|l| l.as_str()).collect();
+        return Err(http_error(
             StatusCode::BAD_REQUEST,
-            format!("language `{other}` is not served: dockhand's kernels run Python"),
-        )),
+            format!(
+                "language `{language}` is not in this sandbox's template (it runs {}); a template of kind `kernel` with `\"languages\"` adds it",
+                carried.join(", ")
+            ),
+        ));
     }
+    Ok(language)
 }
 
 fn kernel_error(e: &dockhand::Error) -> Response {
@@ -79,12 +98,14 @@ pub async fn create_context(sandbox: &Sandbox, body: &[u8]) -> Response {
         Ok(r) => r,
         Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
     };
-    if let Err(r) = check_language(request.language.as_deref()) {
-        return r;
-    }
+    let language = match language_of(kernel, request.language.as_deref()) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
     let id = uuid::Uuid::new_v4().simple().to_string();
     let cwd = request.cwd.unwrap_or_else(|| HOME.to_string());
-    if let Err(e) = kernel.create_context_in(&id, &cwd).await {
+    let options = ContextOptions::new().language(language).cwd(cwd.clone());
+    if let Err(e) = kernel.create_context_with(&id, options).await {
         return match &e {
             dockhand::Error::SessionFile { .. } => {
                 http_error(StatusCode::BAD_REQUEST, e.to_string())
@@ -92,8 +113,11 @@ pub async fn create_context(sandbox: &Sandbox, body: &[u8]) -> Response {
             _ => kernel_error(&e),
         };
     }
-    sandbox.contexts.lock().insert(id.clone(), cwd.clone());
-    axum::Json(context_json(&id, &cwd)).into_response()
+    sandbox
+        .contexts
+        .lock()
+        .insert(id.clone(), (cwd.clone(), language));
+    axum::Json(context_json(&id, &cwd, language)).into_response()
 }
 
 /// `GET /contexts`.
@@ -101,13 +125,13 @@ pub fn list_contexts(sandbox: &Sandbox) -> Response {
     if let Err(r) = kernel_of(sandbox) {
         return r;
     }
-    let mut list = vec![context_json(DEFAULT_CONTEXT, HOME)];
+    let mut list = vec![context_json(DEFAULT_CONTEXT, HOME, Language::Python)];
     list.extend(
         sandbox
             .contexts
             .lock()
             .iter()
-            .map(|(id, cwd)| context_json(id, cwd)),
+            .map(|(id, (cwd, language))| context_json(id, cwd, *language)),
     );
     axum::Json(Value::Array(list)).into_response()
 }
@@ -184,23 +208,58 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
         Ok(r) => r,
         Err(e) => return http_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
     };
-    if let Err(r) = check_language(request.language.as_deref()) {
-        return r;
+    if let Some(bad) = request
+        .env_vars
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .find(|k| !env_name(k))
+    {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            format!("bad environment variable name `{bad}`: use letters, digits and `_`, not starting with a digit"),
+        );
     }
-    let context = request
-        .context_id
-        .clone()
-        .unwrap_or_else(|| DEFAULT_CONTEXT.to_string());
-    if let Err(r) = known_context(&sandbox, &context) {
-        return r;
-    }
+    let (context, language) = match &request.context_id {
+        Some(id) => {
+            if let Err(r) = known_context(&sandbox, id) {
+                return r;
+            }
+            let language = match sandbox.contexts.lock().get(id) {
+                Some((_, language)) => *language,
+                None => Language::Python,
+            };
+            (id.clone(), language)
+        }
+        None => {
+            let language = match language_of(&kernel, request.language.as_deref()) {
+                Ok(l) => l,
+                Err(r) => return r,
+            };
+            let name = default_context(language);
+            if language != Language::Python && !sandbox.contexts.lock().contains_key(&name) {
+                let options = ContextOptions::new().language(language).cwd(HOME);
+                if let Err(e) = kernel.create_context_with(&name, options).await {
+                    return kernel_error(&e);
+                }
+                sandbox
+                    .contexts
+                    .lock()
+                    .insert(name.clone(), (HOME.to_string(), language));
+            }
+            (name, language)
+        }
+    };
     let (tx, rx) = mpsc::unbounded_channel::<Value>();
     let run = {
         let tx = tx.clone();
         async move {
             if let Some(envs) = request.env_vars.filter(|e| !e.is_empty()) {
                 let options = RunOptions::new().context(context.clone());
-                if let Err(e) = kernel.run_with(&env_update_code(&envs), options).await {
+                if let Err(e) = kernel
+                    .run_with(&env_update_code(&envs, language), options)
+                    .await
+                {
                     let _ = tx.send(error_line("KernelError", &e.to_string()));
                     return;
                 }
@@ -243,12 +302,42 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
         .into_response()
 }
 
-/// Code that sets environment variables in a kernel, leaving no name behind.
-pub fn env_update_code(envs: &BTreeMap<String, String>) -> String {
-    format!(
-        "import os as _dockhand_os\n_dockhand_os.environ.update({})\ndel _dockhand_os",
-        serde_json::to_string(envs).unwrap_or_else(|_| "{}".into())
-    )
+/// A POSIX environment variable name.
+fn env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Code that sets environment variables in a kernel of `language`, leaving
+/// no name behind. Values travel as JSON strings, which are string literals
+/// in Python, JavaScript and R alike; Bash gets them single-quoted.
+pub fn env_update_code(envs: &BTreeMap<String, String>, language: Language) -> String {
+    let json = serde_json::to_string(envs).unwrap_or_else(|_| "{}".into());
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    match language {
+        Language::Python => format!(
+            "import os as _dockhand_os\n_dockhand_os.environ.update({json})\ndel _dockhand_os"
+        ),
+        Language::JavaScript | Language::TypeScript => {
+            format!("for (const [k, v] of Object.entries({json})) Deno.env.set(k, v);")
+        }
+        Language::Bash => envs
+            .iter()
+            .map(|(k, v)| format!("export {k}='{}'", v.replace('\'', "'\\''")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Language::R => {
+            let names: Vec<String> = envs.keys().map(|k| quote(k)).collect();
+            let values: Vec<String> = envs.values().map(|v| quote(v)).collect();
+            format!(
+                "invisible(do.call(Sys.setenv, as.list(setNames(c({}), c({})))))",
+                values.join(", "),
+                names.join(", ")
+            )
+        }
+        _ => String::new(),
+    }
 }
 
 fn now() -> String {

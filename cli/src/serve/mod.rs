@@ -117,6 +117,22 @@ pub struct ServeArgs {
     /// containers (root inside, the daemon's default network).
     #[arg(long)]
     no_template_builds: bool,
+    /// Languages the code interpreter runs beside Python, for
+    /// `run_code(language=...)` and `create_code_context(language=...)`:
+    /// any of javascript, typescript, bash, r, or `all` (their kernels are
+    /// added to its image).
+    #[arg(long, value_delimiter = ',', value_parser = parse_language)]
+    languages: Vec<Vec<dockhand::kernel::Language>>,
+}
+
+/// A language name, or `all`.
+fn parse_language(name: &str) -> Result<Vec<dockhand::kernel::Language>, String> {
+    if name.trim().eq_ignore_ascii_case("all") {
+        return Ok(dockhand::kernel::Language::ALL.to_vec());
+    }
+    name.parse::<dockhand::kernel::Language>()
+        .map(|l| vec![l])
+        .map_err(|e| e.to_string())
 }
 
 /// The server's limits.
@@ -318,6 +334,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         args.max_upload as u64,
         store.as_deref().map(restore::owner_name),
         args.gvisor,
+        &args.languages.concat(),
     )?;
     let pools = templates
         .keys()

@@ -263,7 +263,12 @@ async fn answer(op: &str, r: &Value, session: &Session, reach: &Reach<'_>) -> Re
                 .as_str()
                 .unwrap_or(dockhand::kernel::DEFAULT_CONTEXT);
             if !kernel.contexts().iter().any(|c| c == context) {
-                kernel.create_context(context).await?;
+                let language = r["language"]
+                    .as_str()
+                    .unwrap_or("python")
+                    .parse::<dockhand::kernel::Language>()?;
+                let options = dockhand::kernel::ContextOptions::new().language(language);
+                kernel.create_context_with(context, options).await?;
             }
             if op == "notebook" {
                 json!({"notebook": kernel.notebook(context).await?})

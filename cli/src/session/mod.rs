@@ -116,6 +116,10 @@ pub struct StartArgs {
     /// Hold a Jupyter kernel (`dockhand kernel start`) rather than a session.
     #[arg(long, hide = true)]
     pub kernel: bool,
+    /// A kernel's languages beside Python: javascript, typescript, bash, r
+    /// (comma-separated or repeated; their kernels are added to the image).
+    #[arg(long, value_delimiter = ',')]
+    pub languages: Vec<dockhand::kernel::Language>,
 }
 
 impl StartArgs {
@@ -132,7 +136,10 @@ impl StartArgs {
                 .trust_host_certificates(),
         };
         let session = self.config()?;
-        Ok(base.image(image).session(|_| session.no_timeout()))
+        Ok(base
+            .image(image)
+            .languages(self.languages.iter().copied())
+            .session(|_| session.no_timeout()))
     }
 
     fn config(&self) -> anyhow::Result<SessionConfig> {

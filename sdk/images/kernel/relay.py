@@ -1,9 +1,11 @@
 """dockhand kernel relay: carries Jupyter messages between the host and the
-ipykernel processes of one kernel container, one process per context.
+kernel processes of one kernel container, one process per context
+(ipykernel, forked from a fork server; Deno, bash_kernel or IRkernel for
+the other languages).
 
 The session agent runs it with its stdin kept open; it speaks JSON lines:
 
-  host -> relay  {"op": "start", "ctx", "cwd", "text_limit", "payload_limit", "startup": [lines], "formats": [...]}
+  host -> relay  {"op": "start", "ctx", "language", "cwd", "text_limit", "payload_limit", "startup": [lines], "formats": [...]}
                  {"op": "send", "ctx", "channel": "shell" | "control", "msg": {header, parent_header, metadata, content}}
                  {"op": "interrupt", "ctx"}
                  {"op": "stop", "ctx"}
@@ -14,14 +16,16 @@ The session agent runs it with its stdin kept open; it speaks JSON lines:
                  {"ev": "cut", "ctx", "parent", "stream"}       (later output of that stream was dropped)
                  {"ev": "died", "ctx", "code", "oom", "stderr"}
                  {"ev": "stopped", "ctx"}
-                 {"ev": "contexts", "list": [{"ctx", "cwd"}]}   (the running contexts, for "list")
+                 {"ev": "contexts", "list": [{"ctx", "cwd", "language"}]}   (the running contexts, for "list")
 
 Messages are signed and checked with each kernel's own key (jupyter_client's
 Session). The context a message belongs to is the socket it came from, never
-anything the message says. The kernels talk over unix sockets in a private
-directory, so this works with the network off.
+anything the message says. Python kernels talk over unix sockets in a
+private directory, the others over loopback TCP, so this works with the
+network off.
 """
 
+import ast
 import ctypes
 import json
 import os
@@ -32,12 +36,19 @@ import subprocess
 import sys
 import time
 
-import zmq
-from jupyter_client.jsonutil import json_default
-from jupyter_client.session import Session
 
 RUN_DIR = "/tmp/.dockhand-kernels"
-STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_startup.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+STARTUP = os.path.join(HERE, "kernel_startup.py")
+ZYGOTE = os.path.join(HERE, "kernel_zygote.py")
+# Imported by the fork server before it forks any kernel.
+# What ipykernel imports as it starts, debugpy (a third of that) included.
+KERNEL_MODULES = [
+    "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger",
+    "IPython.core.completerlib", "IPython.core.debugger", "IPython.extensions.storemagic",
+    "faulthandler", "pdb", "tornado.platform.asyncio", "concurrent.futures.thread",
+]
+MATPLOTLIB_MODULES = ["matplotlib_inline.backend_inline"]
 PORTS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
 
 
@@ -47,6 +58,22 @@ def emit(event):
     while view:
         n = os.write(1, view)
         view = view[n:]
+
+
+# pyzmq and jupyter_client, imported by `load_messaging` once the fork
+# server is on its way (the two import side by side).
+zmq = None
+Session = None
+json_default = None
+
+
+def load_messaging():
+    global zmq, Session, json_default
+    import zmq as zmq_module
+    from jupyter_client.jsonutil import json_default as default
+    from jupyter_client.session import Session as session_class
+
+    zmq, Session, json_default = zmq_module, session_class, default
 
 
 def prctl(option, value):
@@ -93,6 +120,184 @@ def cap_bundle(data, limit):
     return cut
 
 
+def matplotlib_lines(formats):
+    """Figures shown in these formats. The inline backend sets up its hooks
+    only when it is imported into a running IPython: in a kernel forked
+    after the fork server imported it, they are set up here."""
+    return [
+        "from matplotlib_inline import backend_inline as _dh_bi",
+        "if _dh_bi.flush_figures not in get_ipython().events.callbacks.get('post_execute', []):\n"
+        "    _dh_bi._enable_matplotlib_integration()",
+        "try:\n    _dh_bi.set_matplotlib_formats(*%r)\nexcept Exception:\n    pass" % (list(formats),),
+        "del _dh_bi",
+    ]
+
+
+def startup_imports(lines):
+    """The modules a context's startup code imports (at its top level), for
+    the fork server to import once."""
+    found = []
+    for line in lines:
+        try:
+            tree = ast.parse(line)
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                found += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.append(node.module)
+    return found
+
+
+class Forked:
+    """A kernel the fork server made, re-parented to this relay: waited for
+    as a child of its own (the `Popen` calls the relay uses)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout):
+        end = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired("kernel", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+
+class Zygote:
+    """The fork server (kernel_zygote.py), started at the first context with
+    the modules its startup imports."""
+
+    def __init__(self, modules, env):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-B", ZYGOTE, RUN_DIR] + modules, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self.out = self.proc.stdout.fileno()
+        self.buf = b""
+        # Contexts waiting for their kernel, in the order asked.
+        self.waiting = []
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def ask(self, context):
+        try:
+            launch = dict(context.launch, argv=context.launch["fork_argv"])
+            del launch["fork_argv"]
+            self.proc.stdin.write((json.dumps(launch) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            return False
+        self.waiting.append(context)
+        return True
+
+    def answers(self):
+        """(context, pid or None) for each answer waiting on its pipe, and
+        whether the pipe ended (the fork server is gone)."""
+        try:
+            chunk = os.read(self.out, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return [], True
+        self.buf += chunk
+        done = []
+        while b"\n" in self.buf and self.waiting:
+            line, _, self.buf = self.buf.partition(b"\n")
+            try:
+                pid = int(json.loads(line).get("pid"))
+            except (ValueError, TypeError, AttributeError):
+                pid = None
+            done.append((self.waiting.pop(0), pid))
+        return done, False
+
+    def stop(self):
+        kill_session(self.proc.pid)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def free_ports():
+    """Five loopback ports free a moment ago, for a TCP kernel to bind."""
+    import socket
+
+    held, ports = [], {}
+    try:
+        for name in PORTS:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            held.append(sock)
+            ports[name] = sock.getsockname()[1]
+    finally:
+        for sock in held:
+            sock.close()
+    return ports
+
+
+def other_kernel(language, connection, run_dir, env):
+    """The command line of a language's kernel (other than Python's)."""
+    if language in ("javascript", "typescript"):
+        deno = shutil.which("deno", path=env.get("PATH"))
+        if deno is None:
+            raise RuntimeError("no `deno` in the image (KernelConfig::languages adds it)")
+        # Deno keeps its module cache where it can write; its update check
+        # would reach for the network.
+        env.setdefault("DENO_DIR", os.path.join(run_dir, "deno"))
+        env["DENO_NO_UPDATE_CHECK"] = "1"
+        env["NO_COLOR"] = "1"
+        return [deno, "jupyter", "--kernel", "--conn", connection]
+    if language == "bash":
+        return [sys.executable, "-m", "bash_kernel", "-f", connection]
+    if language == "r":
+        r = shutil.which("R", path=env.get("PATH"))
+        if r is None:
+            raise RuntimeError("no `R` in the image (KernelConfig::languages adds it)")
+        return [r, "--slave", "--no-save", "--no-restore", "-e", "IRkernel::main()", "--args", connection]
+    raise RuntimeError("no kernel for language %r" % language)
+
+
+def early_zygote():
+    """The fork server, started before the relay imports its own modules
+    when the host said what the contexts' startup imports (the
+    DOCKHAND_KERNEL_STARTUP variable: a JSON list of code)."""
+    text = os.environ.pop("DOCKHAND_KERNEL_STARTUP", None)
+    if text is None:
+        return None
+    try:
+        startup = [line for line in json.loads(text) if isinstance(line, str)]
+    except (ValueError, TypeError):
+        startup = []
+    env = kernel_env()
+    try:
+        return Zygote(KERNEL_MODULES + MATPLOTLIB_MODULES + startup_imports(startup), env)
+    except OSError:
+        return None
+
+
+def kernel_env():
+    env = dict(os.environ)
+    env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    env.pop("JPY_PARENT_PID", None)
+    return env
+
+
 class Context:
     def __init__(self, relay, req):
         self.name = req["ctx"]
@@ -102,45 +307,63 @@ class Context:
         self.dir = os.path.join(RUN_DIR, secrets.token_hex(8))
         os.makedirs(self.dir, mode=0o700)
         self.key = secrets.token_hex(32)
-        conn = dict(transport="ipc", ip=os.path.join(self.dir, "k"), key=self.key,
-                    signature_scheme="hmac-sha256", kernel_name="python3")
-        conn.update({name + "_port": port for name, port in PORTS.items()})
+        self.language = req.get("language") or "python"
+        if self.language == "python":
+            conn = dict(transport="ipc", ip=os.path.join(self.dir, "k"))
+            ports = PORTS
+        else:
+            # The other kernels build their addresses as transport://ip:port,
+            # which ipc paths do not fit: loopback TCP, present with the
+            # network off, and every message still signed with the key.
+            conn = dict(transport="tcp", ip="127.0.0.1")
+            ports = free_ports()
+        conn.update(key=self.key, signature_scheme="hmac-sha256", kernel_name=self.language)
+        conn.update({name + "_port": port for name, port in ports.items()})
         path = os.path.join(self.dir, "connection.json")
         with open(path, "w") as f:
             json.dump(conn, f)
         cwd = req.get("cwd") or os.getcwd()
         os.makedirs(cwd, exist_ok=True)
-        formats = req.get("formats") or ["png"]
-        lines = ["from matplotlib_inline.backend_inline import set_matplotlib_formats as _dh_f",
-                 "try:\n    _dh_f(*%r)\nexcept Exception:\n    pass" % (formats,),
-                 "del _dh_f"] if req.get("matplotlib", True) else []
-        lines += list(req.get("startup") or [])
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", path,
-                "--IPKernelApp.exec_files=%s" % json.dumps([STARTUP]),
-                "--IPKernelApp.exec_lines=%s" % json.dumps(lines),
-                "--HistoryManager.enabled=False", "--Application.log_level=ERROR"]
-        env = dict(os.environ)
-        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        env = kernel_env()
         env["DOCKHAND_CONTEXT"] = self.name
         env["DOCKHAND_TEXT_LIMIT"] = str(self.text_limit)
         env["DOCKHAND_PAYLOAD_LIMIT"] = str(self.payload_limit)
-        env.pop("JPY_PARENT_PID", None)
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "stderr"), "wb"),
-                                     start_new_session=True)
+        stderr = os.path.join(self.dir, "stderr")
+        self.proc = None
+        if self.language == "python":
+            formats = req.get("formats") or ["png"]
+            lines = matplotlib_lines(formats) if req.get("matplotlib", True) else []
+            lines += list(req.get("startup") or [])
+            args = ["-f", path,
+                    "--IPKernelApp.exec_files=%s" % json.dumps([STARTUP]),
+                    "--IPKernelApp.exec_lines=%s" % json.dumps(lines),
+                    "--HistoryManager.enabled=False", "--Application.log_level=ERROR"]
+            self.launch = {"argv": [sys.executable, "-m", "ipykernel_launcher"] + args,
+                           "fork_argv": args, "cwd": cwd, "env": env, "stderr": stderr}
+            # Started by the fork server when it answers (`forked`), or here.
+            if not relay.fork(self):
+                self.start_here()
+        else:
+            self.launch = {"argv": other_kernel(self.language, path, self.dir, env),
+                           "cwd": cwd, "env": env, "stderr": stderr}
+            self.start_here()
         self.session = Session(key=self.key.encode(), signature_scheme="hmac-sha256", username="dockhand")
         ctx = relay.zmq
-        base = conn["ip"]
+        address = {name: ("ipc://%s-%d" if conn["transport"] == "ipc" else "tcp://%s:%d") % (conn["ip"], port)
+                   for name, port in ports.items()}
         self.sockets = {}
         for name, kind in (("shell", zmq.DEALER), ("control", zmq.DEALER), ("iopub", zmq.SUB)):
             sock = ctx.socket(kind)
             sock.linger = 0
+            # The kernel binds after this connects: retry soon, not in
+            # zmq's default 100 ms.
+            sock.setsockopt(zmq.RECONNECT_IVL, 10)
             if kind == zmq.SUB:
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
                 # Past its high-water mark a SUB socket drops messages
                 # silently; the kernel bounds what one run sends instead.
                 sock.setsockopt(zmq.RCVHWM, 100000)
-            sock.connect("ipc://%s-%d" % (base, PORTS[name]))
+            sock.connect(address[name])
             self.sockets[name] = sock
         self.channel_of = {sock: name for name, sock in self.sockets.items()}
         self.ready = False
@@ -152,11 +375,39 @@ class Context:
         self.current = None
         self.oom_before = oom_kills()
 
+    def start_here(self):
+        """Starts the kernel as its own process (no fork server)."""
+        launch = self.launch
+        self.proc = subprocess.Popen(
+            launch["argv"], cwd=launch["cwd"],
+            env=launch["env"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(launch["stderr"], "wb"), start_new_session=True)
+
+    def forked(self, pid):
+        """The fork server's kernel for this context, once it is checked to
+        be this relay's child leading its own session."""
+        info = processes().get(pid)
+        if info is None or info[0] != os.getpid() or info[1] != pid:
+            self.start_here()
+            return
+        self.proc = Forked(pid)
+
+    def interrupt(self):
+        """SIGINT, which ipykernel, bash_kernel and IRkernel take as an
+        interrupt; Deno ends on it, so it gets Jupyter's interrupt_request."""
+        if self.language in ("javascript", "typescript"):
+            self.session.send(self.sockets["control"], self.session.msg("interrupt_request", {}))
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
     def nudge(self):
         """Asks for kernel_info until iopub carries the answer's status: then
         the kernel is up and no output of the first run is lost."""
         now = time.monotonic()
-        if now - self.nudged_at < 0.2:
+        if now - self.nudged_at < 0.05:
             return
         self.nudged_at = now
         msg = self.session.msg("kernel_info_request", {})
@@ -217,6 +468,10 @@ class Context:
                 # On the bundle's own metadata, which is what the host reads.
                 content.setdefault("metadata", {})["dockhand_cut"] = cut
         elif kind == "error":
+            if self.language == "bash" and not content.get("ename"):
+                # bash_kernel names no error: its value is the exit status.
+                content["ename"] = "ExitStatus"
+                content["evalue"] = "the command exited with status %s" % content.get("evalue", "")
             tb = content.get("traceback") or []
             content["traceback"] = [cap_text(line, self.text_limit)[0] for line in tb[:200]]
         out = {k: msg.get(k) for k in ("header", "parent_header", "metadata", "content")}
@@ -233,11 +488,12 @@ class Context:
             return ""
 
     def stop(self):
-        kill_session(self.proc.pid)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.proc is not None:
+            kill_session(self.proc.pid)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         for sock in self.sockets.values():
             sock.close(0)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -276,18 +532,70 @@ def end_stale_kernels():
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"ipykernel_launcher" in argv and any(RUN_DIR.encode() in a for a in argv):
+        # A fork server's kernels carry its command line.
+        if (b"ipykernel_launcher" in argv or any(a.endswith(b"kernel_zygote.py") for a in argv)) \
+                and any(RUN_DIR.encode() in a for a in argv):
             kill_session(sid)
     shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 class Relay:
-    def __init__(self):
+    def __init__(self, zygote):
         self.zmq = zmq.Context()
         self.contexts = {}
         self.poller = zmq.Poller()
         self.poller.register(0, zmq.POLLIN)
         self.buf = b""
+        self.zygote = zygote
+        if zygote is not None:
+            self.poller.register(zygote.out, zmq.POLLIN)
+        # Set when the fork server cannot be used: kernels start on their own.
+        self.no_zygote = False
+
+    def fork(self, context):
+        """Asks the fork server for `context`'s kernel (started at the first
+        context, with the modules its startup imports); False where there
+        is none to ask."""
+        if self.no_zygote:
+            return False
+        if self.zygote is not None and not self.zygote.alive():
+            self.drop_zygote()
+        if self.zygote is None:
+            modules = list(KERNEL_MODULES)
+            if context.req.get("matplotlib", True):
+                modules += MATPLOTLIB_MODULES
+            modules += startup_imports(context.req.get("startup") or [])
+            try:
+                self.zygote = Zygote(modules, kernel_env())
+            except OSError:
+                self.no_zygote = True
+                return False
+            self.poller.register(self.zygote.out, zmq.POLLIN)
+        return self.zygote.ask(context)
+
+    def drop_zygote(self):
+        """Ends the fork server; the contexts it had not answered start
+        their kernels here."""
+        zygote, self.zygote = self.zygote, None
+        self.poller.unregister(zygote.out)
+        zygote.stop()
+        for context in zygote.waiting:
+            if self.contexts.get(context.name) is context and context.proc is None:
+                context.start_here()
+
+    def zygote_answered(self):
+        done, ended = self.zygote.answers()
+        for context, pid in done:
+            if self.contexts.get(context.name) is not context:
+                if pid is not None:
+                    # Its context was stopped while its kernel was made.
+                    kill_session(pid)
+            elif pid is None:
+                context.start_here()
+            else:
+                context.forked(pid)
+        if ended:
+            self.drop_zygote()
 
     def start(self, req):
         name = req["ctx"]
@@ -315,7 +623,13 @@ class Relay:
     def reap_strays(self):
         """Orphans come to the relay (a subreaper); those whose kernel is
         gone are ended, and zombies are collected."""
-        live = {c.proc.pid for c in self.contexts.values()}
+        if self.zygote is not None and self.zygote.waiting:
+            # A kernel the fork server just made is this relay's child
+            # before the relay hears its pid.
+            return
+        live = {c.proc.pid for c in self.contexts.values() if c.proc is not None}
+        if self.zygote is not None:
+            live.add(self.zygote.proc.pid)
         own = os.getpid()
         for pid, (ppid, sid) in processes().items():
             if ppid == own and pid not in live and sid not in live:
@@ -323,13 +637,13 @@ class Relay:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        # Strays only: a kernel's own status is its context's to collect.
+        for pid, (ppid, _) in processes().items():
+            if ppid == own and pid not in live:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
 
     def command(self, line):
         try:
@@ -347,7 +661,7 @@ class Relay:
             # A host that took over this relay (its server restarted) asks
             # which contexts run, to route their events again.
             emit({"ev": "contexts", "list": [
-                {"ctx": c.name, "cwd": c.req.get("cwd") or ""}
+                {"ctx": c.name, "cwd": c.req.get("cwd") or "", "language": c.language}
                 for c in self.contexts.values() if c.ready]})
             return
         context = self.contexts.get(name)
@@ -355,11 +669,8 @@ class Relay:
             emit({"ev": "failed", "ctx": name, "reason": "no such context"})
         elif op == "send":
             context.send(req.get("channel", "shell"), req["msg"])
-        elif op == "interrupt":
-            try:
-                os.kill(context.proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        elif op == "interrupt" and context.proc is not None:
+            context.interrupt()
 
     def read_commands(self):
         chunk = os.read(0, 1 << 20)
@@ -374,7 +685,7 @@ class Relay:
 
     def watch(self):
         for name, context in list(self.contexts.items()):
-            code = context.proc.poll()
+            code = None if context.proc is None else context.proc.poll()
             if code is not None:
                 oom = oom_kills()
                 killed_by_oom = code == -signal.SIGKILL and oom is not None and oom != context.oom_before
@@ -396,10 +707,13 @@ class Relay:
         last_reap = time.monotonic()
         while True:
             waiting = any(not c.ready for c in self.contexts.values())
-            for sock, _ in self.poller.poll(50 if waiting else 200):
+            for sock, _ in self.poller.poll(10 if waiting else 200):
                 if sock == 0:
                     if not self.read_commands():
                         return
+                    continue
+                if self.zygote is not None and sock == self.zygote.out:
+                    self.zygote_answered()
                     continue
                 for context in list(self.contexts.values()):
                     if sock in context.channel_of:
@@ -421,12 +735,16 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: None)
     end_stale_kernels()
     os.makedirs(RUN_DIR, mode=0o700, exist_ok=True)
-    relay = Relay()
+    zygote = early_zygote()
+    load_messaging()
+    relay = Relay(zygote)
     try:
         relay.run()
     finally:
         for name in list(relay.contexts):
             relay.stop(name, quiet=True)
+        if relay.zygote is not None:
+            relay.zygote.stop()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::{KernelError, Language};
 use crate::image::ImageSpec;
 use crate::session::SessionConfig;
 
@@ -27,6 +28,8 @@ pub struct KernelConfig {
     pub(crate) payload_limit: usize,
     pub(crate) figure_formats: Vec<String>,
     pub(crate) startup: Vec<String>,
+    /// Python first, then the others the image carries.
+    pub(crate) languages: Vec<Language>,
 }
 
 /// What every kernel image needs on top of the caller's packages.
@@ -48,6 +51,7 @@ impl Default for KernelConfig {
             payload_limit: 8 << 20,
             figure_formats: vec!["png".into()],
             startup: Vec::new(),
+            languages: vec![Language::Python],
         }
     }
 }
@@ -70,6 +74,48 @@ impl KernelConfig {
                     .trust_host_certificates(),
             )
             .startup("import pandas as pd\nimport numpy as np\nimport matplotlib.pyplot as plt")
+    }
+
+    /// Adds languages to the image, beside Python: each context then runs
+    /// the language it is created with
+    /// ([`Kernel::create_context_with`](super::Kernel::create_context_with)).
+    /// JavaScript and TypeScript add Deno (PyPI's `deno`), Bash adds
+    /// `bash_kernel`, R adds Debian's `r-base-core` and `r-cran-irkernel`.
+    /// A prebuilt image must carry them already.
+    ///
+    /// ```
+    /// use dockhand::kernel::{KernelConfig, Language};
+    /// let config = KernelConfig::new().languages([Language::TypeScript, Language::Bash]);
+    /// assert_eq!(config.language_list(), [Language::Python, Language::TypeScript, Language::Bash]);
+    /// ```
+    pub fn languages(mut self, languages: impl IntoIterator<Item = Language>) -> Self {
+        for language in languages {
+            if !self.languages.contains(&language) {
+                self.languages.push(language);
+            }
+        }
+        self
+    }
+
+    /// The languages the image carries, Python first.
+    pub fn language_list(&self) -> &[Language] {
+        &self.languages
+    }
+
+    /// `Ok` where the image carries `language`.
+    pub(crate) fn check_language(&self, language: Language) -> Result<(), KernelError> {
+        if self.languages.contains(&language) {
+            return Ok(());
+        }
+        Err(KernelError::LanguageNotInImage {
+            language,
+            carried: self
+                .languages
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
     }
 
     /// The image; `ipykernel` is added to its pip packages (a prebuilt image
@@ -142,13 +188,19 @@ impl KernelConfig {
     }
 
     /// The image the container is made from: [`image_spec`](Self::image_spec)
-    /// with `ipykernel` added (to build it ahead, or load it elsewhere).
+    /// with `ipykernel` and the languages' kernels added (to build it ahead,
+    /// or load it elsewhere).
     pub fn container_image(&self) -> ImageSpec {
         if self.image.is_prebuilt() {
-            self.image.clone()
-        } else {
-            self.image.clone().pip(KERNEL_PACKAGES)
+            return self.image.clone();
         }
+        let mut image = self.image.clone().pip(KERNEL_PACKAGES);
+        for language in &self.languages {
+            image = image
+                .pip(language.pip_packages().iter().copied())
+                .apt(language.apt_packages().iter().copied());
+        }
+        image
     }
 
     /// The session configuration with the kernel's image, and its relay
@@ -159,5 +211,6 @@ impl KernelConfig {
             .image(self.container_image())
             .helper(super::link::RELAY_FILE, super::link::RELAY)
             .helper(super::link::STARTUP_FILE, super::link::KERNEL_STARTUP)
+            .helper(super::link::ZYGOTE_FILE, super::link::KERNEL_ZYGOTE)
     }
 }

@@ -55,4 +55,15 @@ pub enum KernelError {
     /// A context name other than 1–64 letters, digits, `-` and `_`.
     #[error("bad kernel context name `{0}`: use 1-64 letters, digits, `-` and `_`")]
     BadContextName(String),
+    /// A language dockhand has no kernel for.
+    #[error("no kernel for language `{0}`: dockhand's kernels run python, javascript, typescript, bash and r")]
+    UnknownLanguage(String),
+    /// A context asked for a language its kernel's image does not carry.
+    #[error("this kernel's image does not carry {language}: add it with `KernelConfig::languages` (it carries {carried})")]
+    LanguageNotInImage {
+        /// The language asked for.
+        language: super::Language,
+        /// The languages the image carries, comma-separated.
+        carried: String,
+    },
 }

@@ -18,10 +18,13 @@ use crate::util::{lock, push_tail};
 pub const RELAY: &str = include_str!("../../images/kernel/relay.py");
 /// Run by every kernel at start: chart and DataFrame formatters.
 pub const KERNEL_STARTUP: &str = include_str!("../../images/kernel/kernel_startup.py");
+/// The fork server the relay makes each context's kernel from.
+pub const KERNEL_ZYGOTE: &str = include_str!("../../images/kernel/kernel_zygote.py");
 /// Their names among the session's helpers (the relay finds the startup
 /// file beside itself).
 pub(crate) const RELAY_FILE: &str = "kernel-relay.py";
 pub(crate) const STARTUP_FILE: &str = "kernel_startup.py";
+pub(crate) const ZYGOTE_FILE: &str = "kernel_zygote.py";
 /// How long the relay may take to say it is up.
 const READY_LIMIT: Duration = Duration::from_secs(30);
 /// The longest line the relay may send: its payload cap, base64 and JSON.
@@ -63,10 +66,14 @@ impl Link {
     /// session's helpers (root-owned, read-only) in isolated mode (`-I`: no
     /// user site, no `PYTHON*` variables, not its own directory on the
     /// path), so nothing the kernel's code writes is ever loaded by it.
-    pub(crate) async fn open(session: &Session) -> Result<Arc<Link>> {
-        let channel = session
-            .open_channel(&relay_command(), BTreeMap::new())
-            .await?;
+    /// `startup` is the contexts' startup code: the relay's fork server
+    /// imports what it imports while the relay itself starts.
+    pub(crate) async fn open(session: &Session, startup: &[String]) -> Result<Arc<Link>> {
+        let env = BTreeMap::from([(
+            "DOCKHAND_KERNEL_STARTUP".to_string(),
+            serde_json::to_string(startup).unwrap_or_else(|_| "[]".into()),
+        )]);
+        let channel = session.open_channel(&relay_command(), env).await?;
         let (link, ready_rx) = Link::over(session, channel);
         match tokio::time::timeout(READY_LIMIT, ready_rx).await {
             Ok(Ok(())) => Ok(link),

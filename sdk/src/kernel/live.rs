@@ -12,7 +12,7 @@ use super::execution::{Collector, Execution, KernelEvent};
 use super::link::Link;
 use super::notebook::Cell;
 use super::wire::{execute_request, Event, Op};
-use super::{KernelConfig, KernelError};
+use super::{ContextOptions, KernelConfig, KernelError, Language, RunOptions};
 use crate::client::Client;
 use crate::error::Result;
 use crate::sandbox::redact;
@@ -24,57 +24,11 @@ pub const DEFAULT_CONTEXT: &str = "default";
 /// How long a context's kernel may take to start (imports included).
 const CONTEXT_START_LIMIT: Duration = Duration::from_secs(120);
 
-/// A live output listener.
-type Listener = Arc<dyn Fn(&KernelEvent) + Send + Sync>;
-
-/// Options of one run.
-#[derive(Clone, Default)]
-pub struct RunOptions {
-    pub(crate) context: Option<String>,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) listener: Option<Listener>,
-}
-
-impl fmt::Debug for RunOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunOptions")
-            .field("context", &self.context)
-            .field("timeout", &self.timeout)
-            .field("listener", &self.listener.is_some())
-            .finish()
-    }
-}
-
-impl RunOptions {
-    /// Default options: the default context and the kernel's run timeout.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Runs in this context (created with [`Kernel::create_context`]).
-    pub fn context(mut self, name: impl Into<String>) -> Self {
-        self.context = Some(name.into());
-        self
-    }
-
-    /// The run's limit: past it the kernel is interrupted (state kept), and
-    /// restarted if the interrupt does not take.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Called with each output as it comes (stdout, stderr, results, error).
-    pub fn on_event(mut self, listener: impl Fn(&KernelEvent) + Send + Sync + 'static) -> Self {
-        self.listener = Some(Arc::new(listener));
-        self
-    }
-}
-
 /// One context: its kernel's events and its history.
 pub(super) struct Context {
     pub(super) name: String,
     pub(super) cwd: String,
+    pub(super) language: Language,
     pub(super) events: Option<mpsc::UnboundedReceiver<Event>>,
     /// The relay its kernel runs under (a new relay means a new kernel).
     pub(super) link: Option<Arc<Link>>,
@@ -350,7 +304,7 @@ impl Kernel {
                 return Ok(l.clone());
             }
         }
-        let fresh = Link::open(&self.inner.session).await?;
+        let fresh = Link::open(&self.inner.session, &self.inner.config.startup).await?;
         *link = Some(fresh.clone());
         Ok(fresh)
     }
@@ -375,6 +329,7 @@ impl Kernel {
         let c = &self.inner.config;
         link.send(&Op::Start {
             ctx: &context.name,
+            language: context.language.as_str(),
             cwd: &context.cwd,
             text_limit: c.text_limit,
             payload_limit: c.payload_limit,
@@ -437,6 +392,35 @@ impl Kernel {
     /// Creates a context working in `cwd` (created if missing) and starts
     /// its kernel. A context of that name already there is left as it is.
     pub async fn create_context_in(&self, name: &str, cwd: &str) -> Result<()> {
+        self.create_context_with(name, ContextOptions::new().cwd(cwd))
+            .await
+    }
+
+    /// Creates a context with these options (its language, its working
+    /// directory) and starts its kernel. A context of that name already
+    /// there is left as it is.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dockhand::Client) -> dockhand::Result<()> {
+    /// use dockhand::kernel::{ContextOptions, KernelConfig, Language};
+    /// let kernel = client.kernel(KernelConfig::new().languages([Language::TypeScript]));
+    /// kernel.start().await?;
+    /// kernel
+    ///     .create_context_with("ts", ContextOptions::new().language(Language::TypeScript))
+    ///     .await?;
+    /// let options = dockhand::kernel::RunOptions::new().context("ts");
+    /// let ex = kernel.run_with("const n: number = 6; n * 7", options).await?;
+    /// assert_eq!(ex.text(), Some("42"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_context_with(&self, name: &str, options: ContextOptions) -> Result<()> {
+        let language = options.language;
+        self.inner.config.check_language(language)?;
+        let session = &self.inner.config.session;
+        let cwd = options
+            .cwd
+            .unwrap_or_else(|| session.workspace_dir().to_string());
+        let cwd = cwd.as_str();
         let valid = !name.is_empty()
             && name.len() <= 64
             && name
@@ -445,7 +429,6 @@ impl Kernel {
         if !valid {
             return Err(KernelError::BadContextName(name.to_string()).into());
         }
-        let session = &self.inner.config.session;
         let cwd = crate::session::paths::resolve(cwd, session.workspace_dir(), &session.roots())
             .ok_or_else(|| crate::Error::SessionFile {
                 path: cwd.to_string(),
@@ -460,6 +443,7 @@ impl Kernel {
             let context = Arc::new(tokio::sync::Mutex::new(Context {
                 name: name.to_string(),
                 cwd,
+                language,
                 events: None,
                 link: None,
                 history: Vec::new(),
@@ -479,6 +463,16 @@ impl Kernel {
     /// The contexts' names.
     pub fn contexts(&self) -> Vec<String> {
         lock(&self.inner.contexts).keys().cloned().collect()
+    }
+
+    /// The languages its image carries (contexts can run any of them).
+    pub fn languages(&self) -> &[Language] {
+        self.inner.config.language_list()
+    }
+
+    /// The language context `name` runs.
+    pub async fn context_language(&self, name: &str) -> Result<Language> {
+        Ok(self.context(name)?.lock().await.language)
     }
 
     /// Restarts a context's kernel: its variables are gone; its notebook
@@ -517,7 +511,7 @@ impl Kernel {
     pub async fn notebook(&self, context: &str) -> Result<serde_json::Value> {
         let context = self.context(context)?;
         let context = context.lock().await;
-        Ok(super::notebook::render(&context.history))
+        Ok(super::notebook::render(&context.history, context.language))
     }
 
     /// Changes the egress policy of the running kernel (see

@@ -32,9 +32,11 @@
 mod config;
 mod error;
 mod execution;
+mod language;
 mod link;
 mod live;
 mod notebook;
+mod options;
 mod takeover;
 mod wire;
 
@@ -43,5 +45,7 @@ pub use error::KernelError;
 pub use execution::{
     Chart, Execution, ExecutionError, KernelEvent, RichResult, CHART_MIME, DATAFRAME_MIME,
 };
-pub use link::{KERNEL_STARTUP, RELAY};
-pub use live::{Kernel, RunOptions, DEFAULT_CONTEXT};
+pub use language::Language;
+pub use link::{KERNEL_STARTUP, KERNEL_ZYGOTE, RELAY};
+pub use live::{Kernel, DEFAULT_CONTEXT};
+pub use options::{ContextOptions, RunOptions};

@@ -3,6 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::execution::Execution;
+use super::Language;
 
 /// One run: its code and what it produced.
 pub(crate) enum Cell {
@@ -65,8 +66,8 @@ fn outputs(e: &Execution) -> Vec<Value> {
 const RESTART_NOTE: &str =
     "*The kernel restarted here: variables and imports of the cells above are gone (files stay).*";
 
-/// The notebook of these runs.
-pub(crate) fn render(history: &[Cell]) -> Value {
+/// The notebook of these runs, in a context of `language`.
+pub(crate) fn render(history: &[Cell], language: Language) -> Value {
     let cells: Vec<Value> = history
         .iter()
         .enumerate()
@@ -91,8 +92,8 @@ pub(crate) fn render(history: &[Cell]) -> Value {
         "nbformat": 4,
         "nbformat_minor": 5,
         "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-            "language_info": {"name": "python"},
+            "kernelspec": language.kernelspec(),
+            "language_info": {"name": language.as_str(), "file_extension": language.file_extension()},
         },
         "cells": cells,
     })
@@ -115,13 +116,17 @@ mod tests {
             is_main: true,
             cut: vec![],
         });
-        let nb = render(&[
-            Cell::Run {
-                code: "print('a')\nprint('b')\n1 + 1".into(),
-                execution: Box::new(execution),
-            },
-            Cell::Restart,
-        ]);
+        let nb = render(
+            &[
+                Cell::Run {
+                    code: "print('a')\nprint('b')\n1 + 1".into(),
+                    execution: Box::new(execution),
+                },
+                Cell::Restart,
+            ],
+            Language::Python,
+        );
+        assert_eq!(nb["metadata"]["kernelspec"]["name"], "python3");
         assert_eq!(nb["cells"][1]["cell_type"], "markdown");
         assert!(nb["cells"][1]["source"][0]
             .as_str()

@@ -40,6 +40,7 @@ impl Kernel {
             let context = Context {
                 name: found.ctx.clone(),
                 cwd: found.cwd,
+                language: found.language,
                 events: Some(events),
                 link: Some(link.clone()),
                 history: Vec::new(),

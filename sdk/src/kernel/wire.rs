@@ -6,6 +6,8 @@ use jupyter_protocol::{ExecuteRequest, JupyterMessage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::Language;
+
 /// Host -> relay.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -13,6 +15,7 @@ pub(crate) enum Op<'a> {
     /// Start (or restart) a context's kernel.
     Start {
         ctx: &'a str,
+        language: &'a str,
         cwd: &'a str,
         text_limit: usize,
         payload_limit: usize,
@@ -83,6 +86,9 @@ pub(crate) enum Event {
 pub(crate) struct Listed {
     pub ctx: String,
     pub cwd: String,
+    /// Python where a relay of an earlier version does not say.
+    #[serde(default)]
+    pub language: Language,
 }
 
 impl Event {
