@@ -541,3 +541,57 @@ fn sessions_pause_resume_and_fork_and_volumes_outlive_them() {
         .clone();
     assert!(!String::from_utf8_lossy(&listed).contains(&volume));
 }
+
+/// `kernel run --language`: Bash and R cells through the CLI, on the image
+/// with every language the SDK's kernel language tests build (given with
+/// `--image`, so this test builds nothing of its own).
+#[test]
+fn kernel_cells_run_in_other_languages() {
+    use dockhand::kernel::{KernelConfig, Language};
+    let config = KernelConfig::new().languages(Language::ALL);
+    let spec = config.image_spec().clone().trust_host_certificates();
+    let image = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async {
+            let client = dockhand::Client::connect().await?;
+            client
+                .resolve_image(&config.image(spec).container_image())
+                .await
+        })
+        .expect("the languages image builds")
+        .reference;
+
+    let out = dockhand()
+        .args(["kernel", "run", "--image", &image, "--language", "bash"])
+        .args(["-c", "N=6", "-c", "echo $((N * 7))"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+
+    let out = dockhand()
+        .args([
+            "--json",
+            "kernel",
+            "run",
+            "--image",
+            &image,
+            "--language",
+            "r",
+        ])
+        .args(["-c", "x <- 6 * 7", "-c", "x", "-c", "stop('no such thing')"])
+        .output()
+        .unwrap();
+    // A cell that raises: exit 1, its error in the report.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report = json_of(&out.stdout);
+    let text = report.to_string();
+    assert!(text.contains("[1] 42"), "{text}");
+    assert!(text.contains("no such thing"), "{text}");
+
+    dockhand()
+        .args(["kernel", "run", "--language", "cobol", "-c", "1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cobol"));
+}

@@ -222,3 +222,66 @@ fn sigkill_of_the_server_leaves_nothing() {
         "containers of the killed server remain"
     );
 }
+
+/// `run_code(language=...)` and contexts with a language through the real
+/// `e2b-code-interpreter` SDK: a template of kind `kernel` with every
+/// language (the image the SDK's kernel language tests build too).
+#[test]
+fn run_code_speaks_every_language_through_the_sdk() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("templates.json");
+    std::fs::write(
+        &file,
+        r#"{"templates": {"polyglot": {"kind": "kernel", "pool": 0,
+            "languages": ["javascript", "typescript", "bash", "r"]}}}"#,
+    )
+    .unwrap();
+    let server = Server::start_with(0, &["--templates", file.to_str().unwrap()]);
+    let r = json_output(server.python("languages.py", &[]));
+
+    assert_eq!(r["js"]["text"], "42", "{}", r["js"]);
+    assert_eq!(r["typescript"]["text"], "42", "{}", r["typescript"]);
+    assert_eq!(r["bash"]["stdout"], "42\n", "{}", r["bash"]);
+    // IRkernel shows values as display data: a result, not the main one.
+    assert_eq!(r["r"]["results"][0], "[1] 42", "{}", r["r"]);
+
+    let js_error = &r["js_error"]["error"];
+    assert_eq!(js_error["name"], "RangeError", "{js_error}");
+    assert!(js_error["value"].as_str().unwrap().contains("too far"));
+    let r_error = &r["r_error"]["error"];
+    assert!(
+        r_error["value"].as_str().unwrap().contains("too far"),
+        "{r_error}"
+    );
+    assert_eq!(r["bash_env"]["stdout"], "it's here\n", "{}", r["bash_env"]);
+    assert_eq!(r["python_still"]["text"], "42");
+
+    assert_eq!(r["context_language"], "r");
+    assert_eq!(r["r_context"]["results"][0], "[1] 42", "{}", r["r_context"]);
+    assert_eq!(
+        r["r_default_after"]["results"][0], "[1] FALSE",
+        "{}",
+        r["r_default_after"]
+    );
+    let listed: Vec<&str> = r["listed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    for language in ["bash", "javascript", "python", "r", "typescript"] {
+        assert!(listed.contains(&language), "{listed:?}");
+    }
+    let cobol = r["cobol"].as_str().unwrap();
+    assert!(
+        cobol.contains("cobol") && !cobol.contains("accepted"),
+        "{cobol}"
+    );
+    let plain_r = r["plain_r"].as_str().unwrap();
+    assert!(plain_r.contains("--languages"), "{plain_r}");
+    let pid = server.pid();
+    drop(server);
+    let left = wait_until_none(pid, Duration::from_secs(60));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -69,7 +69,7 @@ fn language_of(kernel: &Kernel, language: Option<&str>) -> Result<Language, Resp
         return Err(http_error(
             StatusCode::BAD_REQUEST,
             format!(
-                "language `{language}` is not in this sandbox's template (it runs {}); a template of kind `kernel` with `\"languages\"` adds it",
+                "language `{language}` is not in this sandbox's template (it runs {}): start serve with `--languages {language}` (the code interpreter), or give a kernel template `\"languages\"` in the templates file",
                 carried.join(", ")
             ),
         ));
