@@ -1,6 +1,14 @@
-//! Benchmark of kernels: `1 + 1`, `df.describe()` on 100k rows, a matplotlib
-//! chart to PNG, kernel and context start; beside the floor, `jupyter_client`
-//! talking to the same ipykernel inside the same container (no host hop).
+//! Benchmark of kernels, each figure beside its floor measured in the same
+//! run (`jupyter_client` talking to the same kernel inside the same
+//! container: no host, agent or relay in between):
+//!
+//! - Python (the data-science image): kernel start cold and from a pool, a
+//!   new context, the host CPU one kernel start costs (every process: the
+//!   daemon, the runtime, the container) and the create rate two cores keep
+//!   up with, `1 + 1`, `df.describe()` on 100k rows, a chart to PNG;
+//! - every other language: a new context, `1 + 1`, `1`, `1+1`;
+//! - the alternatives to ipykernel 7 for `1 + 1` (ipykernel 6, xeus-python),
+//!   installed beside it in an image of their own.
 //!
 //! ```text
 //! cargo run --release --example bench_kernel -- [N]
@@ -8,26 +16,33 @@
 
 use std::time::{Duration, Instant};
 
-use dockhand::kernel::{Kernel, KernelConfig};
+use dockhand::kernel::{ContextOptions, Kernel, KernelConfig, Language, RunOptions};
 use dockhand::session::SessionApi;
-use dockhand::Client;
+use dockhand::{Client, ImageSpec};
 
 fn report(name: &str, mut samples: Vec<Duration>) {
     samples.sort();
     let at = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
     println!(
-        "{name:<44} n={:<4} p50={:>9.2} ms  p95={:>9.2} ms",
+        "{name:<52} n={:<4} p50={:>9.2} ms  p95={:>9.2} ms",
         samples.len(),
         at(0.5).as_secs_f64() * 1e3,
         at(0.95).as_secs_f64() * 1e3
     );
 }
 
-async fn times(kernel: &Kernel, code: &str, n: usize) -> Result<Vec<Duration>, dockhand::Error> {
+async fn times(
+    kernel: &Kernel,
+    code: &str,
+    context: &str,
+    n: usize,
+) -> Result<Vec<Duration>, dockhand::Error> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let ex = kernel.run(code).await?;
+        let ex = kernel
+            .run_with(code, RunOptions::new().context(context))
+            .await?;
         samples.push(t.elapsed());
         if let Some(e) = ex.error {
             panic!("{code} raised {}: {}", e.name, e.value);
@@ -36,37 +51,80 @@ async fn times(kernel: &Kernel, code: &str, n: usize) -> Result<Vec<Duration>, d
     Ok(samples)
 }
 
-/// `jupyter_client` in the container, against a fresh ipykernel there: the
-/// same `1 + 1` with no host, agent or relay in between.
+/// `jupyter_client` in the container, against a fresh kernel there started
+/// from a kernelspec written for it: `1 + 1` with no host, agent or relay.
 const FLOOR: &str = r#"
-import json, sys, time
+import json, os, sys, tempfile, time
+argv, code, n = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+home = tempfile.mkdtemp()
+os.makedirs(os.path.join(home, "kernels", "k"))
+with open(os.path.join(home, "kernels", "k", "kernel.json"), "w") as f:
+    json.dump({"argv": argv, "display_name": "k", "language": "k"}, f)
+os.environ["JUPYTER_PATH"] = home
+os.environ.setdefault("DENO_DIR", os.path.join(home, "deno"))
 from jupyter_client.manager import start_new_kernel
-n = int(sys.argv[1])
-km, kc = start_new_kernel()
+km, kc = start_new_kernel(kernel_name="k", startup_timeout=120)
 samples = []
 for _ in range(n + 5):
     t = time.perf_counter()
-    kc.execute_interactive("1 + 1", output_hook=lambda m: None, timeout=30)
+    kc.execute_interactive(code, output_hook=lambda m: None, timeout=30)
     samples.append((time.perf_counter() - t) * 1000)
 samples = sorted(samples[5:])
 print(json.dumps({"p50": samples[len(samples) // 2], "p95": samples[int((len(samples) - 1) * 0.95)]}))
 kc.stop_channels(); km.shutdown_kernel(now=True)
 "#;
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(50);
-    let client = Client::connect().await?;
+/// Prints the floor of `code` against the kernel `argv` starts.
+async fn floor(kernel: &Kernel, name: &str, argv: &[&str], code: &str, n: usize) {
+    let argv = serde_json::to_string(argv).unwrap_or_default();
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let command = format!(
+        "python3 -c {} {} {} {n}",
+        quote(FLOOR),
+        quote(&argv),
+        quote(code)
+    );
+    match kernel.exec(&command).await {
+        Ok(out) => match serde_json::from_str::<serde_json::Value>(out.stdout.trim()) {
+            Ok(v) => println!(
+                "{:<52} n={n:<4} p50={:>9.2} ms  p95={:>9.2} ms",
+                format!("  floor: {name}"),
+                v["p50"].as_f64().unwrap_or(f64::NAN),
+                v["p95"].as_f64().unwrap_or(f64::NAN)
+            ),
+            Err(_) => println!("  floor: {name} failed: {}", out.stderr.trim()),
+        },
+        Err(e) => println!("  floor: {name} failed: {e}"),
+    }
+}
+
+/// Busy and total jiffies of the whole host.
+fn host_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
     let base = KernelConfig::data_science();
     let image = base.image_spec().clone().trust_host_certificates();
     let config = base.image(image);
     // Build (or find) the image before timing starts.
-    client.kernel(config.clone()).start().await?;
+    let warm = client.kernel(config.clone());
+    warm.start().await?;
+    warm.close().await?;
 
     let mut starts = Vec::new();
+    let (busy, _) = host_jiffies();
     for _ in 0..3 {
         let kernel = client.kernel(config.clone());
         let t = Instant::now();
@@ -74,6 +132,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         starts.push(t.elapsed());
         kernel.close().await?;
     }
+    let (busy_after, _) = host_jiffies();
+    // Closing is in it too: a pool's kernel is closed by whoever took it.
+    let cpu_per_start = (busy_after - busy) as f64 / 100.0 / 3.0;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+
     let kernel = client.kernel(config.clone());
     kernel.start().await?;
     let mut contexts = Vec::new();
@@ -82,29 +145,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         kernel.create_context(&format!("c{i}")).await?;
         contexts.push(t.elapsed());
     }
-
-    times(&kernel, "1 + 1", 5).await?; // warm-up
-    let plus = times(&kernel, "1 + 1", n).await?;
+    let default = dockhand::kernel::DEFAULT_CONTEXT;
+    times(&kernel, "1 + 1", default, 5).await?; // warm-up
+    let plus = times(&kernel, "1 + 1", default, n).await?;
     kernel
         .run("df = pd.DataFrame(np.random.default_rng(1).normal(size=(100_000, 4)), columns=list('abcd'))")
         .await?;
-    let describe = times(&kernel, "df.describe()", (n / 2).max(5)).await?;
+    let describe = times(&kernel, "df.describe()", default, (n / 2).max(5)).await?;
     let chart = times(
         &kernel,
         "plt.plot(np.arange(1000), np.sin(np.arange(1000) / 50)); plt.title('sine')",
+        default,
         (n / 2).max(5),
     )
     .await?;
 
-    println!("kernels (data-science image, ipykernel in the container), n = {n}");
-    report("kernel start (container + default context)", starts);
-    report("new context in a running kernel", contexts);
-    report("run `1 + 1`", plus);
-    report("run `df.describe()` (100k x 4)", describe);
-    report("run a matplotlib line chart to PNG", chart);
+    println!("python (data-science image: pandas, numpy, matplotlib imported), n = {n}");
+    report("  kernel start, cold (container + default context)", starts);
+    println!(
+        "  host CPU per kernel start and close: {cpu_per_start:.2} s (all processes): {cores} cores keep up with {:.2} starts/s",
+        cores / cpu_per_start
+    );
+    report("  new context in a running kernel", contexts);
+    report("  run `1 + 1`", plus);
+    report("  run `df.describe()` (100k x 4)", describe);
+    report("  run a matplotlib line chart to PNG", chart);
 
-    // From a pool: the container and the default context (pandas,
-    // matplotlib imported) are up before the kernel is asked for.
+    // From a pool: the container and the default context are up before
+    // the kernel is asked for.
     let pool = client
         .kernel_pool(config.clone(), dockhand::pool::PoolConfig::new(1))
         .await?;
@@ -116,19 +184,152 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         handovers.push(t.elapsed());
         pooled.close().await?;
     }
-    report("kernel start from a pool (handover)", handovers);
+    report("  kernel start from a pool (handover)", handovers);
     pool.shutdown().await;
+    floor(
+        &kernel,
+        "ipykernel 7 (jupyter_client in the container)",
+        &[
+            "python3",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+        ],
+        "1 + 1",
+        n,
+    )
+    .await;
+    kernel.close().await?;
+    Ok(())
+}
 
-    let floor = kernel.exec(&format!("python3 -c '{FLOOR}' {n}")).await?;
-    match serde_json::from_str::<serde_json::Value>(floor.stdout.trim()) {
-        Ok(v) => println!(
-            "{:<44} n={n:<4} p50={:>9.2} ms  p95={:>9.2} ms",
-            "floor: jupyter_client in the container",
-            v["p50"].as_f64().unwrap_or(f64::NAN),
-            v["p95"].as_f64().unwrap_or(f64::NAN)
+/// Each other language: a new context, trivial runs, the floor.
+async fn languages(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let config = KernelConfig::new().languages(Language::ALL);
+    let image = config.image_spec().clone().trust_host_certificates();
+    let kernel = client.kernel(config.image(image));
+    kernel.start().await?;
+    for (language, argv) in [
+        (
+            Language::JavaScript,
+            vec!["deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
         ),
-        Err(_) => println!("floor: jupyter_client failed: {}", floor.stderr.trim()),
+        (
+            Language::Bash,
+            vec!["python3", "-m", "bash_kernel", "-f", "{connection_file}"],
+        ),
+        (
+            Language::R,
+            vec![
+                "R",
+                "--slave",
+                "-e",
+                "IRkernel::main()",
+                "--args",
+                "{connection_file}",
+            ],
+        ),
+    ] {
+        let name = language.as_str();
+        let t = Instant::now();
+        kernel
+            .create_context_with(name, ContextOptions::new().language(language))
+            .await?;
+        let started = t.elapsed();
+        let (one_plus_one, one, compact) = match language {
+            Language::Bash => ("echo $((1 + 1))", "echo 1", "echo $((1+1))"),
+            _ => ("1 + 1", "1", "1+1"),
+        };
+        times(&kernel, one_plus_one, name, 5).await?;
+        println!("{name}, n = {n}");
+        report("  new context (its kernel started)", vec![started]);
+        report(
+            &format!("  run `{one_plus_one}`"),
+            times(&kernel, one_plus_one, name, n).await?,
+        );
+        report(
+            &format!("  run `{one}`"),
+            times(&kernel, one, name, n).await?,
+        );
+        report(
+            &format!("  run `{compact}`"),
+            times(&kernel, compact, name, n).await?,
+        );
+        floor(&kernel, name, &argv, one_plus_one, n).await;
     }
     kernel.close().await?;
+    Ok(())
+}
+
+/// The floors of ipykernel 6 and xeus-python beside ipykernel 7's, each in
+/// a venv of its own in one image.
+async fn alternatives(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let image = ImageSpec::default()
+        .pip(["ipykernel", "jupyter_client"])
+        .run("python3 -m venv /opt/ipykernel6 && /opt/ipykernel6/bin/pip install -q 'ipykernel<7'")
+        .run("python3 -m venv /opt/xeus && /opt/xeus/bin/pip install -q xeus-python")
+        .trust_host_certificates();
+    let kernel = client.kernel(KernelConfig::new().image(image));
+    kernel.start().await?;
+    println!(
+        "the alternatives for `1 + 1` (each against jupyter_client in one container), n = {n}"
+    );
+    floor(
+        &kernel,
+        "ipykernel 7",
+        &[
+            "python3",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+        ],
+        "1 + 1",
+        n,
+    )
+    .await;
+    floor(
+        &kernel,
+        "ipykernel 6",
+        &[
+            "/opt/ipykernel6/bin/python",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+        ],
+        "1 + 1",
+        n,
+    )
+    .await;
+    floor(
+        &kernel,
+        "xeus-python",
+        &[
+            "/opt/xeus/bin/python",
+            "-m",
+            "xpython_launcher",
+            "-f",
+            "{connection_file}",
+        ],
+        "1 + 1",
+        n,
+    )
+    .await;
+    kernel.close().await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(50);
+    let client = Client::connect().await?;
+    python(&client, n).await?;
+    languages(&client, n).await?;
+    alternatives(&client, n).await?;
     Ok(())
 }

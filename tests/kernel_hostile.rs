@@ -371,3 +371,67 @@ async fn a_dropped_run_that_ignores_its_interrupt_holds_the_next_for_the_grace_o
     );
     k.close().await.unwrap();
 }
+
+/// The fork server Python contexts are forked from: its pipes to the relay
+/// are out of the kernels' reach, siblings forked from it do not share
+/// numpy's random state, and killing it costs only speed (the next
+/// contexts start anyway, the running ones go on).
+#[tokio::test]
+async fn the_fork_server_is_out_of_reach_and_its_loss_costs_only_speed() {
+    let k = kernel(config()).await;
+    for name in ["c1", "c2"] {
+        k.create_context(name).await.unwrap();
+    }
+    let draw = "int(np.random.randint(1 << 62))";
+    let one = k
+        .run_with(draw, RunOptions::new().context("c1"))
+        .await
+        .unwrap();
+    let two = k
+        .run_with(draw, RunOptions::new().context("c2"))
+        .await
+        .unwrap();
+    assert!(
+        one.text().is_some() && one.text() != two.text(),
+        "{one:?} {two:?}"
+    );
+
+    let probe = r#"
+import os, signal
+def comm(p):
+    try: return open('/proc/%s/comm' % p).read().strip()
+    except OSError: return ''
+def cmdline(p):
+    try: return open('/proc/%s/cmdline' % p, 'rb').read()
+    except OSError: return b''
+servers = [p for p in os.listdir('/proc') if p.isdigit()
+           and b'kernel_zygote.py' in cmdline(p) and comm(p) != 'dockhand-kernel']
+reached = []
+for p in servers:
+    for fd, mode in (('0', os.O_RDONLY), ('1', os.O_WRONLY)):
+        try:
+            os.close(os.open('/proc/%s/fd/%s' % (p, fd), mode))
+            reached.append(fd)
+        except OSError:
+            pass
+for p in servers:
+    os.kill(int(p), signal.SIGKILL)
+(len(servers), reached)
+"#;
+    let ex = k.run(probe).await.unwrap();
+    assert_eq!(ex.text(), Some("(1, [])"), "{ex:?}");
+    // Contexts made after its death start (without it), and those made
+    // before it go on.
+    k.create_context("after").await.unwrap();
+    let ex = k
+        .run_with("6 * 7", RunOptions::new().context("after"))
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("42"));
+    let ex = k
+        .run_with("1 + 1", RunOptions::new().context("c1"))
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("2"));
+    k.close().await.unwrap();
+}

@@ -516,6 +516,12 @@ impl Server {
             Language::Python => dockhand::kernel::DEFAULT_CONTEXT.into(),
             other => other.as_str().into(),
         });
+        if !kernel.languages().contains(&language) {
+            return Ok(tool_error(format!(
+                "language `{language}` is not on: this server runs python{}; start it with `dockhand mcp --languages {language}`",
+                self.languages.iter().map(|l| format!(", {l}")).collect::<String>()
+            )));
+        }
         if !kernel.contexts().contains(&context) {
             let options = ContextOptions::new().language(language);
             if let Err(e) = kernel.create_context_with(&context, options).await {

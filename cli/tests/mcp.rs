@@ -180,6 +180,26 @@ async fn every_tool_over_stdio_and_nothing_left_after() {
     )
     .await;
     assert_eq!(body(&other)["results"][0]["text"], "False", "{other:?}");
+    // A language: Python by name runs; one the server was not started with
+    // (`--languages`) or that no kernel speaks is a tool error saying so.
+    let python = call(
+        &client,
+        "run_code",
+        json!({"code": "len(xs)", "language": "python"}),
+    )
+    .await;
+    assert_eq!(body(&python)["results"][0]["text"], "3", "{python:?}");
+    let r = call(&client, "run_code", json!({"code": "1", "language": "r"})).await;
+    assert!(failed(&r), "{r:?}");
+    assert!(format!("{r:?}").contains("--languages r"), "{r:?}");
+    let cobol = call(
+        &client,
+        "run_code",
+        json!({"code": "1", "language": "cobol"}),
+    )
+    .await;
+    assert!(failed(&cobol), "{cobol:?}");
+    assert!(format!("{cobol:?}").contains("cobol"), "{cobol:?}");
 
     let before =
         containers("dev.dockhand.kind=session") + containers("dev.dockhand.kind=code-host");

@@ -59,11 +59,21 @@ impl Drop for Server {
 }
 
 fn serve(bin: &Path, port: u16, pool: usize) -> Server {
+    serve_logged(bin, port, pool, None)
+}
+
+/// A server whose stderr goes to `log` (to read its pool's figures from).
+fn serve_logged(bin: &Path, port: u16, pool: usize, log: Option<&Path>) -> Server {
+    let stderr = match log {
+        Some(path) => Stdio::from(std::fs::File::create(path).expect("a log file")),
+        None => Stdio::inherit(),
+    };
     let child = Command::new(bin)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--pool", &pool.to_string()])
         .env("DOCKHAND_SERVE_API_KEYS", KEY)
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("dockhand serve starts");
     let started = Instant::now();
@@ -75,6 +85,76 @@ fn serve(bin: &Path, port: u16, pool: usize) -> Server {
         std::thread::sleep(Duration::from_millis(50));
     }
     Server(child)
+}
+
+/// Busy and total jiffies of the whole host (`/proc/stat`): what the
+/// server, the daemon, the shims, the runtime and the containers spent.
+fn host_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The code interpreter at `rate` creates a second for `seconds`, through
+/// the SDK, on a server with `--pool 4`: create + first `run_code`, the
+/// pool's hits, and host CPU per sandbox.
+fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
+    let log = tempfile::NamedTempFile::new().expect("a log file");
+    let server = serve_logged(bin, port, 4, Some(log.path()));
+    let url = format!("http://127.0.0.1:{port}");
+    let script = root().join("examples/bench_serve/kernel_rate.py");
+    let run = |rate: f64, seconds: f64| {
+        let out = Command::new(python)
+            .arg(&script)
+            .args([rate.to_string(), seconds.to_string()])
+            .env("E2B_API_URL", &url)
+            .env("E2B_SANDBOX_URL", &url)
+            .env("E2B_API_KEY", KEY)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("python runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str::<serde_json::Value>(text.lines().last().unwrap_or("{}"))
+            .expect("JSON")
+    };
+    // The image is built and the pool filled before anything is timed.
+    run(1.0, 1.0);
+    std::thread::sleep(Duration::from_secs(20));
+    let hz = 100.0; // USER_HZ
+    let (busy0, total0) = host_jiffies();
+    let r = run(rate, seconds);
+    let (busy1, total1) = host_jiffies();
+    drop(server);
+    let n = r["samples"].as_array().map_or(0, Vec::len);
+    let errors = r["errors"].as_array().map_or(0, Vec::len);
+    let cores = (total1 - total0) as f64 / hz / seconds.max(1.0);
+    let cpu = (busy1 - busy0) as f64 / hz / n.max(1) as f64;
+    report(
+        &format!("  {rate}/s: create + first run_code(\"1+1\")"),
+        &r["samples"],
+    );
+    let max = r["samples"]
+        .as_array()
+        .and_then(|a| a.iter().filter_map(|x| x.as_f64()).reduce(f64::max))
+        .unwrap_or(f64::NAN);
+    let stats = std::fs::read_to_string(log.path()).unwrap_or_default();
+    let pool = stats
+        .lines()
+        .find(|l| l.contains("pool code-interpreter-v1"))
+        .unwrap_or("(no pool figures)");
+    println!(
+        "    max {max:.0} ms, {errors} errors; host CPU {cpu:.2} s per sandbox (all processes, ~{cores:.1} cores busy or not)"
+    );
+    println!("    {}", pool.trim_start_matches("dockhand serve: "));
 }
 
 /// A field of `/proc/<pid>/status`, in KiB.
@@ -218,6 +298,9 @@ fn main() {
         report("  raw HTTP: create -> first output", &pooled["raw_tti"]);
         report("  SDK: run_code(\"1+1\")", &pooled["run_code"]);
     }
+    println!("code interpreter at a steady rate (pool 4, {}-s runs):", 30);
+    kernel_rate(&python, &bin, port(3), 1.0, 30.0);
+    kernel_rate(&python, &bin, port(4), 2.0, 30.0);
     {
         let server = serve(&bin, port(2), 0);
         uploads(&python, port(2), &server, n.min(5));

@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// Warm sandboxes kept ready per template (a template's own `pool` wins).
     #[arg(long, default_value_t = 2)]
     pool: usize,
+    /// How far a template's pool grows while creates keep finding it empty
+    /// (it shrinks back after 30 s without): this many times its size.
+    #[arg(long, default_value_t = 2)]
+    pool_growth: usize,
     /// Seconds a sandbox lives when the request gives no timeout (E2B's default).
     #[arg(long, default_value_t = 300)]
     default_timeout: u64,
@@ -145,6 +149,7 @@ pub struct Limits {
     run_timeout: Duration,
     internet_default: bool,
     template_builds: bool,
+    pool_growth: usize,
 }
 
 enum Pool {
@@ -231,7 +236,8 @@ impl Server {
                 message: format!("no pool for {}", template.name),
             })?;
         cell.get_or_try_init(|| async {
-            let size = PoolConfig::new(template.pool);
+            let size = PoolConfig::new(template.pool)
+                .max_size(template.pool.saturating_mul(self.limits.pool_growth.max(1)));
             Ok(match &template.kind {
                 TemplateKind::Kernel(config) => Pool::Kernel(Box::new(
                     self.client.kernel_pool((**config).clone(), size).await?,
@@ -361,6 +367,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             run_timeout: Duration::from_secs(args.run_timeout),
             internet_default: args.internet_by_default,
             template_builds: !args.no_template_builds,
+            pool_growth: args.pool_growth,
         },
     });
     if let Some(store) = &store {
@@ -410,12 +417,25 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
     helpers.abort();
     server.volume_helpers.close_idle(true).await;
     restore::shut_down(&server, on_shutdown).await;
-    for cell in server.pools.values() {
-        match cell.get() {
-            Some(Pool::Kernel(p)) => p.shutdown().await,
-            Some(Pool::Session(p)) => p.shutdown().await,
-            None => {}
-        }
+    for (name, cell) in &server.pools {
+        let stats = match cell.get() {
+            Some(Pool::Kernel(p)) => {
+                let stats = p.stats();
+                p.shutdown().await;
+                stats
+            }
+            Some(Pool::Session(p)) => {
+                let stats = p.stats();
+                p.shutdown().await;
+                stats
+            }
+            None => continue,
+        };
+        // What an operator sizes `--pool` by.
+        eprintln!(
+            "dockhand serve: pool {name}: {} handed over ({} waited for), {} creates found it empty, {} made, {} failed to start",
+            stats.handed_over, stats.waited, stats.misses, stats.filled, stats.fill_failures
+        );
     }
     Ok(())
 }
