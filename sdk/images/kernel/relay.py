@@ -337,7 +337,10 @@ class Context:
             args = ["-f", path,
                     "--IPKernelApp.exec_files=%s" % json.dumps([STARTUP]),
                     "--IPKernelApp.exec_lines=%s" % json.dumps(lines),
-                    "--HistoryManager.enabled=False", "--Application.log_level=ERROR"]
+                    "--HistoryManager.enabled=False", "--Application.log_level=ERROR",
+                    # A pause before each reply, for clients that take the
+                    # reply for the end; the host waits for idle too.
+                    "--IPythonKernel._execute_sleep=0"]
             self.launch = {"argv": [sys.executable, "-m", "ipykernel_launcher"] + args,
                            "fork_argv": args, "cwd": cwd, "env": env, "stderr": stderr}
             # Started by the fork server when it answers (`forked`), or here.
