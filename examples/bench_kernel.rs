@@ -11,7 +11,7 @@
 //!   installed beside it in an image of their own.
 //!
 //! ```text
-//! cargo run --release --example bench_kernel -- [N]
+//! cargo run --release --example bench_kernel -- [N] [python|languages|alternatives]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -74,13 +74,67 @@ print(json.dumps({"p50": samples[len(samples) // 2], "p95": samples[int((len(sam
 kc.stop_channels(); km.shutdown_kernel(now=True)
 "#;
 
+/// The same with the leanest client: pyzmq and jupyter_client's `Session`
+/// only, no polling loop, over unix sockets: what the kernel itself takes.
+const RAW_FLOOR: &str = r#"
+import json, os, subprocess, sys, tempfile, time, secrets
+import zmq
+from jupyter_client.session import Session
+argv, code, n = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+d = tempfile.mkdtemp(); key = secrets.token_hex(16)
+conn = dict(transport="ipc", ip=os.path.join(d, "k"), key=key, signature_scheme="hmac-sha256",
+            shell_port=1, iopub_port=2, stdin_port=3, control_port=4, hb_port=5)
+path = os.path.join(d, "c.json"); json.dump(conn, open(path, "w"))
+proc = subprocess.Popen([a.replace("{connection_file}", path) for a in argv],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+s = Session(key=key.encode()); ctx = zmq.Context()
+shell = ctx.socket(zmq.DEALER); shell.connect("ipc://%s-1" % conn["ip"])
+iopub = ctx.socket(zmq.SUB); iopub.setsockopt(zmq.SUBSCRIBE, b""); iopub.connect("ipc://%s-2" % conn["ip"])
+def recv(sock, timeout):
+    if sock.poll(timeout):
+        return s.deserialize(s.feed_identities(sock.recv_multipart())[1])
+def run(code):
+    m = s.msg("execute_request", dict(code=code, silent=False, store_history=True, user_expressions={},
+                                      allow_stdin=False, stop_on_error=True))
+    s.send(shell, m); mid = m["header"]["msg_id"]; idle = reply = False
+    while not (idle and reply):
+        for sock in zmq.select([shell, iopub], [], [], 30)[0]:
+            r = recv(sock, 0)
+            if r and (r["parent_header"] or {}).get("msg_id") == mid:
+                reply |= r["msg_type"] == "execute_reply"
+                idle |= r["msg_type"] == "status" and r["content"]["execution_state"] == "idle"
+deadline = time.time() + 120
+while time.time() < deadline:
+    m = s.msg("kernel_info_request", {}); s.send(shell, m)
+    if recv(shell, 500): break
+time.sleep(0.5)
+while recv(iopub, 50): pass
+samples = []
+for _ in range(n + 5):
+    t = time.perf_counter(); run(code); samples.append((time.perf_counter() - t) * 1000)
+samples = sorted(samples[5:])
+print(json.dumps({"p50": samples[len(samples) // 2], "p95": samples[int((len(samples) - 1) * 0.95)]}))
+proc.kill()
+"#;
+
 /// Prints the floor of `code` against the kernel `argv` starts.
 async fn floor(kernel: &Kernel, name: &str, argv: &[&str], code: &str, n: usize) {
+    floor_with(kernel, FLOOR, name, argv, code, n).await
+}
+
+async fn floor_with(
+    kernel: &Kernel,
+    client: &str,
+    name: &str,
+    argv: &[&str],
+    code: &str,
+    n: usize,
+) {
     let argv = serde_json::to_string(argv).unwrap_or_default();
     let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
     let command = format!(
         "python3 -c {} {} {} {n}",
-        quote(FLOOR),
+        quote(client),
         quote(&argv),
         quote(code)
     );
@@ -122,6 +176,23 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     let warm = client.kernel(config.clone());
     warm.start().await?;
     warm.close().await?;
+
+    // A plain kernel (ipykernel, nothing imported at start) for scale.
+    let plain_config = KernelConfig::new();
+    let warm = client.kernel(plain_config.clone());
+    warm.start().await?;
+    warm.close().await?;
+    let mut plain = Vec::new();
+    let (busy, _) = host_jiffies();
+    for _ in 0..3 {
+        let kernel = client.kernel(plain_config.clone());
+        let t = Instant::now();
+        kernel.start().await?;
+        plain.push(t.elapsed());
+        kernel.close().await?;
+    }
+    let (busy_after, _) = host_jiffies();
+    let plain_cpu = (busy_after - busy) as f64 / 100.0 / 3.0;
 
     let mut starts = Vec::new();
     let (busy, _) = host_jiffies();
@@ -166,6 +237,11 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
         "  host CPU per kernel start and close: {cpu_per_start:.2} s (all processes): {cores} cores keep up with {:.2} starts/s",
         cores / cpu_per_start
     );
+    report(
+        "  kernel start, cold, plain Python (nothing imported)",
+        plain,
+    );
+    println!("  host CPU per plain kernel start and close: {plain_cpu:.2} s");
     report("  new context in a running kernel", contexts);
     report("  run `1 + 1`", plus);
     report("  run `df.describe()` (100k x 4)", describe);
@@ -272,51 +348,51 @@ async fn alternatives(client: &Client, n: usize) -> Result<(), Box<dyn std::erro
         .trust_host_certificates();
     let kernel = client.kernel(KernelConfig::new().image(image));
     kernel.start().await?;
-    println!(
-        "the alternatives for `1 + 1` (each against jupyter_client in one container), n = {n}"
-    );
-    floor(
-        &kernel,
-        "ipykernel 7",
-        &[
-            "python3",
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            "{connection_file}",
-        ],
-        "1 + 1",
-        n,
-    )
-    .await;
-    floor(
-        &kernel,
-        "ipykernel 6",
-        &[
-            "/opt/ipykernel6/bin/python",
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            "{connection_file}",
-        ],
-        "1 + 1",
-        n,
-    )
-    .await;
-    floor(
-        &kernel,
-        "xeus-python",
-        &[
-            "/opt/xeus/bin/python",
-            "-m",
-            "xpython_launcher",
-            "-f",
-            "{connection_file}",
-        ],
-        "1 + 1",
-        n,
-    )
-    .await;
+    println!("the alternatives for `1 + 1` (each against jupyter_client, then a bare pyzmq client, in one container), n = {n}");
+    let kernels: [(&str, &[&str]); 3] = [
+        (
+            "ipykernel 7",
+            &[
+                "python3",
+                "-m",
+                "ipykernel_launcher",
+                "-f",
+                "{connection_file}",
+            ],
+        ),
+        (
+            "ipykernel 6",
+            &[
+                "/opt/ipykernel6/bin/python",
+                "-m",
+                "ipykernel_launcher",
+                "-f",
+                "{connection_file}",
+            ],
+        ),
+        (
+            "xeus-python",
+            &[
+                "/opt/xeus/bin/python",
+                "-m",
+                "xpython_launcher",
+                "-f",
+                "{connection_file}",
+            ],
+        ),
+    ];
+    for (name, argv) in kernels {
+        floor(&kernel, name, argv, "1 + 1", n).await;
+        floor_with(
+            &kernel,
+            RAW_FLOOR,
+            &format!("{name}, bare client"),
+            argv,
+            "1 + 1",
+            n,
+        )
+        .await;
+    }
     kernel.close().await?;
     Ok(())
 }
@@ -327,9 +403,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(50);
+    let only = std::env::args().nth(2);
+    let part = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let client = Client::connect().await?;
-    python(&client, n).await?;
-    languages(&client, n).await?;
-    alternatives(&client, n).await?;
+    if part("python") {
+        python(&client, n).await?;
+    }
+    if part("languages") {
+        languages(&client, n).await?;
+    }
+    if part("alternatives") {
+        alternatives(&client, n).await?;
+    }
     Ok(())
 }

@@ -40,11 +40,22 @@ def preload(modules):
     # numpy's BLAS threads are stopped around fork by its own handlers;
     # Python's warning about forking a threaded process says nothing here.
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except BaseException:
-            pass
+    # ipykernel's visual debugger (debugpy, a third of its import time) is
+    # for JupyterLab's debugger panel, which no dockhand client opens: it is
+    # left out as ipykernel leaves it out where debugpy is missing. The
+    # module itself stays importable by the kernels' code.
+    hidden = "debugpy" not in sys.modules
+    if hidden:
+        sys.modules["debugpy"] = None
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                pass
+    finally:
+        if hidden and sys.modules.get("debugpy", 0) is None:
+            del sys.modules["debugpy"]
 
 
 def become_kernel(req):

@@ -42,7 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STARTUP = os.path.join(HERE, "kernel_startup.py")
 ZYGOTE = os.path.join(HERE, "kernel_zygote.py")
 # Imported by the fork server before it forks any kernel.
-# What ipykernel imports as it starts, debugpy (a third of that) included.
+# What ipykernel imports as it starts (its debugger without debugpy: see
+# kernel_zygote.py).
 KERNEL_MODULES = [
     "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger",
     "IPython.core.completerlib", "IPython.core.debugger", "IPython.extensions.storemagic",

@@ -34,6 +34,8 @@ pub struct KernelConfig {
 
 /// What every kernel image needs on top of the caller's packages.
 const KERNEL_PACKAGES: [&str; 1] = ["ipykernel"];
+/// Where the data-science image keeps matplotlib's caches.
+const MATPLOTLIB_DIR: &str = "/opt/dockhand/matplotlib";
 /// The data-science spec's packages.
 const DATA_SCIENCE_PACKAGES: [&str; 3] = ["pandas", "numpy", "matplotlib"];
 
@@ -71,6 +73,13 @@ impl KernelConfig {
             .image(
                 ImageSpec::default()
                     .pip(DATA_SCIENCE_PACKAGES)
+                    // matplotlib's font list, made once in the image rather
+                    // than by every kernel's first import (0.4 s of CPU);
+                    // the directory stays writable, as matplotlib wants.
+                    .env("MPLCONFIGDIR", MATPLOTLIB_DIR)
+                    .run(format!(
+                        "python3 -c 'import matplotlib.pyplot' && chmod -R a+rwX {MATPLOTLIB_DIR}"
+                    ))
                     .trust_host_certificates(),
             )
             .startup("import pandas as pd\nimport numpy as np\nimport matplotlib.pyplot as plt")
