@@ -388,13 +388,14 @@ class Context:
             stderr=open(launch["stderr"], "wb"), start_new_session=True)
 
     def forked(self, pid):
-        """The fork server's kernel for this context, once it is checked to
-        be this relay's child leading its own session."""
+        """Takes the fork server's kernel for this context if it is this
+        relay's child leading its own session; False if not (a runtime
+        without subreapers, gVisor's, leaves it to the container's init)."""
         info = processes().get(pid)
         if info is None or info[0] != os.getpid() or info[1] != pid:
-            self.start_here()
-            return
+            return False
         self.proc = Forked(pid)
+        return True
 
     def interrupt(self):
         """SIGINT, which ipykernel, bash_kernel and IRkernel take as an
@@ -527,6 +528,15 @@ def kill_session(sid):
                 pass
 
 
+def forked_kernel(pid):
+    """Whether `pid` is a kernel a fork server made (by its name)."""
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip() == "dockhand-kernel"
+    except OSError:
+        return False
+
+
 def end_stale_kernels():
     """Kernels of a relay that died (killed by code it ran) are ended with
     all they started: their state went with their relay."""
@@ -583,6 +593,12 @@ class Relay:
         zygote, self.zygote = self.zygote, None
         self.poller.unregister(zygote.out)
         zygote.stop()
+        # Kernels it forked that no context took (answers it never gave, or
+        # that went to the container's init) end with it.
+        live = {c.proc.pid for c in self.contexts.values() if c.proc is not None}
+        for pid, (_, sid) in processes().items():
+            if pid == sid and pid not in live and forked_kernel(pid):
+                kill_session(pid)
         for context in zygote.waiting:
             if self.contexts.get(context.name) is context and context.proc is None:
                 context.start_here()
@@ -596,8 +612,13 @@ class Relay:
                     kill_session(pid)
             elif pid is None:
                 context.start_here()
-            else:
-                context.forked(pid)
+            elif not context.forked(pid):
+                # Not a kernel this relay can wait for: it is ended, and
+                # this relay's kernels are started as processes of its own.
+                kill_session(pid)
+                self.no_zygote = True
+                ended = True
+                context.start_here()
         if ended:
             self.drop_zygote()
 

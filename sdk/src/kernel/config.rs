@@ -66,8 +66,9 @@ impl KernelConfig {
         Self::default()
     }
 
-    /// Python with ipykernel, pandas, numpy and matplotlib, imported when
-    /// each context starts (`pd`, `np`, `plt`).
+    /// Python with ipykernel, pandas, numpy and matplotlib, bound in every
+    /// context (`pd`, `np`, `plt`): imported once, by the fork server each
+    /// context's kernel is forked from.
     pub fn data_science() -> Self {
         Self::new()
             .image(
@@ -189,8 +190,10 @@ impl KernelConfig {
         &self.figure_formats
     }
 
-    /// Code every context runs when it starts (imports, say); a failure
-    /// shows in the kernel's log, not in a run.
+    /// Python every Python context runs when it starts (imports, say); a
+    /// failure shows in the kernel's log, not in a run. The modules it
+    /// imports at its top level are imported once by the fork server the
+    /// contexts are forked from, before IPython starts.
     pub fn startup(mut self, code: impl Into<String>) -> Self {
         self.startup.push(code.into());
         self
