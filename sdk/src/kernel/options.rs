@@ -34,7 +34,8 @@ impl RunOptions {
         Self::default()
     }
 
-    /// Runs in this context (created with [`Kernel::create_context`]).
+    /// Runs in this context (created with
+    /// [`Kernel::create_context`](super::Kernel::create_context)).
     pub fn context(mut self, name: impl Into<String>) -> Self {
         self.context = Some(name.into());
         self
