@@ -14,6 +14,9 @@
 //! cargo run --release --example bench_kernel -- [N] [python|languages|alternatives]
 //! ```
 
+#[path = "common/host_cpu.rs"]
+mod host_cpu;
+use host_cpu::{host_cpu, TICKS_PER_SECOND};
 use std::time::{Duration, Instant};
 
 use dockhand::kernel::{ContextOptions, Kernel, KernelConfig, Language, RunOptions};
@@ -152,22 +155,6 @@ async fn floor_with(
     }
 }
 
-/// Busy and total jiffies of the whole host.
-fn host_jiffies() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let total: u64 = fields.iter().take(8).sum();
-    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
-    (total - idle, total)
-}
-
 async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
     let base = KernelConfig::data_science();
     let image = base.image_spec().clone().trust_host_certificates();
@@ -183,7 +170,7 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     warm.start().await?;
     warm.close().await?;
     let mut plain = Vec::new();
-    let (busy, _) = host_jiffies();
+    let (busy, _) = host_cpu().unwrap_or((0, 0));
     for _ in 0..3 {
         let kernel = client.kernel(plain_config.clone());
         let t = Instant::now();
@@ -191,11 +178,11 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
         plain.push(t.elapsed());
         kernel.close().await?;
     }
-    let (busy_after, _) = host_jiffies();
-    let plain_cpu = (busy_after - busy) as f64 / 100.0 / 3.0;
+    let (busy_after, _) = host_cpu().unwrap_or((0, 0));
+    let plain_cpu = (busy_after - busy) as f64 / TICKS_PER_SECOND / 3.0;
 
     let mut starts = Vec::new();
-    let (busy, _) = host_jiffies();
+    let (busy, _) = host_cpu().unwrap_or((0, 0));
     for _ in 0..3 {
         let kernel = client.kernel(config.clone());
         let t = Instant::now();
@@ -203,9 +190,9 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
         starts.push(t.elapsed());
         kernel.close().await?;
     }
-    let (busy_after, _) = host_jiffies();
+    let (busy_after, _) = host_cpu().unwrap_or((0, 0));
     // Closing is in it too: a pool's kernel is closed by whoever took it.
-    let cpu_per_start = (busy_after - busy) as f64 / 100.0 / 3.0;
+    let cpu_per_start = (busy_after - busy) as f64 / TICKS_PER_SECOND / 3.0;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
 
     let kernel = client.kernel(config.clone());

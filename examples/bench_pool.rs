@@ -6,6 +6,9 @@
 //! cargo run --release --example bench_pool -- [N]
 //! ```
 
+#[path = "common/host_cpu.rs"]
+mod host_cpu;
+use host_cpu::{host_cpu, TICKS_PER_SECOND};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -56,29 +59,12 @@ async fn cli_run(image: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Busy and total CPU time of the whole host so far, in clock ticks
-/// (`/proc/stat`), or `None` off Linux: what a job costs the machine, the
-/// daemon's and the runtime's share included, not only this process's.
-fn host_cpu() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal ...
-    let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
-    let total: u64 = ticks.iter().take(8).sum();
-    Some((total - idle, total))
-}
-
 /// Host CPU milliseconds per job between two `host_cpu` readings, and how
 /// busy the host was (share of all cores).
 fn cpu_per_job(before: Option<(u64, u64)>, after: Option<(u64, u64)>, jobs: usize) -> String {
     match (before, after) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
-            // USER_HZ is 100 on every Linux this runs on.
-            let busy_ms = (b1 - b0) as f64 * 10.0;
+            let busy_ms = (b1 - b0) as f64 * 1e3 / TICKS_PER_SECOND;
             format!(
                 "{:.0} ms of host CPU per job, cores {:.0}% busy",
                 busy_ms / jobs as f64,

@@ -12,6 +12,9 @@
 //! Builds `dockhand` (release) and a venv with the pinned SDKs under
 //! `target/`.
 
+#[path = "../common/host_cpu.rs"]
+mod host_cpu;
+use host_cpu::{host_cpu, TICKS_PER_SECOND};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -87,23 +90,6 @@ fn serve_logged(bin: &Path, port: u16, pool: usize, log: Option<&Path>) -> Serve
     Server(child)
 }
 
-/// Busy and total jiffies of the whole host (`/proc/stat`): what the
-/// server, the daemon, the shims, the runtime and the containers spent.
-fn host_jiffies() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let total: u64 = fields.iter().take(8).sum();
-    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
-    (total - idle, total)
-}
-
 /// The code interpreter at `rate` creates a second for `seconds`, through
 /// the SDK, on a server with `--pool 4`: create + first `run_code`, the
 /// pool's hits, and host CPU per sandbox.
@@ -129,10 +115,10 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     // The image is built and the pool filled before anything is timed.
     run(1.0, 1.0);
     std::thread::sleep(Duration::from_secs(20));
-    let hz = 100.0; // USER_HZ
-    let (busy0, total0) = host_jiffies();
+    let hz = TICKS_PER_SECOND;
+    let (busy0, total0) = host_cpu().unwrap_or((0, 0));
     let r = run(rate, seconds);
-    let (busy1, total1) = host_jiffies();
+    let (busy1, total1) = host_cpu().unwrap_or((0, 0));
     drop(server);
     let n = r["samples"].as_array().map_or(0, Vec::len);
     let errors = r["errors"].as_array().map_or(0, Vec::len);
