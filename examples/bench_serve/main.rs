@@ -142,6 +142,16 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
         busy_share * 100.0
     );
     println!("    {}", pool.trim_start_matches("dockhand serve: "));
+    // Each kind of failure once, with how often it came.
+    let mut kinds = std::collections::BTreeMap::<String, usize>::new();
+    for e in r["errors"].as_array().into_iter().flatten() {
+        let text = e.as_str().unwrap_or_default();
+        let kind: String = text.chars().take(120).collect();
+        *kinds.entry(kind).or_default() += 1;
+    }
+    for (kind, count) in kinds {
+        println!("    {count} x {kind}");
+    }
 }
 
 /// A field of `/proc/<pid>/status`, in KiB.
