@@ -63,11 +63,6 @@ def become_kernel(req):
     ipykernel, as `python -m ipykernel_launcher` would run it."""
     os.setsid()
     prctl(4, 1)  # PR_SET_DUMPABLE: a kernel is an ordinary process again
-    # Its command line is the fork server's: its name says what it is.
-    try:
-        ctypes.CDLL(None).prctl(15, b"dockhand-kernel", 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -104,6 +99,9 @@ def spawn(req):
         code = 0
         try:
             os.close(r)
+            # The kernel's command line is the fork server's: its name says
+            # what it is, from its first instant (the relay checks it).
+            ctypes.CDLL(None).prctl(15, b"dockhand-kernel", 0, 0, 0)  # PR_SET_NAME
             kernel = os.fork()
             if kernel == 0:
                 os.close(w)

@@ -607,15 +607,17 @@ class Relay:
         done, ended = self.zygote.answers()
         for context, pid in done:
             if self.contexts.get(context.name) is not context:
-                if pid is not None:
+                if pid is not None and forked_kernel(pid):
                     # Its context was stopped while its kernel was made.
                     kill_session(pid)
             elif pid is None:
                 context.start_here()
             elif not context.forked(pid):
-                # Not a kernel this relay can wait for: it is ended, and
-                # this relay's kernels are started as processes of its own.
-                kill_session(pid)
+                # Not a kernel this relay can wait for: it is ended (only
+                # if it is one: the fork server runs the user's modules),
+                # and this relay's kernels are started by itself from now.
+                if forked_kernel(pid):
+                    kill_session(pid)
                 self.no_zygote = True
                 ended = True
                 context.start_here()
