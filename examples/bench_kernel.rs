@@ -155,32 +155,16 @@ async fn floor_with(
     }
 }
 
-async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let base = KernelConfig::data_science();
-    let image = base.image_spec().clone().trust_host_certificates();
-    let config = base.image(image);
-    // Build (or find) the image before timing starts.
+/// Three cold starts of kernels of `config` (after one unmeasured start
+/// that builds or finds the image), and the host CPU each start and close
+/// cost, in seconds.
+async fn cold_starts(
+    client: &Client,
+    config: &KernelConfig,
+) -> Result<(Vec<Duration>, f64), dockhand::Error> {
     let warm = client.kernel(config.clone());
     warm.start().await?;
     warm.close().await?;
-
-    // A plain kernel (ipykernel, nothing imported at start) for scale.
-    let plain_config = KernelConfig::new();
-    let warm = client.kernel(plain_config.clone());
-    warm.start().await?;
-    warm.close().await?;
-    let mut plain = Vec::new();
-    let (busy, _) = host_cpu().unwrap_or((0, 0));
-    for _ in 0..3 {
-        let kernel = client.kernel(plain_config.clone());
-        let t = Instant::now();
-        kernel.start().await?;
-        plain.push(t.elapsed());
-        kernel.close().await?;
-    }
-    let (busy_after, _) = host_cpu().unwrap_or((0, 0));
-    let plain_cpu = (busy_after - busy) as f64 / TICKS_PER_SECOND / 3.0;
-
     let mut starts = Vec::new();
     let (busy, _) = host_cpu().unwrap_or((0, 0));
     for _ in 0..3 {
@@ -192,7 +176,17 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     }
     let (busy_after, _) = host_cpu().unwrap_or((0, 0));
     // Closing is in it too: a pool's kernel is closed by whoever took it.
-    let cpu_per_start = (busy_after - busy) as f64 / TICKS_PER_SECOND / 3.0;
+    let cpu = (busy_after - busy) as f64 / TICKS_PER_SECOND / starts.len() as f64;
+    Ok((starts, cpu))
+}
+
+async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let base = KernelConfig::data_science();
+    let image = base.image_spec().clone().trust_host_certificates();
+    let config = base.image(image);
+    // A plain kernel (ipykernel, nothing imported at start) for scale.
+    let (plain, plain_cpu) = cold_starts(client, &KernelConfig::new()).await?;
+    let (starts, cpu_per_start) = cold_starts(client, &config).await?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
 
     let kernel = client.kernel(config.clone());

@@ -96,26 +96,17 @@ fn serve_logged(bin: &Path, port: u16, pool: usize, log: Option<&Path>) -> Serve
 fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     let log = tempfile::NamedTempFile::new().expect("a log file");
     let server = serve_logged(bin, port, 4, Some(log.path()));
-    let url = format!("http://127.0.0.1:{port}");
-    let script = root().join("examples/bench_serve/kernel_rate.py");
     let run = |rate: f64, seconds: f64| {
-        let out = Command::new(python)
-            .arg(&script)
-            .args([rate.to_string(), seconds.to_string()])
-            .env("E2B_API_URL", &url)
-            .env("E2B_SANDBOX_URL", &url)
-            .env("E2B_API_KEY", KEY)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("python runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str::<serde_json::Value>(text.lines().last().unwrap_or("{}"))
-            .expect("JSON")
+        sdk_script(
+            python,
+            port,
+            "kernel_rate.py",
+            &[rate.to_string(), seconds.to_string()],
+        )
     };
     // The image is built and the pool filled before anything is timed.
     run(1.0, 1.0);
     std::thread::sleep(Duration::from_secs(20));
-    let hz = TICKS_PER_SECOND;
     let (busy0, total0) = host_cpu().unwrap_or((0, 0));
     let r = run(rate, seconds);
     let (busy1, total1) = host_cpu().unwrap_or((0, 0));
@@ -123,7 +114,7 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     let n = r["samples"].as_array().map_or(0, Vec::len);
     let errors = r["errors"].as_array().map_or(0, Vec::len);
     let busy_share = (busy1 - busy0) as f64 / (total1 - total0).max(1) as f64;
-    let cpu = (busy1 - busy0) as f64 / hz / n.max(1) as f64;
+    let cpu = (busy1 - busy0) as f64 / TICKS_PER_SECOND / n.max(1) as f64;
     report(
         &format!("  {rate}/s: create + first run_code(\"1+1\")"),
         &r["samples"],
@@ -242,21 +233,28 @@ fn report(name: &str, samples: &serde_json::Value) {
     );
 }
 
-fn measure(python: &Path, port: u16, n: usize, pause: f64, extra: &[&str]) -> serde_json::Value {
+/// Runs `examples/bench_serve/<script>` with the SDK pointed at the server
+/// on `port`; its last line of output, as JSON.
+fn sdk_script(python: &Path, port: u16, script: &str, args: &[String]) -> serde_json::Value {
     let url = format!("http://127.0.0.1:{port}");
     let out = Command::new(python)
-        .arg(root().join("examples/bench_serve/sdk_timing.py"))
-        .args([n.to_string(), pause.to_string()])
-        .args(extra)
+        .arg(root().join("examples/bench_serve").join(script))
+        .args(args)
         .env("E2B_API_URL", &url)
         .env("E2B_SANDBOX_URL", &url)
         .env("E2B_API_KEY", KEY)
         .stderr(Stdio::inherit())
         .output()
         .expect("python runs");
-    assert!(out.status.success(), "the timing script failed");
+    assert!(out.status.success(), "{script} failed");
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.lines().last().unwrap_or("{}")).expect("JSON")
+}
+
+fn measure(python: &Path, port: u16, n: usize, pause: f64, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![n.to_string(), pause.to_string()];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    sdk_script(python, port, "sdk_timing.py", &args)
 }
 
 fn main() {

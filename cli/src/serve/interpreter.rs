@@ -38,12 +38,29 @@ fn context_json(id: &str, cwd: &str, language: Language) -> Value {
 }
 
 /// The context a run without a context id goes to: each language has a
-/// default one, as E2B's interpreter has (Python's is the kernel's own).
-fn default_context(language: Language) -> String {
-    match language {
-        Language::Python => DEFAULT_CONTEXT.to_string(),
-        other => format!("default-{other}"),
+/// default one, as E2B's interpreter has (Python's is the kernel's own;
+/// the others' are made on first use).
+async fn default_context(
+    sandbox: &Sandbox,
+    kernel: &Kernel,
+    language: Language,
+) -> Result<String, Response> {
+    if language == Language::Python {
+        return Ok(DEFAULT_CONTEXT.to_string());
     }
+    let name = format!("default-{language}");
+    if !sandbox.contexts.lock().contains_key(&name) {
+        let options = ContextOptions::new().language(language).cwd(HOME);
+        kernel
+            .create_context_with(&name, options)
+            .await
+            .map_err(|e| kernel_error(&e))?;
+        sandbox
+            .contexts
+            .lock()
+            .insert(name.clone(), (HOME.to_string(), language));
+    }
+    Ok(name)
 }
 
 fn kernel_of(sandbox: &Sandbox) -> Result<&Kernel, Response> {
@@ -236,18 +253,10 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
                 Ok(l) => l,
                 Err(r) => return r,
             };
-            let name = default_context(language);
-            if language != Language::Python && !sandbox.contexts.lock().contains_key(&name) {
-                let options = ContextOptions::new().language(language).cwd(HOME);
-                if let Err(e) = kernel.create_context_with(&name, options).await {
-                    return kernel_error(&e);
-                }
-                sandbox
-                    .contexts
-                    .lock()
-                    .insert(name.clone(), (HOME.to_string(), language));
+            match default_context(&sandbox, &kernel, language).await {
+                Ok(name) => (name, language),
+                Err(r) => return r,
             }
-            (name, language)
         }
     };
     let (tx, rx) = mpsc::unbounded_channel::<Value>();

@@ -183,9 +183,10 @@ class Zygote:
     """The fork server (kernel_zygote.py), started at the first context with
     the modules its startup imports."""
 
-    def __init__(self, modules, env):
+    def __init__(self, startup):
+        modules = KERNEL_MODULES + MATPLOTLIB_MODULES + startup_imports(startup)
         self.proc = subprocess.Popen(
-            [sys.executable, "-B", ZYGOTE, RUN_DIR] + modules, env=env,
+            [sys.executable, "-B", ZYGOTE, RUN_DIR] + modules, env=kernel_env(),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True)
         self.out = self.proc.stdout.fileno()
@@ -198,9 +199,8 @@ class Zygote:
 
     def ask(self, context):
         try:
-            launch = dict(context.launch, argv=context.launch["fork_argv"])
-            del launch["fork_argv"]
-            self.proc.stdin.write((json.dumps(launch) + "\n").encode())
+            request = dict(context.launch, argv=context.fork_args)
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             return False
@@ -285,9 +285,8 @@ def early_zygote():
         startup = [line for line in json.loads(text) if isinstance(line, str)]
     except (ValueError, TypeError):
         startup = []
-    env = kernel_env()
     try:
-        return Zygote(KERNEL_MODULES + MATPLOTLIB_MODULES + startup_imports(startup), env)
+        return Zygote(startup)
     except OSError:
         return None
 
@@ -343,7 +342,9 @@ class Context:
                     # reply for the end; the host waits for idle too.
                     "--IPythonKernel._execute_sleep=0"]
             self.launch = {"argv": [sys.executable, "-m", "ipykernel_launcher"] + args,
-                           "fork_argv": args, "cwd": cwd, "env": env, "stderr": stderr}
+                           "cwd": cwd, "env": env, "stderr": stderr}
+            # ipykernel's own arguments, for the fork server.
+            self.fork_args = args
             # Started by the fork server when it answers (`forked`), or here.
             if not relay.fork(self):
                 self.start_here()
@@ -575,12 +576,8 @@ class Relay:
         if self.zygote is not None and not self.zygote.alive():
             self.drop_zygote()
         if self.zygote is None:
-            modules = list(KERNEL_MODULES)
-            if context.req.get("matplotlib", True):
-                modules += MATPLOTLIB_MODULES
-            modules += startup_imports(context.req.get("startup") or [])
             try:
-                self.zygote = Zygote(modules, kernel_env())
+                self.zygote = Zygote(context.req.get("startup") or [])
             except OSError:
                 self.no_zygote = True
                 return False
