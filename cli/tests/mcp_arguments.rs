@@ -21,7 +21,7 @@ fn exercised() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("fork_session", &["names", "session"]),
         ("execute", &["code", "inputs"]),
         ("resume", &["decision", "id", "reason", "value"]),
-        ("run_code", &["code", "context", "timeout"]),
+        ("run_code", &["code", "context", "language", "timeout"]),
     ]
     .into_iter()
     .map(|(tool, args)| (tool, args.iter().copied().collect()))
@@ -270,6 +270,26 @@ async fn every_advertised_argument_is_checked_and_takes_effect() {
     );
     let refused = call(&client, "run_code", json!({"code": "1", "timeout": -5})).await;
     assert!(failed(&refused), "{refused:?}");
+    // language: Python by name shares the default context; a language this
+    // server was not started with is refused by name (tests/mcp.rs runs one).
+    let named = call(
+        &client,
+        "run_code",
+        json!({"code": "'k' in globals()", "language": "python"}),
+    )
+    .await;
+    assert_eq!(body(&named)["results"][0]["text"], "False", "{named:?}");
+    let off = call(
+        &client,
+        "run_code",
+        json!({"code": "echo hi", "language": "bash"}),
+    )
+    .await;
+    assert!(failed(&off), "{off:?}");
+    assert!(
+        body(&off).to_string().contains("--languages bash"),
+        "{off:?}"
+    );
 
     client.cancel().await.expect("close the client");
 }
