@@ -34,6 +34,10 @@ struct Cli {
     /// A Docker context by name (`docker context ls`), over DOCKER_HOST.
     #[arg(long, global = true, conflicts_with = "host")]
     context: Option<String>,
+    /// How log lines are written to stderr: `text`, or `json` (one object
+    /// a line, for a log collector). DOCKHAND_LOG sets what is logged.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,6 +78,12 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Set before any thread exists; the session keeper, a child process,
@@ -95,13 +105,24 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DOCKHAND_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // A server logs each request unless told otherwise.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "warn,dockhand::serve=info,dockhand::requests=info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DOCKHAND_LOG")
+        .unwrap_or_else(|_| default_filter.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
     let json = cli.json;
     let result = match cli.command {
         Command::Run(args) => run::run(*args, cli.host, json).await,

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use serve_server::{script_path, venv, wait_until_none, Server, KEY, OTHER_KEY, SERIAL};
+use serve_server::{flood, raw_create, wait_until_none, Server, KEY, OTHER_KEY, SERIAL};
 
 /// A field of `/proc/<pid>/status`, in KiB.
 fn proc_kib(pid: u32, field: &str) -> u64 {
@@ -23,18 +23,6 @@ fn proc_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or_else(|| panic!("{field} in {status}"))
-}
-
-fn flood(args: &[&str]) -> Value {
-    let mut cmd = Command::new(venv());
-    cmd.arg(script_path("flood.py")).args(args);
-    let out = cmd.output().expect("python runs");
-    assert!(
-        out.status.success(),
-        "flood.py {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("one JSON line")
 }
 
 #[test]
@@ -187,14 +175,7 @@ fn large_uploads_stream_in_bounded_memory() {
     let server = Server::start_with(0, &["--max-upload", &limit]);
     let pid = server.pid();
     let url = server.url.clone();
-    let made = flood(&[
-        "raw",
-        &url,
-        KEY,
-        "POST",
-        "/sandboxes",
-        r#"{"templateID": "base"}"#,
-    ]);
+    let made = raw_create(&url);
     assert_eq!(made["status"], 201, "{made}");
     let made: Value = serde_json::from_str(made["body"].as_str().unwrap()).unwrap();
     let (id, token) = (

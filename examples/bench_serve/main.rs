@@ -4,10 +4,11 @@
 //! by hand (httpx, no SDK) so the SDK's own share shows; `run_code("1+1")`;
 //! and 100 MiB uploads through the SDK (one at a time and four at once)
 //! beside `docker cp` of the same bytes into the same sandbox, with the
-//! server's peak memory.
+//! server's peak memory; bursts of 100 creates at once (pool 8 and 100)
+//! with the host CPU each costs; host memory per idle session and kernel.
 //!
 //! ```text
-//! cargo run --release --example bench_serve -- [N] [sessions|rates|uploads]
+//! cargo run --release --example bench_serve -- [N] [sessions|rates|uploads|burst|density]
 //! ```
 //! Builds `dockhand` (release) and a venv with the pinned SDKs under
 //! `target/`.
@@ -62,11 +63,16 @@ impl Drop for Server {
 }
 
 fn serve(bin: &Path, port: u16, pool: usize) -> Server {
-    serve_logged(bin, port, pool, None)
+    serve_with(bin, port, pool, None, &[])
 }
 
 /// A server whose stderr goes to `log` (to read its pool's figures from).
 fn serve_logged(bin: &Path, port: u16, pool: usize, log: Option<&Path>) -> Server {
+    serve_with(bin, port, pool, log, &[])
+}
+
+/// A server with these extra options.
+fn serve_with(bin: &Path, port: u16, pool: usize, log: Option<&Path>, extra: &[&str]) -> Server {
     let stderr = match log {
         Some(path) => Stdio::from(std::fs::File::create(path).expect("a log file")),
         None => Stdio::inherit(),
@@ -74,7 +80,9 @@ fn serve_logged(bin: &Path, port: u16, pool: usize, log: Option<&Path>) -> Serve
     let child = Command::new(bin)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--pool", &pool.to_string()])
+        .args(extra)
         .env("DOCKHAND_SERVE_API_KEYS", KEY)
+        .env("DOCKHAND_LOG", "warn,dockhand::serve=info")
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
@@ -126,13 +134,16 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     let stats = std::fs::read_to_string(log.path()).unwrap_or_default();
     let pool = stats
         .lines()
-        .find(|l| l.contains("pool code-interpreter-v1"))
+        .find_map(|l| {
+            l.split_once("pool code-interpreter-v1")
+                .map(|(_, rest)| rest)
+        })
         .unwrap_or("(no pool figures)");
     println!(
         "    max {max:.0} ms, {errors} errors; host CPU {cpu:.2} s per sandbox (all processes, the SDK's included; the host {:.0}% busy)",
         busy_share * 100.0
     );
-    println!("    {}", pool.trim_start_matches("dockhand serve: "));
+    println!("    pool{pool}");
     // Each kind of failure once, with how often it came.
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     for e in r["errors"].as_array().into_iter().flatten() {
@@ -143,6 +154,121 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     for (kind, count) in kinds {
         println!("    {count} x {kind}");
     }
+}
+
+/// `n` creates at once through the SDK on a server with `--pool pool`:
+/// each create's time, the failures, and the host CPU per create beside
+/// the floor the host allows (the creates the pool cannot hand over, each
+/// costing that CPU, shared by the cores).
+fn burst(python: &Path, bin: &Path, port: u16, n: usize, pool: usize) {
+    let server = serve_with(bin, port, pool, None, &["--max-sandboxes-per-key", "1000"]);
+    // The pool full before the burst (its image built by the warm-up).
+    sdk_script(python, port, "burst.py", &["1".to_string()]);
+    std::thread::sleep(Duration::from_secs(5 + pool as u64 / 2));
+    let (busy0, total0) = host_cpu().unwrap_or((0, 0));
+    let started = Instant::now();
+    let r = sdk_script(python, port, "burst.py", &[n.to_string()]);
+    let wall = started.elapsed().as_secs_f64();
+    let (busy1, total1) = host_cpu().unwrap_or((0, 0));
+    drop(server);
+    let seconds: Vec<f64> = r["seconds"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_f64())
+                .map(|s| s * 1e3)
+                .collect()
+        })
+        .unwrap_or_default();
+    let cores = (total1 - total0) as f64 / (wall * TICKS_PER_SECOND).max(1e-9);
+    // Kills included: a create's share of the whole burst.
+    let cpu = (busy1 - busy0) as f64 / TICKS_PER_SECOND / n.max(1) as f64;
+    let floor = n.saturating_sub(pool) as f64 * cpu / cores.max(1.0);
+    report(
+        &format!("  {n} at once, --pool {pool}: create"),
+        &serde_json::json!(seconds),
+    );
+    let max = seconds.iter().copied().fold(f64::NAN, f64::max);
+    let errors = r["errors"].as_array().map_or(0, Vec::len);
+    println!(
+        "    max {max:.0} ms, {} of {n} made, {errors} failed; host CPU {:.0} ms per sandbox (create and kill); floor for the {} cold ones on {cores:.0} cores: {:.1} s",
+        seconds.len(),
+        cpu * 1e3,
+        n.saturating_sub(pool),
+        floor,
+    );
+    for e in r["errors"].as_array().into_iter().flatten().take(3) {
+        println!("    e.g. {}", e.as_str().unwrap_or_default());
+    }
+}
+
+/// Host memory per idle sandbox: MemAvailable before and after `n` idle
+/// sandboxes of `template` (pool 0), divided by `n`.
+fn density(python: &Path, bin: &Path, port: u16, n: usize, template: &str) {
+    use std::io::Write;
+    let server = serve_with(bin, port, 0, None, &["--max-sandboxes-per-key", "1000"]);
+    let hold = |count: usize| {
+        let args = [count.to_string(), template.to_string()];
+        let (child, line) = script_child(python, port, "hold.py", &args);
+        assert_eq!(line.trim(), "ready", "hold.py failed");
+        child
+    };
+    // The image built and one sandbox's caches warm before measuring.
+    let mut warm = hold(1);
+    let _ = warm.stdin.take().expect("stdin").write_all(b"done\n");
+    let _ = warm.wait();
+    std::thread::sleep(Duration::from_secs(3));
+    let before = mem_available_kib();
+    let server_before = proc_kib(server.0.id(), "VmRSS:");
+    let mut held = hold(n);
+    // Idle: what starting them cost in passing is given back.
+    std::thread::sleep(Duration::from_secs(10));
+    let after = mem_available_kib();
+    let server_after = proc_kib(server.0.id(), "VmRSS:");
+    let _ = held.stdin.take().expect("stdin").write_all(b"done\n");
+    let _ = held.wait();
+    drop(server);
+    let per = before.saturating_sub(after) as f64 / 1024.0 / n.max(1) as f64;
+    println!(
+        "  {n} idle `{template}` sandboxes: {per:.1} MiB of host memory each (MemAvailable {} -> {} MiB; the server's own {} -> {} MiB)",
+        before / 1024,
+        after / 1024,
+        server_before / 1024,
+        server_after / 1024,
+    );
+}
+
+/// Starts `examples/bench_serve/<script>` with the SDK pointed at the
+/// server on `port`, its stdin open for a later "go on"; the child and its
+/// first line of output (it holds its stdout open no longer).
+fn script_child(python: &Path, port: u16, script: &str, args: &[String]) -> (Child, String) {
+    use std::io::BufRead;
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = Command::new(python)
+        .arg(root().join("examples/bench_serve").join(script))
+        .args(args)
+        .env("E2B_API_URL", &url)
+        .env("E2B_SANDBOX_URL", &url)
+        .env("E2B_API_KEY", KEY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python runs");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    out.read_line(&mut line).expect("a line from the script");
+    (child, line)
+}
+
+/// The host's MemAvailable, in KiB.
+fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// A field of `/proc/<pid>/status`, in KiB.
@@ -158,23 +284,9 @@ fn proc_kib(pid: u32, field: &str) -> u64 {
 /// Uploads through the SDK, then `docker cp` of the same bytes into the
 /// same sandbox's container, `n` of each.
 fn uploads(python: &Path, port: u16, server: &Server, n: usize) {
-    use std::io::{BufRead, Write};
-    let url = format!("http://127.0.0.1:{port}");
+    use std::io::Write;
     let before = proc_kib(server.0.id(), "VmRSS:");
-    let mut child = Command::new(python)
-        .arg(root().join("examples/bench_serve/upload_timing.py"))
-        .arg(n.to_string())
-        .env("E2B_API_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("E2B_API_KEY", KEY)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python runs");
-    let mut line = String::new();
-    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    out.read_line(&mut line).expect("the upload samples");
+    let (mut child, line) = script_child(python, port, "upload_timing.py", &[n.to_string()]);
     let samples: serde_json::Value = serde_json::from_str(&line).expect("JSON");
     let peak = proc_kib(server.0.id(), "VmHWM:");
     let listed = Command::new("docker")
@@ -262,7 +374,8 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20);
-    // A second argument runs one part: `sessions`, `rates` or `uploads`.
+    // A second argument runs one part: `sessions`, `rates`, `uploads`,
+    // `burst` or `density`.
     let only = std::env::args().nth(2);
     let part = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let python = venv();
@@ -307,5 +420,21 @@ fn main() {
     if part("uploads") {
         let server = serve(&bin, port(2), 0);
         uploads(&python, port(2), &server, n.min(5));
+    }
+    if part("burst") {
+        println!("bursts of 100 creates at once (ComputeSDK's burst test: Daytona 611 ms, E2B 965 ms p95, on their machines):");
+        burst(&python, &bin, port(6), 100, 8);
+        burst(&python, &bin, port(7), 100, 100);
+    }
+    if part("density") {
+        println!("host memory per idle sandbox:");
+        density(&python, &bin, port(8), n.max(100), "base");
+        density(
+            &python,
+            &bin,
+            port(9),
+            (n / 4).max(20),
+            "code-interpreter-v1",
+        );
     }
 }

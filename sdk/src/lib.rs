@@ -161,7 +161,7 @@ pub use client::{Client, ClientBuilder, ReapReport};
 #[cfg(feature = "kubernetes")]
 pub use cluster::KubeConfig;
 pub use egress::Egress;
-pub use engine::{DaemonInfo, ManagedImage, TlsFiles};
+pub use engine::{DaemonInfo, ManagedImage, ResourceUsage, TlsFiles};
 pub use error::{
     ClusterError, Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result,
 };

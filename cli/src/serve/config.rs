@@ -73,6 +73,13 @@ impl Keys {
         self.hashes.get(tenant).cloned().unwrap_or_default()
     }
 
+    /// A name for a tenant's key in logs: the start of its hash, which
+    /// says nothing of the key.
+    pub fn key_id(&self, tenant: usize) -> String {
+        let hash = self.hashes.get(tenant).map(String::as_str).unwrap_or("");
+        format!("key-{}", &hash[..hash.len().min(12)])
+    }
+
     /// The token of a volume's content API for `tenant`: a hash of the key
     /// and the volume, which only that key's holder is given.
     pub fn volume_token(&self, tenant: usize, volume: &str) -> String {

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::interpreter::env_update_code;
 use super::registry::{sandbox_id, Full, NewSandbox, Sandbox};
+use super::telemetry::Failure;
 use super::{json_or_default, query_pairs};
 use super::{Server, ENVD_VERSION};
 
@@ -143,11 +144,45 @@ fn detail(sandbox: &Sandbox) -> Value {
     v
 }
 
-/// `POST /sandboxes`.
+/// `POST /sandboxes`, counted: every create ends as a sandbox or as a
+/// failure with its cause.
 pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response {
+    let started = std::time::Instant::now();
+    let _in_flight = server.telemetry.create_started();
+    let mut template = String::new();
+    match create_sandbox(&server, tenant, body, &mut template).await {
+        Ok(response) => {
+            server.telemetry.created(&template, started.elapsed());
+            response
+        }
+        Err(Refused(cause, response)) => {
+            server.telemetry.create_failed(&template, cause);
+            response
+        }
+    }
+}
+
+/// A create that did not end in a sandbox: why, and the answer.
+struct Refused(Failure, Response);
+
+fn bad_request(message: impl Into<String>) -> Refused {
+    Refused(
+        Failure::BadRequest,
+        api_error(StatusCode::BAD_REQUEST, message),
+    )
+}
+
+/// The create itself; `served` is set to the template's name once it is
+/// known to be one the server serves.
+async fn create_sandbox(
+    server: &Arc<Server>,
+    tenant: usize,
+    body: &[u8],
+    served: &mut String,
+) -> Result<Response, Refused> {
     let request: CreateRequest = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
+        Err(e) => return Err(bad_request(format!("bad request body: {e}"))),
     };
     // A snapshot of the key's names its source's template and its image;
     // so does a template the key built.
@@ -157,13 +192,10 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
         None => server.built.owned(tenant, &request.template_id),
     };
     if built.as_ref().is_some_and(|b| b.image.is_none()) {
-        return api_error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "template '{}' has no finished build yet",
-                request.template_id
-            ),
-        );
+        return Err(bad_request(format!(
+            "template '{}' has no finished build yet",
+            request.template_id
+        )));
     }
     let template_name = match (&snapshot, &built) {
         (Some(s), _) => s.template.as_str(),
@@ -172,15 +204,13 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
     };
     let Some(template) = server.templates.get(template_name) else {
         let known: Vec<&str> = server.templates.keys().map(String::as_str).collect();
-        return api_error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "template '{}' is not served here (templates: {})",
-                request.template_id,
-                known.join(", ")
-            ),
-        );
+        return Err(bad_request(format!(
+            "template '{}' is not served here (templates: {})",
+            request.template_id,
+            known.join(", ")
+        )));
     };
+    served.clone_from(&template.name);
     let on_timeout_pause = (request.auto_pause == Some(true)).then(|| {
         request.auto_pause_memory.map(|memory| {
             if memory {
@@ -192,27 +222,23 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
     });
     let auto_resume = request.auto_resume.as_ref().is_some_and(|r| r.enabled);
     if auto_resume && on_timeout_pause.is_none() {
-        return api_error(
-            StatusCode::BAD_REQUEST,
+        return Err(bad_request(
             "autoResume needs autoPause (on_timeout: pause)",
-        );
+        ));
     }
     if request.mcp.as_ref().is_some_and(|v| !v.is_null()) {
-        return api_error(
-            StatusCode::BAD_REQUEST,
-            "mcp is not supported by dockhand serve",
-        );
+        return Err(bad_request("mcp is not supported by dockhand serve"));
     }
     let volumes = match &request.volume_mounts {
-        Some(asked) => match super::volumes::mounts(&server, tenant, asked).await {
+        Some(asked) => match super::volumes::mounts(server, tenant, asked).await {
             Ok(volumes) => volumes,
-            Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
+            Err(e) => return Err(bad_request(e)),
         },
         None => Vec::new(),
     };
     let network = match network_of(&request, server.limits.internet_default) {
         Ok(n) => n,
-        Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("network: {e}")),
+        Err(e) => return Err(bad_request(format!("network: {e}"))),
     };
     let limits = &server.limits;
     let slot = match server
@@ -221,16 +247,16 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
     {
         Ok(slot) => slot,
         Err(Full::Key(n)) => {
-            return api_error(
+            return Err(Refused(Failure::KeyLimit, api_error(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!("this key already has {n} sandboxes running or starting, the server's limit per key; kill some first"),
-            )
+            )))
         }
         Err(Full::Server(n)) => {
-            return api_error(
+            return Err(Refused(Failure::ServerLimit, api_error(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!("the server runs {n} sandboxes (running or starting), its limit; try again later"),
-            )
+            )))
         }
     };
     let timeout = seconds(
@@ -246,11 +272,26 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
     };
     let frozen = snapshot.as_ref().and_then(|s| s.frozen.clone());
     if frozen.is_some() && (internet || !volumes.is_empty()) {
-        return api_error(
-            StatusCode::BAD_REQUEST,
+        return Err(bad_request(
             "a sandbox from a memory snapshot has its source's network and volumes; ask for neither",
-        );
+        ));
     }
+    // A start waits its turn; a ready warm sandbox is handed over at once.
+    let warm = frozen.is_none() && server.warm_ready(template, &network, image, &volumes);
+    let _turn = match warm {
+        true => None,
+        false => match server.admission.turn().await {
+            Ok(turn) => Some(turn),
+            Err(busy) => {
+                let mut answer = api_error(StatusCode::TOO_MANY_REQUESTS, busy.to_string());
+                answer.headers_mut().insert(
+                    axum::http::header::RETRY_AFTER,
+                    axum::http::HeaderValue::from_static("1"),
+                );
+                return Err(Refused(Failure::Busy, answer));
+            }
+        },
+    };
     let made = match &frozen {
         Some(frozen) => frozen.fork().await,
         None => server.container(template, network, image, &volumes).await,
@@ -258,10 +299,13 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
     let (session, kernel) = match made {
         Ok(parts) => parts,
         Err(e) => {
-            return api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("starting a `{}` sandbox: {e}", template.name),
-            )
+            return Err(Refused(
+                Failure::StartFailed,
+                api_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("starting a `{}` sandbox: {e}", template.name),
+                ),
+            ))
         }
     };
     let envs = request.env_vars.unwrap_or_default();
@@ -287,21 +331,27 @@ pub async fn create(server: Arc<Server>, tenant: usize, body: &[u8]) -> Response
             .await
         {
             sandbox.close().await;
-            return api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("setting envVars: {e}"),
-            );
+            return Err(Refused(
+                Failure::SetupFailed,
+                api_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("setting envVars: {e}"),
+                ),
+            ));
         }
     }
     if let Some(built) = &built {
         if let Err(e) = super::templates::start_commands(&sandbox.session, built).await {
             sandbox.close().await;
-            return api_error(StatusCode::INTERNAL_SERVER_ERROR, e);
+            return Err(Refused(
+                Failure::SetupFailed,
+                api_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+            ));
         }
     }
     slot.fill(sandbox.clone());
     server.registry.persist(&sandbox);
-    (StatusCode::CREATED, axum::Json(created(&sandbox))).into_response()
+    Ok((StatusCode::CREATED, axum::Json(created(&sandbox))).into_response())
 }
 
 /// `GET /sandboxes/{id}`.

@@ -25,10 +25,12 @@ use dockhand::pool::{KernelPool, PoolConfig, SessionPool};
 use dockhand::Network;
 use tokio::sync::OnceCell;
 
+mod admission;
 mod caller;
 mod config;
 mod connect;
 mod control;
+mod dashboard;
 mod files;
 mod interpreter;
 mod process;
@@ -36,10 +38,12 @@ mod registry;
 mod restore;
 mod snapshots;
 mod state;
+mod telemetry;
 mod template_build;
 mod template_files;
 mod template_spec;
 mod templates;
+mod usage;
 mod volume_content;
 mod volumes;
 mod watch;
@@ -48,6 +52,10 @@ use caller::{Caller, Tenant};
 use config::{same_secret, Keys, Template, TemplateKind};
 use control::{api_error, Parts};
 use registry::{Registry, Sandbox};
+
+/// The log target of the server's own news (listening, restored, pools
+/// at shutdown): shown by default, as the request lines are.
+pub const SERVE_LOG: &str = "dockhand::serve";
 
 /// The envd version reported: the SDKs then use stdin control, default
 /// users and octet-stream uploads, all of which are served.
@@ -127,6 +135,25 @@ pub struct ServeArgs {
     /// added to its image).
     #[arg(long, value_delimiter = ',', value_parser = parse_language)]
     languages: Vec<Vec<dockhand::kernel::Language>>,
+    /// Sandboxes that start at once when creates find no warm one (the
+    /// rest wait their turn in order).
+    #[arg(long, default_value_t = 4)]
+    concurrent_starts: usize,
+    /// Creates that may wait for a start; past that a create is answered
+    /// 429 at once.
+    #[arg(long, default_value_t = 500)]
+    max_waiting_creates: usize,
+    /// Seconds a create may wait for a start before it is answered 429.
+    #[arg(long, default_value_t = 45)]
+    max_start_wait: u64,
+    /// Seconds between readings of each sandbox's CPU, memory and disk
+    /// (E2B's `get_metrics`); 0 reads only when asked.
+    #[arg(long, default_value_t = 5)]
+    metrics_interval: u64,
+    /// Also serve `/metrics` (Prometheus) here, with no key: for a scraper
+    /// on a private network. On the main address it needs an API key.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// A language name, or `all`.
@@ -150,6 +177,9 @@ pub struct Limits {
     internet_default: bool,
     template_builds: bool,
     pool_growth: usize,
+    /// How old a sandbox's newest reading may be before a `get_metrics`
+    /// takes a fresh one.
+    metrics_interval: Duration,
 }
 
 enum Pool {
@@ -170,6 +200,9 @@ pub struct Server {
     /// Sessions that reach volumes' files for the volume content API.
     volume_helpers: volume_content::Helpers,
     limits: Limits,
+    telemetry: telemetry::Telemetry,
+    /// Turns for starting sandboxes that no pool hands over.
+    admission: admission::Admission,
 }
 
 impl Server {
@@ -225,6 +258,26 @@ impl Server {
             }
             Pool::Session(pool) => Ok((pool.session().await?, None)),
         }
+    }
+
+    /// Whether a create of `template` with these settings is handed a
+    /// ready warm sandbox (so it needs no turn to start one).
+    fn warm_ready(
+        &self,
+        template: &Template,
+        network: &Network,
+        image: Option<&str>,
+        volumes: &[(String, String)],
+    ) -> bool {
+        if !matches!(network, Network::None) || image.is_some() || !volumes.is_empty() {
+            return false;
+        }
+        let ready = match self.pools.get(&template.name).and_then(|c| c.get()) {
+            Some(Pool::Kernel(p)) => p.stats().ready,
+            Some(Pool::Session(p)) => p.stats().ready,
+            None => 0,
+        };
+        ready > 0
     }
 
     async fn pool(&self, template: &Template) -> dockhand::Result<&Pool> {
@@ -368,17 +421,50 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             internet_default: args.internet_by_default,
             template_builds: !args.no_template_builds,
             pool_growth: args.pool_growth,
+            metrics_interval: Duration::from_secs(args.metrics_interval.max(1)),
         },
+        telemetry: telemetry::Telemetry::default(),
+        admission: admission::Admission::new(
+            args.concurrent_starts,
+            args.max_waiting_creates,
+            Duration::from_secs(args.max_start_wait),
+        ),
     });
     if let Some(store) = &store {
         let adopted = restore::adopt(&server, store).await?;
-        eprintln!(
-            "dockhand serve: state in {} ({adopted} sandboxes restored)",
+        tracing::info!(
+            target: SERVE_LOG,
+            "state in {} ({adopted} sandboxes restored)",
             store.path().display()
         );
     }
     let reaper = tokio::spawn(registry::reap_forever(server.registry.clone()));
     let helpers = tokio::spawn(volume_content::close_idle_forever(server.clone()));
+    let sampler = (args.metrics_interval > 0).then(|| {
+        tokio::spawn(registry::sample_forever(
+            server.registry.clone(),
+            Duration::from_secs(args.metrics_interval),
+        ))
+    });
+    let metrics_listener = match args.metrics_listen {
+        Some(address) => {
+            let listener = tokio::net::TcpListener::bind(address).await?;
+            tracing::info!(
+                target: SERVE_LOG,
+                "metrics on http://{}/metrics",
+                listener.local_addr()?
+            );
+            let app = Router::new()
+                .route("/metrics", get(open_metrics))
+                .with_state(server.clone());
+            Some(tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::warn!(error = %e, "the metrics listener ended");
+                }
+            }))
+        }
+        None => None,
+    };
     // Warm the pools now (images are built on first use): the first create
     // is then a handover too.
     for template in server.templates.values().filter(|t| t.pool > 0) {
@@ -390,16 +476,18 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         });
     }
     if !args.listen.ip().is_loopback() {
-        eprintln!(
-            "dockhand serve: warning: listening on {}, beyond this machine, in plain HTTP: \
+        tracing::warn!(
+            target: SERVE_LOG,
+            "listening on {}, beyond this machine, in plain HTTP: \
              API keys and sandbox tokens cross the network readable; put a TLS-terminating \
              proxy in front (see docs/serve.md)",
             args.listen
         );
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    eprintln!(
-        "dockhand serve: listening on http://{} (set E2B_API_URL and E2B_SANDBOX_URL to it)",
+    tracing::info!(
+        target: SERVE_LOG,
+        "listening on http://{} (set E2B_API_URL and E2B_SANDBOX_URL to it)",
         listener.local_addr()?
     );
     let app = router(server.clone());
@@ -415,6 +503,9 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         .await?;
     reaper.abort();
     helpers.abort();
+    for task in sampler.into_iter().chain(metrics_listener) {
+        task.abort();
+    }
     server.volume_helpers.close_idle(true).await;
     restore::shut_down(&server, on_shutdown).await;
     for (name, cell) in &server.pools {
@@ -432,8 +523,9 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             None => continue,
         };
         // What an operator sizes `--pool` by.
-        eprintln!(
-            "dockhand serve: pool {name}: {} handed over ({} waited for), {} creates found it empty, {} made, {} failed to start",
+        tracing::info!(
+            target: SERVE_LOG,
+            "pool {name}: {} handed over ({} waited for), {} creates found it empty, {} made, {} failed to start",
             stats.handed_over, stats.waited, stats.misses, stats.filled, stats.fill_failures
         );
     }
@@ -499,9 +591,25 @@ fn router(server: Arc<Server>) -> Router {
         .route("/contexts", get(contexts_list).post(contexts_create))
         .route("/contexts/{id}", axum::routing::delete(contexts_remove))
         .route("/contexts/{id}/restart", post(contexts_restart))
+        .route("/metrics", get(metrics_scrape))
+        .route("/dashboard", get(|| async { dashboard::asset("") }))
+        .route(
+            "/dashboard/api/sandboxes",
+            get(|State(s): Shared, Tenant(tenant): Tenant| async move {
+                dashboard::sandboxes(&s, tenant)
+            }),
+        )
+        .route(
+            "/dashboard/{file}",
+            get(|Path(file): Path<String>| async move { dashboard::asset(&file) }),
+        )
         .fallback(unknown_endpoint)
         .layer(DefaultBodyLimit::max(MAX_CALL_BODY))
         .merge(files)
+        .layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            telemetry::observe,
+        ))
         .with_state(server)
 }
 
@@ -705,11 +813,75 @@ async fn volume_delete(
     volumes::delete(&s, tenant, &id).await
 }
 
-async fn metrics(State(s): Shared, Tenant(tenant): Tenant, Path(id): Path<String>) -> Response {
-    match s.registry.owned(tenant, &id) {
-        Some(_) => axum::Json(serde_json::json!([])).into_response(),
-        None => control::not_found(&id),
+/// `GET /metrics` on the main address: any of the server's keys, as
+/// `X-API-Key` or `Authorization: Bearer` (what scrapers send).
+async fn metrics_scrape(State(s): Shared, headers: HeaderMap) -> Response {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let presented = headers
+        .get("x-api-key")
+        .map(|v| v.as_bytes())
+        .or(bearer.map(str::as_bytes));
+    if presented.and_then(|k| s.keys.tenant(k)).is_none() {
+        return api_error(
+            StatusCode::UNAUTHORIZED,
+            "metrics need one of the server's API keys (X-API-Key or Authorization: Bearer)",
+        );
     }
+    open_metrics(State(s)).await
+}
+
+/// `GET /metrics` on `--metrics-listen`, which needs no key.
+async fn open_metrics(State(s): Shared) -> Response {
+    match s.telemetry.encode(&s) {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding the metrics failed",
+        ),
+    }
+}
+
+/// `GET /sandboxes/{id}/metrics`: the readings between `start` and `end`
+/// (Unix seconds), with a fresh one when the newest is older than the
+/// sampling interval.
+async fn metrics(
+    State(s): Shared,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let Some(sandbox) = s.registry.owned(tenant, &id) else {
+        return control::not_found(&id);
+    };
+    let bound = |name: &str| match query.get(name).map(|v| v.parse::<i64>()) {
+        None => Ok(None),
+        Some(Ok(v)) => Ok(Some(v)),
+        Some(Err(_)) => Err(api_error(
+            StatusCode::BAD_REQUEST,
+            format!("{name} must be Unix seconds"),
+        )),
+    };
+    let (start, end) = match (bound("start"), bound("end")) {
+        (Ok(start), Ok(end)) => (start, end),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let stale = sandbox.usage.latest().is_none_or(|p| {
+        (chrono::Utc::now() - p.at).to_std().unwrap_or_default() >= s.limits.metrics_interval
+    });
+    if stale && end.is_none() {
+        usage::read(&sandbox.usage, &sandbox.session).await;
+    }
+    axum::Json(usage::as_json(&sandbox.usage.between(start, end))).into_response()
 }
 
 async fn process_rpc(

@@ -2,7 +2,7 @@
 //! started, streamed, fed, signalled and listed, each outliving the stream
 //! that started it, as envd's do.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -41,10 +41,27 @@ struct Process {
     events: broadcast::Sender<Event>,
 }
 
-/// A sandbox's running commands by pid.
+/// Commands a sandbox remembers having run, for its operator's page.
+const REMEMBERED: usize = 50;
+/// The longest command line remembered.
+const REMEMBERED_CHARS: usize = 500;
+
+/// A command a sandbox ran (or runs), as the dashboard lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ran {
+    pub pid: u32,
+    pub command: String,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// `None` while it runs; negative: ended by that signal.
+    pub exit_code: Option<i64>,
+}
+
+/// A sandbox's running commands by pid, and the last ones it ran.
 #[derive(Default)]
 pub struct Processes {
     running: Mutex<BTreeMap<u32, Arc<Process>>>,
+    history: Mutex<VecDeque<Ran>>,
 }
 
 impl Processes {
@@ -68,6 +85,40 @@ impl Processes {
     /// Forgets every command (their container is going).
     pub fn clear(&self) {
         self.lock().clear();
+    }
+
+    /// The commands run last, the newest last.
+    pub fn ran(&self) -> Vec<Ran> {
+        super::lock(&self.history).iter().cloned().collect()
+    }
+
+    fn remember(&self, pid: u32, config: &ProcessConfig) {
+        let mut line = config.cmd.clone();
+        for arg in &config.args {
+            line.push(' ');
+            line.push_str(arg);
+        }
+        let mut history = super::lock(&self.history);
+        if history.len() == REMEMBERED {
+            history.pop_front();
+        }
+        history.push_back(Ran {
+            pid,
+            command: line.chars().take(REMEMBERED_CHARS).collect(),
+            started_at: chrono::Utc::now(),
+            exit_code: None,
+        });
+    }
+
+    fn ended(&self, pid: u32, code: i64) {
+        let mut history = super::lock(&self.history);
+        if let Some(ran) = history
+            .iter_mut()
+            .rev()
+            .find(|r| r.pid == pid && r.exit_code.is_none())
+        {
+            ran.exit_code = Some(code);
+        }
     }
 }
 
@@ -199,6 +250,7 @@ pub async fn start(sandbox: Arc<Sandbox>, headers: &HeaderMap, body: &[u8]) -> R
         .processes
         .lock()
         .insert(spawned.pid, process.clone());
+    sandbox.processes.remember(spawned.pid, &request.process);
     tokio::spawn(pump(sandbox.clone(), process.clone(), spawned.events));
     stream_events(spawned.pid, first_reader, connect::keepalive(headers))
 }
@@ -214,14 +266,19 @@ async fn pump(
             Ok(ExecEvent::Stdout(bytes)) if process.terminal => Event::Data("pty", bytes),
             Ok(ExecEvent::Stdout(bytes)) => Event::Data("stdout", bytes),
             Ok(ExecEvent::Stderr(bytes)) => Event::Data("stderr", bytes),
-            Ok(ExecEvent::Exit(result)) => Event::End(end_event(result.exit_code)),
+            Ok(ExecEvent::Exit(result)) => {
+                sandbox.processes.ended(process.pid, result.exit_code);
+                Event::End(end_event(result.exit_code))
+            }
             Err(dockhand::Error::CommandTimeout { timeout, .. }) => {
+                sandbox.processes.ended(process.pid, -9);
                 Event::Failed(ConnectError::new(
                     "deadline_exceeded",
                     format!("the command ran past its timeout of {timeout:?} and was killed"),
                 ))
             }
             Err(dockhand::Error::ProcessLimit { limit, .. }) => {
+                sandbox.processes.ended(process.pid, -9);
                 let mut end = end_event(-9);
                 end["error"] = json!(format!(
                     "the command used up the sandbox's process limit ({limit}) and was killed with all it started"

@@ -14,6 +14,7 @@ use super::interpreter::Contexts;
 use super::lock;
 use super::process::Processes;
 use super::state::{Row, Store};
+use super::usage::Series;
 use super::watch::Watchers;
 
 /// One sandbox: a session (and, for kernel templates, its kernel).
@@ -54,6 +55,8 @@ pub struct Sandbox {
     pub contexts: Contexts,
     /// Directory watchers of the sync SDK.
     pub watchers: Watchers,
+    /// Its CPU, memory and disk over time.
+    pub usage: Series,
     /// What its timeout does: pause it (keeping memory, or files only)
     /// instead of killing it.
     pub on_timeout_pause: Option<Option<PauseMode>>,
@@ -104,6 +107,7 @@ impl Sandbox {
             processes: Processes::default(),
             contexts: Contexts::default(),
             watchers: Watchers::default(),
+            usage: Series::default(),
             on_timeout_pause: parts.on_timeout_pause,
             auto_resume: parts.auto_resume,
             transition: tokio::sync::Mutex::new(()),
@@ -191,6 +195,7 @@ impl Sandbox {
             Some(kernel) => kernel.resume().await?,
             None => self.session.resume().await?,
         }
+        self.usage.restart();
         Ok(true)
     }
 
@@ -410,6 +415,11 @@ impl Registry {
         list
     }
 
+    /// Every sandbox, whoever owns it.
+    pub fn all(&self) -> Vec<Arc<Sandbox>> {
+        lock(&self.sandboxes).by_id.values().cloned().collect()
+    }
+
     /// Every sandbox past its end: those to kill taken out, those to
     /// pause left in (with no end while paused).
     pub fn take_expired(&self) -> Expired {
@@ -447,6 +457,22 @@ impl Registry {
             .drain()
             .map(|(_, s)| s)
             .collect()
+    }
+}
+
+/// Reads every running sandbox's resource use each `interval`, a few at
+/// a time.
+pub async fn sample_forever(registry: Arc<Registry>, interval: Duration) {
+    use futures::StreamExt;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        futures::stream::iter(registry.all())
+            .for_each_concurrent(super::usage::AT_ONCE, |s| async move {
+                super::usage::read(&s.usage, &s.session).await;
+            })
+            .await;
     }
 }
 

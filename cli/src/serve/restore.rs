@@ -55,7 +55,7 @@ pub async fn adopt(server: &Arc<Server>, store: &Arc<Store>) -> Result<usize> {
                 server.snapshots.insert(snapshot);
             }
             None => {
-                eprintln!("dockhand serve: snapshot {} is not restored: its API key is no longer one of the server's", snapshot.id);
+                tracing::warn!(target: super::SERVE_LOG, "snapshot {} is not restored: its API key is no longer one of the server's", snapshot.id);
                 super::snapshots::remove_image(server, &snapshot).await;
                 store.remove_snapshot(&snapshot.id)?;
             }
@@ -70,7 +70,7 @@ pub async fn adopt(server: &Arc<Server>, store: &Arc<Store>) -> Result<usize> {
             }
             Some(_) => store.remove_template(&built.id)?,
             None => {
-                eprintln!("dockhand serve: template {} is not restored: its API key is no longer one of the server's", built.name);
+                tracing::warn!(target: super::SERVE_LOG, "template {} is not restored: its API key is no longer one of the server's", built.name);
                 if let Some(image) = &built.image {
                     super::templates::remove_image(server, image).await;
                 }
@@ -87,7 +87,7 @@ pub async fn adopt(server: &Arc<Server>, store: &Arc<Store>) -> Result<usize> {
                 adopted += 1;
             }
             Err(why) => {
-                eprintln!("dockhand serve: sandbox {} is not restored: {why}", row.id);
+                tracing::warn!(target: super::SERVE_LOG, "sandbox {} is not restored: {why}", row.id);
                 let _ = server.client.remove_kept_session(&row.container_id).await;
                 store.remove(&row.id)?;
             }

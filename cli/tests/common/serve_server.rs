@@ -11,7 +11,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The SDK versions tested (the README names them).
-pub const SDKS: [&str; 2] = ["e2b==2.63.0", "e2b-code-interpreter==2.11.5"];
+/// The clients the tests drive the server with: the E2B SDKs, Prometheus'
+/// own parser, and selenium for the dashboard in Debian's chromium.
+pub const SDKS: [&str; 4] = [
+    "e2b==2.63.0",
+    "e2b-code-interpreter==2.11.5",
+    "prometheus_client==0.26.0",
+    "selenium==4.51.0",
+];
 pub const KEY: &str = "dockhand-test-key-one-0123456789";
 pub const OTHER_KEY: &str = "dockhand-test-key-two-0123456789";
 
@@ -37,6 +44,21 @@ impl Server {
 
     /// A server with these extra options and environment variables.
     pub fn start_with_env(pool: usize, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::launch(pool, extra, env, Stdio::inherit())
+    }
+
+    /// A server whose stderr (its logs) goes to `log`.
+    pub fn start_logged(
+        pool: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: &std::path::Path,
+    ) -> Server {
+        let file = std::fs::File::create(log).expect("a log file");
+        Server::launch(pool, extra, env, Stdio::from(file))
+    }
+
+    fn launch(pool: usize, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Server {
         let small_uploads = ["--max-upload", "8388608"];
         let extra: Vec<&str> = if extra.contains(&"--max-upload") {
             extra.to_vec()
@@ -52,9 +74,11 @@ impl Server {
             .args(["--pool", &pool.to_string()])
             .args(&extra)
             .env("DOCKHAND_SERVE_API_KEYS", format!("{KEY},{OTHER_KEY}"))
+            // One line per request would bury the tests' own output.
+            .env("DOCKHAND_LOG", "warn,dockhand::serve=info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("dockhand serve starts");
         let started = Instant::now();
@@ -98,6 +122,14 @@ impl Server {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Stops the server (SIGTERM) and asserts none of its sandboxes is
+    /// left within `limit`.
+    pub fn stop_leaving_nothing(self, limit: Duration) {
+        let pid = self.pid();
+        drop(self);
+        assert_eq!(wait_until_none(pid, limit), Vec::<String>::new());
+    }
 }
 
 impl Drop for Server {
@@ -119,15 +151,49 @@ impl Drop for Server {
 pub fn venv() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("venv-e2b-sdks");
     let python = dir.join("bin/python");
-    if !dir.join(".ready").exists() {
+    // The marker names what was installed: a changed list installs again.
+    let marker = dir.join(".ready");
+    let wanted = SDKS.join(" ");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
         let run = |cmd: &mut Command| assert!(cmd.status().expect("runs").success(), "{cmd:?}");
-        run(Command::new("python3").args(["-m", "venv"]).arg(&dir));
+        if !python.exists() {
+            run(Command::new("python3").args(["-m", "venv"]).arg(&dir));
+        }
         run(Command::new(&python)
             .args(["-m", "pip", "install", "-q"])
             .args(SDKS));
-        std::fs::write(dir.join(".ready"), b"").unwrap();
+        std::fs::write(&marker, wanted).unwrap();
     }
     python
+}
+
+/// Runs `flood.py` (hostile and bulk clients, standard library only) with
+/// `args`; its one JSON line.
+pub fn flood(args: &[&str]) -> Value {
+    let out = Command::new(venv())
+        .arg(script_path("flood.py"))
+        .args(args)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "flood.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("one JSON line")
+}
+
+/// One `POST /sandboxes` of the `base` template with `KEY`, made by hand
+/// (no SDK): `flood.py raw`'s answer (`status`, `body`).
+pub fn raw_create(url: &str) -> Value {
+    flood(&[
+        "raw",
+        url,
+        KEY,
+        "POST",
+        "/sandboxes",
+        r#"{"templateID": "base"}"#,
+    ])
 }
 
 pub fn script_path(name: &str) -> PathBuf {

@@ -16,6 +16,7 @@ mod guard;
 mod image;
 pub mod labels;
 mod network;
+mod usage;
 mod volume;
 mod watchdog;
 
@@ -28,6 +29,7 @@ pub(crate) use guard::submit_job;
 pub use guard::ContainerGuard;
 pub(crate) use image::split_reference;
 pub use image::{label_instruction, BuildLine};
+pub use usage::ResourceUsage;
 
 use std::time::Duration;
 
