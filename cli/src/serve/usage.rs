@@ -16,8 +16,9 @@ use super::lock;
 const KEPT: usize = 720;
 /// The writable layer is walked to size it: every so many readings only.
 const DISK_EVERY: u32 = 6;
-/// Sandboxes read at once: the daemon answers each from its cgroup files.
-pub const AT_ONCE: usize = 8;
+/// Sandboxes read at once: the daemon answers each from its stats
+/// collector, which samples once a second, so a reading mostly waits.
+pub const AT_ONCE: usize = 32;
 /// How long one reading may take before it is skipped.
 const READING_LIMIT: Duration = Duration::from_secs(10);
 
@@ -86,7 +87,7 @@ pub async fn read(series: &Series, session: &Session) -> Option<Point> {
     let reading = async {
         let usage = session.usage().await?;
         let disk = match disk_due {
-            true => Some(session.disk_usage().await?),
+            true => session.disk_usage().await?,
             false => None,
         };
         Ok::<_, dockhand::Error>((usage, disk))

@@ -1,7 +1,7 @@
 //! What a running container uses: CPU time and memory from its cgroup (the
 //! daemon's stats, read once), and the size of its writable layer.
 
-use bollard::query_parameters::{InspectContainerOptionsBuilder, StatsOptionsBuilder};
+use bollard::query_parameters::StatsOptionsBuilder;
 use futures::StreamExt;
 
 use super::Engine;
@@ -73,16 +73,58 @@ impl Engine {
         })
     }
 
-    /// The size of the container's writable layer: what it has written
-    /// outside its volumes, in bytes. The daemon walks the layer to count
-    /// it, so this costs more than [`Engine::container_usage`].
-    pub async fn container_disk_bytes(&self, id: &str) -> Result<u64> {
-        let options = InspectContainerOptionsBuilder::new().size(true).build();
+    /// The size of what the container wrote outside its volumes, in
+    /// bytes: its writable layer, summed from the daemon's directory for
+    /// it where this machine shares the daemon's filesystem and may read
+    /// it. `None` elsewhere: the daemon's own count (`size=true`) walks
+    /// the whole image on some storage drivers (seconds per call on
+    /// fuse-overlayfs), too dear to take every few seconds.
+    pub async fn container_disk_bytes(&self, id: &str) -> Result<Option<u64>> {
+        if !self.target.shares_filesystem {
+            return Ok(None);
+        }
         let inspected = self
             .docker
-            .inspect_container(id, Some(options))
+            .inspect_container(id, None)
             .await
-            .map_err(|e| self.docker_err("inspect container size", e))?;
-        Ok(inspected.size_rw.unwrap_or(0).max(0) as u64)
+            .map_err(|e| self.docker_err("inspect container", e))?;
+        let Some(upper) = inspected
+            .graph_driver
+            .and_then(|d| d.data.get("UpperDir").cloned())
+        else {
+            return Ok(None);
+        };
+        let walked = tokio::task::spawn_blocking(move || tree_bytes(std::path::Path::new(&upper)));
+        Ok(walked.await.ok().flatten())
     }
+}
+
+/// Entries a disk reading looks at before it gives up (a layer of
+/// millions of small files is not worth a reading every few seconds).
+const MAX_ENTRIES: usize = 200_000;
+
+/// The bytes of the files under `root`, links not followed; `None` when
+/// it cannot be read or holds more than [`MAX_ENTRIES`].
+fn tree_bytes(root: &std::path::Path) -> Option<u64> {
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).ok()? {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                return None;
+            }
+            let Ok(entry) = entry else { continue };
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    Some(total)
 }

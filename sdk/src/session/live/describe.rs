@@ -75,8 +75,9 @@ impl Session {
     }
 
     /// How much the session's container has written outside its volumes,
-    /// in bytes (the daemon walks its writable layer to count it).
-    pub async fn disk_usage(&self) -> Result<u64> {
+    /// in bytes, where this machine can read the daemon's storage (a local
+    /// daemon, and the permission to); `None` elsewhere.
+    pub async fn disk_usage(&self) -> Result<Option<u64>> {
         let id = self.running_container("read its disk use")?;
         self.inner.client.engine()?.container_disk_bytes(&id).await
     }
