@@ -16,7 +16,7 @@
 
 #[path = "common/host_cpu.rs"]
 mod host_cpu;
-use host_cpu::{host_cpu, TICKS_PER_SECOND};
+use host_cpu::{host_cpu, ProcessCpu, TICKS_PER_SECOND};
 use std::time::{Duration, Instant};
 
 use dockhand::kernel::{ContextOptions, Kernel, KernelConfig, Language, RunOptions};
@@ -161,12 +161,14 @@ async fn floor_with(
 async fn cold_starts(
     client: &Client,
     config: &KernelConfig,
+    label: &str,
 ) -> Result<(Vec<Duration>, f64), dockhand::Error> {
     let warm = client.kernel(config.clone());
     warm.start().await?;
     warm.close().await?;
     let mut starts = Vec::new();
     let (busy, _) = host_cpu().unwrap_or((0, 0));
+    let processes = ProcessCpu::now();
     for _ in 0..3 {
         let kernel = client.kernel(config.clone());
         let t = Instant::now();
@@ -175,6 +177,10 @@ async fn cold_starts(
         kernel.close().await?;
     }
     let (busy_after, _) = host_cpu().unwrap_or((0, 0));
+    println!(
+        "  {label} kernel start and close, ms of CPU by process: {}",
+        ProcessCpu::now().summary(&processes, starts.len(), 8)
+    );
     // Closing is in it too: a pool's kernel is closed by whoever took it.
     let cpu = (busy_after - busy) as f64 / TICKS_PER_SECOND / starts.len() as f64;
     Ok((starts, cpu))
@@ -185,8 +191,8 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     let image = base.image_spec().clone().trust_host_certificates();
     let config = base.image(image);
     // A plain kernel (ipykernel, nothing imported at start) for scale.
-    let (plain, plain_cpu) = cold_starts(client, &KernelConfig::new()).await?;
-    let (starts, cpu_per_start) = cold_starts(client, &config).await?;
+    let (plain, plain_cpu) = cold_starts(client, &KernelConfig::new(), "plain").await?;
+    let (starts, cpu_per_start) = cold_starts(client, &config, "data-science").await?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
 
     let kernel = client.kernel(config.clone());

@@ -8,7 +8,7 @@
 
 #[path = "common/host_cpu.rs"]
 mod host_cpu;
-use host_cpu::{host_cpu, TICKS_PER_SECOND};
+use host_cpu::{host_cpu, ProcessCpu, TICKS_PER_SECOND};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -247,6 +247,7 @@ sustained: {jobs} jobs at {concurrency} concurrent"
         .await?;
     pool.wait_ready(FILL).await;
     let cpu = host_cpu();
+    let processes = ProcessCpu::now();
     let pool_rate = throughput(jobs, concurrency, || async {
         pool.run([("x", 21)]).await.expect("pooled run");
     })
@@ -254,9 +255,11 @@ sustained: {jobs} jobs at {concurrency} concurrent"
     // The refills still under way belong to the jobs that emptied the pool.
     pool.wait_ready(FILL).await;
     let pool_cpu = cpu_per_job(cpu, host_cpu(), jobs);
+    let by_process = ProcessCpu::now().summary(&processes, jobs, 10);
     let stats = pool.stats();
     pool.shutdown().await;
     println!("cold: {cold_cpu}; pooled: {pool_cpu}");
+    println!("pooled, ms of CPU per job by process: {}", by_process);
     let asked = stats.handed_over + stats.misses;
     println!(
         "cold {cold_rate:.2} jobs/s, pooled {pool_rate:.2} jobs/s ({:.2}x); \

@@ -15,7 +15,7 @@
 
 #[path = "../common/host_cpu.rs"]
 mod host_cpu;
-use host_cpu::{host_cpu, TICKS_PER_SECOND};
+use host_cpu::{host_cpu, ProcessCpu, TICKS_PER_SECOND};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -161,15 +161,27 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
 /// the floor the host allows (the creates the pool cannot hand over, each
 /// costing that CPU, shared by the cores).
 fn burst(python: &Path, bin: &Path, port: u16, n: usize, pool: usize) {
-    let server = serve_with(bin, port, pool, None, &["--max-sandboxes-per-key", "1000"]);
+    // Only `base` is pooled: a code interpreter pool of the same size
+    // would start its kernels during the burst.
+    let templates = tempfile::NamedTempFile::new().expect("a templates file");
+    std::fs::write(
+        templates.path(),
+        r#"{"templates": {"code-interpreter-v1": {"kind": "kernel", "pool": 0}}}"#,
+    )
+    .expect("written");
+    let path = templates.path().to_string_lossy().to_string();
+    let extra = ["--max-sandboxes-per-key", "1000", "--templates", &path];
+    let server = serve_with(bin, port, pool, None, &extra);
     // The pool full before the burst (its image built by the warm-up).
     sdk_script(python, port, "burst.py", &["1".to_string()]);
     std::thread::sleep(Duration::from_secs(5 + pool as u64 / 2));
     let (busy0, total0) = host_cpu().unwrap_or((0, 0));
+    let processes = ProcessCpu::now();
     let started = Instant::now();
     let r = sdk_script(python, port, "burst.py", &[n.to_string()]);
     let wall = started.elapsed().as_secs_f64();
     let (busy1, total1) = host_cpu().unwrap_or((0, 0));
+    let by_process = ProcessCpu::now().summary(&processes, n, 10);
     drop(server);
     let seconds: Vec<f64> = r["seconds"]
         .as_array()
@@ -200,6 +212,7 @@ fn burst(python: &Path, bin: &Path, port: u16, n: usize, pool: usize) {
     for e in r["errors"].as_array().into_iter().flatten().take(3) {
         println!("    e.g. {}", e.as_str().unwrap_or_default());
     }
+    println!("    per sandbox, ms of CPU by process: {by_process}");
 }
 
 /// Host memory per idle sandbox: MemAvailable before and after `n` idle

@@ -71,8 +71,21 @@ fn owned_header(
 /// An uncompressed tar of the given directories `(path, mode)` (created first)
 /// and files.
 pub fn build_tar(dirs: &[(&str, u32)], files: &[TarFile]) -> Result<Vec<u8>> {
-    let wrap = |e: io::Error| Error::io("building tar archive", e);
     let mut builder = tar::Builder::new(Vec::new());
+    append_files(&mut builder, dirs, files)?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("building tar archive", e))
+}
+
+/// Adds the given directories `(path, mode)` (first) and files to a tar
+/// being built.
+pub fn append_files<W: io::Write>(
+    builder: &mut tar::Builder<W>,
+    dirs: &[(&str, u32)],
+    files: &[TarFile],
+) -> Result<()> {
+    let wrap = |e: io::Error| Error::io("building tar archive", e);
     for (dir, mode) in dirs {
         let h = header(
             &format!("{}/", dir.trim_end_matches('/')),
@@ -96,7 +109,7 @@ pub fn build_tar(dirs: &[(&str, u32)], files: &[TarFile]) -> Result<Vec<u8>> {
         h.set_cksum();
         builder.append(&h, file.data.as_slice()).map_err(wrap)?;
     }
-    builder.into_inner().map_err(wrap)
+    Ok(())
 }
 
 /// Adds a host directory tree under `prefix` to a tar builder. Ownership and

@@ -292,8 +292,13 @@ impl Server {
             let size = PoolConfig::new(template.pool)
                 .max_size(template.pool.saturating_mul(self.limits.pool_growth.max(1)));
             Ok(match &template.kind {
+                // A kernel's start is seconds of CPU: more at once than
+                // cores only makes each late (past its start limit, under
+                // a pool of 100 on two cores).
                 TemplateKind::Kernel(config) => Pool::Kernel(Box::new(
-                    self.client.kernel_pool((**config).clone(), size).await?,
+                    self.client
+                        .kernel_pool((**config).clone(), size.max_starting(cores()))
+                        .await?,
                 )),
                 TemplateKind::Session(config) => Pool::Session(Box::new(
                     self.client.session_pool((**config).clone(), size).await?,
@@ -344,6 +349,11 @@ impl Server {
 }
 
 type Shared = State<Arc<Server>>;
+
+/// The cores this process may use.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// Locks a mutex, taking it over from a thread that panicked holding it:
 /// the maps it guards stay consistent at every await-free step.

@@ -90,18 +90,14 @@ impl Session {
         let started = async {
             let container = engine.create_container(&spec).await?;
             let id = container.id().to_string();
-            engine
-                .upload_archive(&id, AGENT_DIR, Bytes::from(programs_tar(&c.helpers)?))
-                .await?;
-            if !h.read_only_root {
-                engine
-                    .upload_archive(
-                        &id,
-                        "/",
-                        Bytes::from(workspace_tar(&c.workspace, h.owner_ids())?),
-                    )
-                    .await?;
-            }
+            // One archive, the agent's volume reached through `/`: the
+            // daemon runs a process of its own for each upload (85 ms of
+            // host CPU each, measured on Docker 20.10).
+            let (to, tar) = match h.read_only_root {
+                true => (AGENT_DIR, programs_tar(&c.helpers)?),
+                false => ("/", start_tar(&c.helpers, &c.workspace, h.owner_ids())?),
+            };
+            engine.upload_archive(&id, to, Bytes::from(tar)).await?;
             // A new volume's root is root's: the session's user is given
             // the ones it may write (an upload reaches mounted volumes).
             if !h.read_only_root {
@@ -391,27 +387,72 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
 /// root-owned, files 0644 in a 0755 directory, so the session's user can
 /// run them and change none of them.
 pub(super) fn programs_tar(helpers: &[(&'static str, &'static str)]) -> Result<Vec<u8>> {
+    let (dirs, files) = programs(helpers, "");
+    let dirs: Vec<(&str, u32)> = dirs.iter().map(|(d, m)| (d.as_str(), *m)).collect();
+    crate::archive::build_tar(&dirs, &files)
+}
+
+/// The agent and the helpers as entries under `prefix` (`""`: relative to
+/// the agent's directory).
+fn programs(
+    helpers: &[(&'static str, &'static str)],
+    prefix: &str,
+) -> (Vec<(String, u32)>, Vec<crate::archive::TarFile>) {
+    let dir = format!("{prefix}.dockhand");
     let mut files = vec![crate::archive::TarFile::new(
-        ".dockhand/session-agent.py",
+        format!("{dir}/session-agent.py"),
         AGENT,
     )];
     files.extend(
         helpers
             .iter()
-            .map(|(name, text)| crate::archive::TarFile::new(format!(".dockhand/{name}"), *text)),
+            .map(|(name, text)| crate::archive::TarFile::new(format!("{dir}/{name}"), *text)),
     );
-    crate::archive::build_tar(&[(".dockhand", 0o755)], &files)
+    (vec![(dir, 0o755)], files)
 }
 
-/// The workspace directory as a tar to extract at `/`: parents root-owned,
-/// the workspace itself owned by the session's user.
-fn workspace_tar(workspace: &str, (uid, gid): (u64, u64)) -> Result<Vec<u8>> {
+/// What a new container needs before it starts, as one tar to extract at
+/// `/`: the workspace (see [`workspace_tar`]) and the agent with its
+/// helpers in the agent's directory (a volume, reached through `/`).
+fn start_tar(
+    helpers: &[(&'static str, &'static str)],
+    workspace: &str,
+    owner: (u64, u64),
+) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    append_workspace(&mut builder, workspace, owner)?;
+    let prefix = format!("{}/", AGENT_DIR.trim_matches('/'));
+    let (dirs, files) = programs(helpers, &prefix);
+    let dirs: Vec<(&str, u32)> = dirs.iter().map(|(d, m)| (d.as_str(), *m)).collect();
+    crate::archive::append_files(&mut builder, &dirs, &files)?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("building the start archive", e))
+}
+
+/// The workspace directory alone, as [`append_workspace`] adds it.
+#[cfg(test)]
+fn workspace_tar(workspace: &str, owner: (u64, u64)) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    append_workspace(&mut builder, workspace, owner)?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("building the workspace archive", e))
+}
+
+/// Adds the workspace directory and its parents to a tar to extract at
+/// `/`: parents root-owned, the workspace itself owned by the session's
+/// user.
+fn append_workspace<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    workspace: &str,
+    (uid, gid): (u64, u64),
+) -> Result<()> {
     let parts: Vec<&str> = workspace
         .trim_matches('/')
         .split('/')
         .filter(|p| !p.is_empty())
         .collect();
-    let mut builder = tar::Builder::new(Vec::new());
     let wrap = |e| Error::io("building the workspace archive", e);
     for i in 0..parts.len() {
         let path = format!("{}/", parts[..=i].join("/"));
@@ -428,7 +469,7 @@ fn workspace_tar(workspace: &str, (uid, gid): (u64, u64)) -> Result<Vec<u8>> {
         h.set_cksum();
         builder.append(&h, std::io::empty()).map_err(wrap)?;
     }
-    builder.into_inner().map_err(wrap)
+    Ok(())
 }
 
 /// The directory `path` alone, owned by the session's user, as a tar to
@@ -566,21 +607,39 @@ mod tests {
         assert!(status.success(), "{status:?}");
     }
 
-    #[test]
-    fn workspace_archive_owns_only_the_leaf() {
-        let tar = workspace_tar("/home/agent/work", (65534, 65534)).unwrap();
-        let mut a = tar::Archive::new(tar.as_slice());
-        let entries: Vec<(String, u64)> = a
+    /// Each entry of a tar with its owner's uid.
+    fn owners(tar: &[u8]) -> Vec<(String, u64)> {
+        tar::Archive::new(tar)
             .entries()
             .unwrap()
             .map(|e| {
                 let e = e.unwrap();
-                (
-                    e.path().unwrap().to_string_lossy().into_owned(),
-                    e.header().uid().unwrap(),
-                )
+                let path = e.path().unwrap().to_string_lossy().into_owned();
+                (path, e.header().uid().unwrap())
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn the_start_archive_holds_the_workspace_and_the_agent_in_its_directory() {
+        let helpers = [("helper.py", "print(1)")];
+        let tar = super::start_tar(&helpers, "/home/user", (1000, 1000)).unwrap();
+        assert_eq!(
+            owners(&tar),
+            [
+                ("home/".to_string(), 0),
+                ("home/user/".to_string(), 1000),
+                ("var/inputs/.dockhand/".to_string(), 0),
+                ("var/inputs/.dockhand/session-agent.py".to_string(), 0),
+                ("var/inputs/.dockhand/helper.py".to_string(), 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn workspace_archive_owns_only_the_leaf() {
+        let tar = workspace_tar("/home/agent/work", (65534, 65534)).unwrap();
+        let entries = owners(&tar);
         assert_eq!(
             entries,
             [
