@@ -20,7 +20,6 @@ kernels itself if this process is gone.
 """
 
 import ctypes
-import gc
 import json
 import os
 import signal
@@ -63,7 +62,6 @@ def become_kernel(req):
     """In the forked kernel: its own session, files, signals and seeds; then
     ipykernel, as `python -m ipykernel_launcher` would run it."""
     os.setsid()
-    gc.enable()
     prctl(4, 1)  # PR_SET_DUMPABLE: a kernel is an ordinary process again
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -133,13 +131,7 @@ def main():
     # its own sees.
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]
-    # What is imported here is shared with every kernel until written to:
-    # no collection while importing (it would scatter survivors over more
-    # pages), and frozen after, so the kernels' collections never touch
-    # (and so copy) those pages.
-    gc.disable()
     preload(sys.argv[2:])
-    gc.freeze()
     inp = os.fdopen(0, "rb", buffering=0)
     for line in iter(inp.readline, b""):
         try:

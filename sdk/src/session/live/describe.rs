@@ -56,7 +56,8 @@ impl Session {
     /// has no cgroup to read.
     ///
     /// ```no_run
-    /// # async fn demo(session: &dockhand::Session) -> dockhand::Result<()> {
+    /// # async fn demo(session: &dockhand::session::Session) -> dockhand::Result<()> {
+    /// use dockhand::session::SessionApi;
     /// let before = session.usage().await?;
     /// session.exec("python3 -c 'sum(range(10**7))'").await?;
     /// let after = session.usage().await?;
