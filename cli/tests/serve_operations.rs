@@ -149,7 +149,7 @@ fn the_dashboard_in_a_real_browser_lists_and_kills_a_sandbox() {
 }
 
 /// A burst past what the server lets wait for a start: the rest are told
-/// to come back (429 in E2B's shape), never a 5xx or a
+/// to come back (429 in E2B's shape, with `Retry-After`), never a 5xx or a
 /// hang; Prometheus counts them by cause; the next create is served.
 #[test]
 fn creates_past_the_start_queue_get_a_clean_429_and_the_next_is_served() {
@@ -178,6 +178,7 @@ fn creates_past_the_start_queue_get_a_clean_429_and_the_next_is_served() {
             .contains("try again shortly"),
         "{r}"
     );
+    assert_eq!(r["retry_after"], serde_json::json!(["1"]), "{r}");
     let retry = flood(&["raw", &url, KEY, "GET", "/metrics", ""]);
     let busy = retry["body"]
         .as_str()

@@ -97,26 +97,37 @@ def uploads(url, sandbox, token, count, mib):
     return {"results": results}
 
 
-def call(url, key, method, path, body):
+def call(url, key, method, path, body, headers=None):
+    """One call: its status and body (and, given a dict, its headers, by
+    lower-case name)."""
     req = urllib.request.Request(url + path, data=body.encode() if body is not None else None, method=method)
     req.add_header("Content-Type", "application/json")
     if key:
         req.add_header("X-API-Key", key)
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
+            if headers is not None:
+                headers.update((k.lower(), v) for k, v in r.headers.items())
             return r.status, r.read().decode(errors="replace")
     except urllib.error.HTTPError as e:
+        if headers is not None:
+            headers.update((k.lower(), v) for k, v in e.headers.items())
         return e.code, e.read().decode(errors="replace")
 
 
 def creates(url, key, n, at):
     def one(_):
-        status, text = call(url, key, "POST", "/sandboxes", json.dumps({"templateID": "base", "timeout": 300}))
+        headers = {}
+        status, text = call(url, key, "POST", "/sandboxes", json.dumps({"templateID": "base", "timeout": 300}), headers)
         try:
             body = json.loads(text)
         except ValueError:
             body = {"raw": text[:200]}
+        if status == 429:
+            retry_after.add(headers.get("retry-after"))
         return status, body
+
+    retry_after = set()
 
     with ThreadPoolExecutor(at) as pool:
         got = list(pool.map(one, range(n)))
@@ -126,7 +137,8 @@ def creates(url, key, n, at):
     ids = [b.get("sandboxID") for s, b in got if s == 201]
     shapes = sorted({(s, tuple(sorted(b.keys())), b.get("code")) for s, b in got if s != 201}, key=str)
     messages = sorted({b.get("message", "") for s, b in got if s != 201})
-    return {"statuses": statuses, "ids": ids, "shapes": [list(map(str, x)) for x in shapes], "messages": messages}
+    return {"statuses": statuses, "ids": ids, "shapes": [list(map(str, x)) for x in shapes], "messages": messages,
+            "retry_after": sorted(str(r) for r in retry_after)}
 
 
 def main():
