@@ -13,6 +13,7 @@ use axum::response::Response;
 
 use super::control::api_error;
 use super::registry::Sandbox;
+use super::telemetry::KeyTenant;
 use super::Server;
 
 /// The tenant (key index) of a control-plane call.
@@ -22,7 +23,10 @@ impl FromRequestParts<Arc<Server>> for Tenant {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, server: &Arc<Server>) -> Result<Self, Response> {
-        server.tenant(&parts.headers).map(Tenant)
+        match parts.extensions.get::<KeyTenant>() {
+            Some(KeyTenant(found)) => Server::known_tenant(*found).map(Tenant),
+            None => server.tenant(&parts.headers).map(Tenant),
+        }
     }
 }
 

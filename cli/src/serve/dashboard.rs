@@ -67,8 +67,7 @@ pub fn sandboxes(server: &Server, tenant: usize) -> Response {
         .of(tenant)
         .iter()
         .map(|s| {
-            let readings = s.usage.between(None, None);
-            let shown = &readings[readings.len().saturating_sub(SHOWN_READINGS)..];
+            let shown = s.usage.last(SHOWN_READINGS);
             json!({
                 "sandboxID": s.id,
                 "templateID": s.template,
@@ -77,7 +76,7 @@ pub fn sandboxes(server: &Server, tenant: usize) -> Response {
                 "endAt": s.end_at().to_rfc3339(),
                 "metadata": s.metadata,
                 "internet": s.internet,
-                "metrics": usage::as_json(shown),
+                "metrics": usage::as_json(&shown),
                 "commands": s.processes.ran(),
             })
         })

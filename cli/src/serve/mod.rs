@@ -215,7 +215,7 @@ impl Server {
         image: Option<&str>,
         volumes: &[(String, String)],
     ) -> dockhand::Result<Parts> {
-        if !matches!(network, Network::None) || image.is_some() || !volumes.is_empty() {
+        if !from_pool(&network, image, volumes) {
             let networked = !matches!(network, Network::None);
             // A kept session cannot hold a gateway registration: a sandbox
             // with a network ends with the server.
@@ -268,7 +268,7 @@ impl Server {
         image: Option<&str>,
         volumes: &[(String, String)],
     ) -> bool {
-        if !matches!(network, Network::None) || image.is_some() || !volumes.is_empty() {
+        if !from_pool(network, image, volumes) {
             return false;
         }
         let ready = match self.pools.get(&template.name).and_then(|c| c.get()) {
@@ -309,11 +309,21 @@ impl Server {
 
     /// The tenant of a control-plane request's `X-API-Key`.
     fn tenant(&self, headers: &HeaderMap) -> Result<usize, Response> {
+        Server::known_tenant(self.key_tenant(headers))
+    }
+
+    /// The tenant whose key a request's `X-API-Key` is, if any.
+    fn key_tenant(&self, headers: &HeaderMap) -> Option<usize> {
         let key = headers
             .get("x-api-key")
             .map(|v| v.as_bytes())
             .unwrap_or_default();
-        self.keys.tenant(key).ok_or_else(|| {
+        self.keys.tenant(key)
+    }
+
+    /// A tenant found, or the answer to a key that is none of the server's.
+    fn known_tenant(found: Option<usize>) -> Result<usize, Response> {
+        found.ok_or_else(|| {
             api_error(
                 StatusCode::UNAUTHORIZED,
                 "Invalid API key: set E2B_API_KEY to a key this server was started with",
@@ -345,6 +355,13 @@ impl Server {
             )
         })
     }
+}
+
+/// Whether a sandbox with these settings can come from its template's
+/// warm pool: pooled ones have no network, the template's image and no
+/// volumes.
+fn from_pool(network: &Network, image: Option<&str>, volumes: &[(String, String)]) -> bool {
+    matches!(network, Network::None) && image.is_none() && volumes.is_empty()
 }
 
 type Shared = State<Arc<Server>>;

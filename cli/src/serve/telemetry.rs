@@ -2,7 +2,6 @@
 //! by template and state, creates and their failures by cause, request
 //! latencies, pools) and one structured log line per request.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,14 +107,11 @@ pub struct Telemetry {
     gateway_sandboxes: Gauge,
     /// Refreshing the gauges and encoding: one scrape at a time.
     scrape: std::sync::Mutex<()>,
-    /// Creates in flight, for the pending gauge.
-    in_flight: AtomicUsize,
 }
 
 impl Default for Telemetry {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("dockhand");
-        let t = Telemetry {
+        let mut t = Telemetry {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(latency_buckets),
             creates: Family::default(),
@@ -131,83 +127,83 @@ impl Default for Telemetry {
             pool_fill_failures: Family::default(),
             gateway_sandboxes: Gauge::default(),
             scrape: std::sync::Mutex::new(()),
-            in_flight: AtomicUsize::new(0),
-            registry: Registry::default(),
+            registry: Registry::with_prefix("dockhand"),
         };
-        registry.register(
+        t.registry.register(
             "http_requests",
             "Requests answered, by route and status",
             t.requests.clone(),
         );
-        registry.register(
+        t.registry.register(
             "http_request_duration_seconds",
             "Time to answer a request (to its response head; streams go on after)",
             t.request_seconds.clone(),
         );
-        registry.register("sandbox_creates", "Sandboxes created", t.creates.clone());
-        registry.register(
+        t.registry
+            .register("sandbox_creates", "Sandboxes created", t.creates.clone());
+        t.registry.register(
             "sandbox_create_failures",
             "Creates refused or failed, by cause",
             t.create_failures.clone(),
         );
-        registry.register(
+        t.registry.register(
             "sandbox_create_duration_seconds",
             "Time from a create's request to its sandbox, for creates that succeeded",
             t.create_seconds.clone(),
         );
-        registry.register(
+        t.registry.register(
             "sandboxes",
             "Sandboxes now, by template and state",
             t.sandboxes.clone(),
         );
-        registry.register(
+        t.registry.register(
             "sandbox_creates_in_flight",
             "Creates under way or waiting for a start",
             t.pending.clone(),
         );
-        registry.register(
+        t.registry.register(
             "sandbox_creates_waiting",
             "Creates waiting for their turn to start a sandbox",
             t.waiting.clone(),
         );
-        registry.register(
+        t.registry.register(
             "pool_ready",
             "Warm sandboxes ready to hand over",
             t.pool_ready.clone(),
         );
-        registry.register(
+        t.registry.register(
             "pool_target",
             "Warm sandboxes a pool aims to hold now (grown under demand)",
             t.pool_size.clone(),
         );
-        registry.register(
+        t.registry.register(
             "pool_handovers",
             "Creates served from a pool (hits)",
             t.pool_handovers.clone(),
         );
-        registry.register(
+        t.registry.register(
             "pool_misses",
             "Creates that found the pool empty and started cold",
             t.pool_misses.clone(),
         );
-        registry.register(
+        t.registry.register(
             "pool_fill_failures",
             "Warm sandboxes that failed to start",
             t.pool_fill_failures.clone(),
         );
-        registry.register(
+        t.registry.register(
             "egress_sandboxes",
             "Running sandboxes whose traffic goes through the egress gateway",
             t.gateway_sandboxes.clone(),
         );
-        Telemetry { registry, ..t }
+        t
     }
 }
 
 impl Telemetry {
     /// A create begins; the guard counts it in flight until dropped.
     pub fn create_started(&self) -> InFlight<'_> {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.pending.inc();
         InFlight(self)
     }
 
@@ -249,8 +245,6 @@ impl Telemetry {
                 .inc();
         }
         self.gateway_sandboxes.set(egress);
-        self.pending
-            .set(self.in_flight.load(Ordering::Relaxed) as i64);
         self.waiting.set(server.admission.waiting() as i64);
         for (name, cell) in &server.pools {
             let stats = match cell.get() {
@@ -289,14 +283,23 @@ pub struct InFlight<'a>(&'a Telemetry);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.pending.dec();
     }
 }
+
+/// The tenant of a request's `X-API-Key` (`None`: no key of the server's),
+/// found once by [`observe`].
+#[derive(Clone, Copy)]
+pub struct KeyTenant(pub Option<usize>);
 
 /// Counts, times and logs every request. The log line names the key by
 /// an id (never the key), the sandbox, the route and path (never the
 /// query, which may carry a signature), the status and the latency.
-pub async fn observe(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
+pub async fn observe(
+    State(server): State<Arc<Server>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let method = request.method().as_str().to_string();
     let route = request
@@ -304,11 +307,12 @@ pub async fn observe(State(server): State<Arc<Server>>, request: Request, next: 
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
     let path: String = request.uri().path().chars().take(LOGGED_PATH).collect();
+    // The key is compared once a request: the handler's `Tenant` takes
+    // what is found here.
+    let tenant = server.key_tenant(request.headers());
+    request.extensions_mut().insert(KeyTenant(tenant));
+    let key = tenant.map(|tenant| server.keys.key_id(tenant));
     let headers = request.headers();
-    let key = headers
-        .get("x-api-key")
-        .and_then(|k| server.keys.tenant(k.as_bytes()))
-        .map(|tenant| server.keys.key_id(tenant));
     let sandbox = headers
         .get("e2b-sandbox-id")
         .and_then(|v| v.to_str().ok())

@@ -69,6 +69,16 @@ impl Series {
         lock(&self.inner).points.back().cloned()
     }
 
+    /// The last `n` readings, oldest first.
+    pub fn last(&self, n: usize) -> Vec<Point> {
+        let r = lock(&self.inner);
+        r.points
+            .iter()
+            .skip(r.points.len().saturating_sub(n))
+            .cloned()
+            .collect()
+    }
+
     /// Forgets the CPU counter: after a pause the container (and its
     /// counter) is a new one.
     pub fn restart(&self) {

@@ -387,17 +387,16 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
 /// root-owned, files 0644 in a 0755 directory, so the session's user can
 /// run them and change none of them.
 pub(super) fn programs_tar(helpers: &[(&'static str, &'static str)]) -> Result<Vec<u8>> {
-    let (dirs, files) = programs(helpers, "");
-    let dirs: Vec<(&str, u32)> = dirs.iter().map(|(d, m)| (d.as_str(), *m)).collect();
-    crate::archive::build_tar(&dirs, &files)
+    let (dir, files) = programs(helpers, "");
+    crate::archive::build_tar(&[(&dir, 0o755)], &files)
 }
 
-/// The agent and the helpers as entries under `prefix` (`""`: relative to
-/// the agent's directory).
+/// The agent's directory (under `prefix`; `""`: relative to the agent's
+/// volume) and the agent and the helpers in it.
 fn programs(
     helpers: &[(&'static str, &'static str)],
     prefix: &str,
-) -> (Vec<(String, u32)>, Vec<crate::archive::TarFile>) {
+) -> (String, Vec<crate::archive::TarFile>) {
     let dir = format!("{prefix}.dockhand");
     let mut files = vec![crate::archive::TarFile::new(
         format!("{dir}/session-agent.py"),
@@ -408,7 +407,7 @@ fn programs(
             .iter()
             .map(|(name, text)| crate::archive::TarFile::new(format!("{dir}/{name}"), *text)),
     );
-    (vec![(dir, 0o755)], files)
+    (dir, files)
 }
 
 /// What a new container needs before it starts, as one tar to extract at
@@ -422,9 +421,8 @@ fn start_tar(
     let mut builder = tar::Builder::new(Vec::new());
     append_workspace(&mut builder, workspace, owner)?;
     let prefix = format!("{}/", AGENT_DIR.trim_matches('/'));
-    let (dirs, files) = programs(helpers, &prefix);
-    let dirs: Vec<(&str, u32)> = dirs.iter().map(|(d, m)| (d.as_str(), *m)).collect();
-    crate::archive::append_files(&mut builder, &dirs, &files)?;
+    let (dir, files) = programs(helpers, &prefix);
+    crate::archive::append_files(&mut builder, &[(&dir, 0o755)], &files)?;
     builder
         .into_inner()
         .map_err(|e| Error::io("building the start archive", e))
