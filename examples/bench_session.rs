@@ -1,21 +1,28 @@
-//! Benchmark of interactive sessions beside the docker CLI: session start,
-//! `exec("echo hi")`, a one-line Python snippet, 1 MiB write + read, close.
+//! Benchmark of interactive sessions: the static session agent beside the
+//! Python agent (`DOCKHAND_SESSION_AGENT=python`) and the docker CLI, in the
+//! same run: session start, `exec("echo hi")`, a one-line Python snippet,
+//! 1 MiB write + read, close; the host CPU a start and close costs (every
+//! process counted), and the agent's own memory (PSS) per session.
 //!
 //! ```text
 //! cargo run --release --example bench_session -- [N]
 //! ```
 
+#[path = "common/host_cpu.rs"]
+mod host_cpu;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dockhand::session::{SessionApi, SessionConfig};
+use dockhand::session::{SessionApi, SessionConfig, AGENT_ENV};
 use dockhand::Client;
+use host_cpu::{ProcessCpu, TICKS_PER_SECOND};
 
 fn report(name: &str, mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     let at = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
     println!(
-        "{name:<34} n={:<4} p50={:>8.2} ms  p95={:>8.2} ms",
+        "{name:<38} n={:<4} p50={:>8.2} ms  p95={:>8.2} ms",
         samples.len(),
         at(0.5).as_secs_f64() * 1e3,
         at(0.95).as_secs_f64() * 1e3
@@ -36,6 +43,87 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     (v, t.elapsed())
 }
 
+/// The proportional set size of a container's first process (the agent),
+/// in KiB, read on the host.
+fn agent_pss_kib(container: &str) -> Option<u64> {
+    let out = docker(&["inspect", "-f", "{{.State.Pid}}", container]);
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// One agent's figures.
+#[derive(Default)]
+struct Figures {
+    starts: Vec<Duration>,
+    execs: Vec<Duration>,
+    pys: Vec<Duration>,
+    files: Vec<Duration>,
+    closes: Vec<Duration>,
+    /// Host CPU milliseconds per start + close, and by process.
+    cpu_ms: f64,
+    by_process: String,
+    pss_kib: Vec<u64>,
+    pss_mib: f64,
+}
+
+async fn measure(
+    client: &Client,
+    rounds: usize,
+    commands: usize,
+    mib: &[u8],
+) -> Result<Figures, Box<dyn std::error::Error>> {
+    let mut f = Figures::default();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let s = client.session(SessionConfig::new());
+        s.start().await?;
+        f.starts.push(t.elapsed());
+        if let Some(id) = s.describe().container_id {
+            f.pss_kib.extend(agent_pss_kib(&id));
+        }
+        for _ in 0..commands {
+            let t = Instant::now();
+            let r = s.exec("echo hi").await?;
+            f.execs.push(t.elapsed());
+            assert_eq!(r.stdout, "hi\n");
+            let t = Instant::now();
+            let r = s.exec("python3 -c 'print(6 * 7)'").await?;
+            f.pys.push(t.elapsed());
+            assert_eq!(r.stdout, "42\n");
+        }
+        let t = Instant::now();
+        s.write_file("blob.bin", mib).await?;
+        let back = s.read_file("blob.bin").await?;
+        f.files.push(t.elapsed());
+        assert_eq!(back.len(), mib.len());
+        let t = Instant::now();
+        s.close().await?;
+        f.closes.push(t.elapsed());
+    }
+    // Starts and closes alone, one after another, every process counted.
+    let cycles = rounds.max(10);
+    let before = ProcessCpu::now();
+    let cpu = host_cpu::host_cpu();
+    for _ in 0..cycles {
+        let s = client.session(SessionConfig::new());
+        s.start().await?;
+        s.close().await?;
+    }
+    if let (Some((busy0, _)), Some((busy1, _))) = (cpu, host_cpu::host_cpu()) {
+        f.cpu_ms = (busy1 - busy0) as f64 * 1e3 / TICKS_PER_SECOND / cycles as f64;
+    }
+    f.by_process = ProcessCpu::now().summary(&before, cycles, 8);
+    Ok(f)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args()
@@ -43,6 +131,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(50);
     let rounds = (n / 10).max(3);
+    let commands = n / rounds;
     let client = Client::connect().await?;
     let image = client
         .resolve_image(&dockhand::ImageSpec::default())
@@ -50,37 +139,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .reference;
     let mib: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8).collect();
 
-    let (mut starts, mut closes, mut cli_starts, mut cli_closes) = (vec![], vec![], vec![], vec![]);
-    let (mut execs, mut pys, mut files, mut cli_execs, mut cli_pys, mut cli_files) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    // The agent is chosen as each session starts; nothing else runs yet.
+    std::env::remove_var(AGENT_ENV);
+    let mut fast = measure(&client, rounds, commands, &mib).await?;
+    std::env::set_var(AGENT_ENV, "python");
+    let mut python = measure(&client, rounds, commands, &mib).await?;
+    std::env::remove_var(AGENT_ENV);
+
+    let (mut cli_starts, mut cli_closes, mut cli_execs, mut cli_pys, mut cli_files) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let host_file = std::env::temp_dir().join("dockhand-bench-1mib");
     std::fs::write(&host_file, &mib)?;
     for _ in 0..rounds {
-        // dockhand
-        let t = Instant::now();
-        let s = client.session(SessionConfig::new());
-        s.start().await?;
-        starts.push(t.elapsed());
-        for _ in 0..n / rounds {
-            let t = Instant::now();
-            let r = s.exec("echo hi").await?;
-            execs.push(t.elapsed());
-            assert_eq!(r.stdout, "hi\n");
-            let t = Instant::now();
-            let r = s.exec("python3 -c 'print(6 * 7)'").await?;
-            pys.push(t.elapsed());
-            assert_eq!(r.stdout, "42\n");
-        }
-        let t = Instant::now();
-        s.write_file("blob.bin", &mib).await?;
-        let back = s.read_file("blob.bin").await?;
-        files.push(t.elapsed());
-        assert_eq!(back.len(), mib.len());
-        let t = Instant::now();
-        s.close().await?;
-        closes.push(t.elapsed());
-
-        // docker CLI
         let (out, d) = timed(|| {
             docker(&[
                 "run",
@@ -94,7 +164,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         cli_starts.push(d);
         let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        for _ in 0..n / rounds {
+        for _ in 0..commands {
             cli_execs.push(timed(|| docker(&["exec", &id, "echo", "hi"])).1);
             cli_pys.push(timed(|| docker(&["exec", &id, "python3", "-c", "print(6 * 7)"])).1);
         }
@@ -111,24 +181,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let _ = std::fs::remove_file(&host_file);
 
-    println!(
-        "interactive sessions ({rounds} sessions, {} commands each):",
-        n / rounds
-    );
-    report("dockhand start", starts);
+    let pss_mib = |kib: &mut Vec<u64>| {
+        kib.sort();
+        kib.get(kib.len() / 2).map_or(0.0, |k| *k as f64 / 1024.0)
+    };
+    fast.pss_mib = pss_mib(&mut fast.pss_kib);
+    python.pss_mib = pss_mib(&mut python.pss_kib);
+    println!("interactive sessions ({rounds} sessions, {commands} commands each):");
+    let start = report("start (static agent)", fast.starts);
+    report("start (Python agent)", python.starts);
     report("docker run -d (CLI)", cli_starts);
-    let exec_p50 = report("dockhand exec(\"echo hi\")", execs);
+    let exec = report("exec(\"echo hi\") (static agent)", fast.execs);
+    report("exec(\"echo hi\") (Python agent)", python.execs);
     report("docker exec echo hi (CLI)", cli_execs);
-    report("dockhand exec python one-liner", pys);
+    report("python one-liner (static agent)", fast.pys);
+    report("python one-liner (Python agent)", python.pys);
     report("docker exec python3 -c (CLI)", cli_pys);
-    report("dockhand write+read 1 MiB", files);
+    report("write+read 1 MiB (static agent)", fast.files);
+    report("write+read 1 MiB (Python agent)", python.files);
     report("docker cp in + out 1 MiB (CLI)", cli_files);
-    let close_p50 = report("dockhand close", closes);
+    let close = report("close (static agent)", fast.closes);
+    report("close (Python agent)", python.closes);
     report("docker rm -f (CLI)", cli_closes);
     println!(
-        "targets: exec p50 <= 10 ms ({:.2} ms), close <= 500 ms ({:.0} ms)",
-        exec_p50.as_secs_f64() * 1e3,
-        close_p50.as_secs_f64() * 1e3
+        "agent memory (PSS, p50): static {:.2} MiB, Python {:.2} MiB",
+        fast.pss_mib, python.pss_mib
+    );
+    println!(
+        "host CPU per start + close: static {:.0} ms ({}), Python {:.0} ms ({})",
+        fast.cpu_ms, fast.by_process, python.cpu_ms, python.by_process
+    );
+    println!(
+        "targets: exec p50 <= 2 ms ({:.2} ms), start ({:.0} ms), close <= 500 ms ({:.0} ms)",
+        ms(exec),
+        ms(start),
+        ms(close)
     );
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! Compiles dockhand's own container programs (the code host's bridge, the
-//! watchdog and the egress gateway, under `images/`) on this machine while
-//! the SDK itself is compiled, so that the first code host, watchdog or
-//! gateway on a fresh machine costs an image copy instead of a compile
-//! inside an image (minutes: the bridge links all of Monty).
+//! watchdog, the egress gateway and the session agent, under `images/`) on
+//! this machine while the SDK itself is compiled, so that the first code
+//! host, watchdog or gateway on a fresh machine costs an image copy instead
+//! of a compile inside an image (minutes: the bridge links all of Monty),
+//! and a session's container needs no interpreter for its agent.
 //!
 //! Each program is linked statically for the host's own `*-linux-*` triple
 //! and embedded gzipped; at run time the SDK uses it when the Docker daemon
@@ -22,10 +23,11 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 /// (name used in cfg and env, crate directory, binary).
-const PROGRAMS: [(&str, &str, &str); 3] = [
+const PROGRAMS: [(&str, &str, &str); 4] = [
     ("codehost", "images/codehost/bridge", "dockhand-codehost"),
     ("watchdog", "images/watchdog", "dockhand-watchdog"),
     ("gateway", "images/gateway", "dockhand-gateway"),
+    ("agent", "images/agent", "dockhand-agent"),
 ];
 
 fn main() {

@@ -380,7 +380,8 @@ async fn everything() {
         .join("checkpoints");
     std::fs::create_dir_all(&small).unwrap();
     assert!(std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        // Smaller than any checkpoint (the static agent's alone is ~190 KB).
+        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
         .arg(&small)
         .status()
         .unwrap()

@@ -330,6 +330,8 @@ class Context:
         env["DOCKHAND_PAYLOAD_LIMIT"] = str(self.payload_limit)
         stderr = os.path.join(self.dir, "stderr")
         self.proc = None
+        self.ready = False
+        self.announced = False
         if self.language == "python":
             formats = req.get("formats") or ["png"]
             lines = matplotlib_lines(formats) if req.get("matplotlib", True) else []
@@ -371,7 +373,6 @@ class Context:
             sock.connect(address[name])
             self.sockets[name] = sock
         self.channel_of = {sock: name for name, sock in self.sockets.items()}
-        self.ready = False
         self.nudge_id = None
         self.nudges = set()
         self.nudged_at = 0.0
@@ -381,12 +382,22 @@ class Context:
         self.oom_before = oom_kills()
 
     def start_here(self):
-        """Starts the kernel as its own process (no fork server)."""
+        """Starts the kernel as its own process (no fork server); what a
+        forked kernel it replaces answered does not count."""
+        self.ready = False
         launch = self.launch
         self.proc = subprocess.Popen(
             launch["argv"], cwd=launch["cwd"],
             env=launch["env"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=open(launch["stderr"], "wb"), start_new_session=True)
+
+    def announce(self):
+        """Says the kernel started, once, when it has answered and its pid
+        is known: a forked kernel may answer before the fork server's reply
+        naming it is read."""
+        if self.ready and self.proc is not None and not self.announced:
+            self.announced = True
+            emit({"ev": "started", "ctx": self.name, "pid": self.proc.pid})
 
     def forked(self, pid):
         """Takes the fork server's kernel for this context if it is this
@@ -396,6 +407,7 @@ class Context:
         if info is None or info[0] != os.getpid() or info[1] != pid:
             return False
         self.proc = Forked(pid)
+        self.announce()
         return True
 
     def interrupt(self):
@@ -445,7 +457,7 @@ class Context:
         if not self.ready:
             if channel == "iopub" and parent.get("msg_id") == self.nudge_id and msg["msg_type"] == "status":
                 self.ready = True
-                emit({"ev": "started", "ctx": self.name, "pid": self.proc.pid})
+                self.announce()
             return True
         if parent.get("msg_id") in self.nudges:
             return True
@@ -686,7 +698,7 @@ class Relay:
             # which contexts run, to route their events again.
             emit({"ev": "contexts", "list": [
                 {"ctx": c.name, "cwd": c.req.get("cwd") or "", "language": c.language}
-                for c in self.contexts.values() if c.ready]})
+                for c in self.contexts.values() if c.announced]})
             return
         context = self.contexts.get(name)
         if context is None:

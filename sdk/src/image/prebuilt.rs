@@ -17,7 +17,8 @@ use crate::error::Result;
     not(any(
         dockhand_prebuilt_codehost,
         dockhand_prebuilt_watchdog,
-        dockhand_prebuilt_gateway
+        dockhand_prebuilt_gateway,
+        dockhand_prebuilt_agent
     )),
     allow(dead_code)
 )]
@@ -65,6 +66,13 @@ pub(crate) const GATEWAY: Option<Prebuilt> = prebuilt!(
     dockhand_prebuilt_gateway,
     "dockhand-gateway",
     "DOCKHAND_PREBUILT_GATEWAY_SHA256"
+);
+
+/// The static session agent, if the build script compiled it.
+pub(crate) const AGENT: Option<Prebuilt> = prebuilt!(
+    dockhand_prebuilt_agent,
+    "dockhand-agent",
+    "DOCKHAND_PREBUILT_AGENT_SHA256"
 );
 
 impl Prebuilt {
@@ -206,7 +214,7 @@ mod tests {
         if std::env::var_os("CI").is_none() {
             return;
         }
-        for program in [CODEHOST, WATCHDOG, GATEWAY] {
+        for program in [CODEHOST, WATCHDOG, GATEWAY, AGENT] {
             let program = program.expect("the build script compiled every program");
             let binary = program.unpack().expect("gzip");
             assert_eq!(&binary[..4], b"\x7fELF", "{}", program.binary);

@@ -164,7 +164,8 @@ impl SessionConfig {
         Self::default()
     }
 
-    /// The image (the session agent needs `python3` in it).
+    /// The image: any Linux image with `/bin/sh` (on a daemon of another
+    /// platform than the SDK's, or on a cluster, it also needs `python3`).
     pub fn image(mut self, image: ImageSpec) -> Self {
         self.image = image;
         self

@@ -3,9 +3,12 @@
 //! snapshots. [`SessionTools`] exposes them to any LLM framework;
 //! [`crate::testing::FakeSession`] stands in for a real session in tests.
 //!
-//! The container runs a small agent (`sdk/images/session/agent.py`) that serves
-//! commands and file operations over its attached stdin/stdout, so a command
-//! costs a few milliseconds instead of a `docker exec`.
+//! The container runs a small agent that serves commands and file
+//! operations over its attached stdin/stdout, so a command costs a few
+//! milliseconds instead of a `docker exec`: a static program
+//! (`sdk/images/agent`) on a daemon of the platform the SDK was built for,
+//! so the image needs only `/bin/sh`; elsewhere, and on a cluster, its
+//! Python twin (`sdk/images/session/agent.py`), which needs `python3`.
 //!
 //! ```no_run
 //! # async fn demo() -> dockhand::Result<()> {
@@ -38,7 +41,7 @@ pub(crate) use live::{agent_pool, container_spec, AGENT};
 pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{
     ExecEvent, KeptSession, PauseMode, Paused, ProcessControl, Session, SessionDescription,
-    SpawnOptions, Spawned, MAX_FORKS,
+    SpawnOptions, Spawned, AGENT_ENV, MAX_FORKS,
 };
 pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

@@ -48,7 +48,9 @@ impl Session {
         let image = client.images()?.resolve(&c.image).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
         let engine = client.engine()?;
+        let agent = AgentProgram::for_engine(engine).await?;
         let mut spec = container_spec(c, &image.reference)?;
+        spec.cmd = agent.command();
         let resolved = c
             .secrets
             .iter()
@@ -94,8 +96,11 @@ impl Session {
             // daemon runs a process of its own for each upload (85 ms of
             // host CPU each, measured on Docker 20.10).
             let (to, tar) = match h.read_only_root {
-                true => (AGENT_DIR, programs_tar(&c.helpers)?),
-                false => ("/", start_tar(&c.helpers, &c.workspace, h.owner_ids())?),
+                true => (AGENT_DIR, programs_tar(agent, &c.helpers)?),
+                false => (
+                    "/",
+                    start_tar(agent, &c.helpers, &c.workspace, h.owner_ids())?,
+                ),
             };
             engine.upload_archive(&id, to, Bytes::from(tar)).await?;
             // A new volume's root is root's: the session's user is given
@@ -126,9 +131,10 @@ impl Session {
             Err(_) => Err(Error::SessionUnavailable {
                 reason: format!(
                     "the session's container did not start within {:?} \
-                     (is python3 in the image? is the daemon or its runtime wedged? \
+                     ({} is the daemon or its runtime wedged? \
                      `SessionConfig::start_timeout` allows more)",
-                    c.start_timeout
+                    c.start_timeout,
+                    agent.needs()
                 ),
             }),
         }
@@ -270,7 +276,11 @@ pub(super) async fn prepare_restore(
     let container = engine.create_container(spec).await?;
     let id = container.id().to_string();
     engine
-        .upload_archive(&id, AGENT_DIR, Bytes::from(programs_tar(&c.helpers)?))
+        .upload_archive(
+            &id,
+            AGENT_DIR,
+            Bytes::from(programs_tar(AgentProgram::of_spec(spec), &c.helpers)?),
+        )
         .await?;
     if !file_secrets.is_empty() {
         let tar = secrets_archive(file_secrets, c.hardening.owner_ids())?;
@@ -343,14 +353,9 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
     }
     let mut spec = ContainerSpec {
         image: image.to_string(),
-        // Isolated (`-I`): a restarted or snapshotted session's agent loads
-        // nothing its code wrote (no user site, no `PYTHON*` variables).
-        cmd: vec![
-            "python3".into(),
-            "-I".into(),
-            "-u".into(),
-            AGENT_PATH.into(),
-        ],
+        // The Python agent here (a cluster's pods mount it); a container
+        // of a daemon the SDK carries the static agent for runs that.
+        cmd: AgentProgram::Python.command(),
         entrypoint: Some(Vec::new()),
         env,
         working_dir: Some(c.workspace.clone()),
@@ -386,22 +391,23 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
 /// The agent and the helpers as a tar to extract at `/var/inputs`: all
 /// root-owned, files 0644 in a 0755 directory, so the session's user can
 /// run them and change none of them.
-pub(super) fn programs_tar(helpers: &[(&'static str, &'static str)]) -> Result<Vec<u8>> {
-    let (dir, files) = programs(helpers, "");
+pub(super) fn programs_tar(
+    agent: AgentProgram,
+    helpers: &[(&'static str, &'static str)],
+) -> Result<Vec<u8>> {
+    let (dir, files) = programs(agent, helpers, "");
     crate::archive::build_tar(&[(&dir, 0o755)], &files)
 }
 
 /// The agent's directory (under `prefix`; `""`: relative to the agent's
 /// volume) and the agent and the helpers in it.
 fn programs(
+    agent: AgentProgram,
     helpers: &[(&'static str, &'static str)],
     prefix: &str,
 ) -> (String, Vec<crate::archive::TarFile>) {
     let dir = format!("{prefix}.dockhand");
-    let mut files = vec![crate::archive::TarFile::new(
-        format!("{dir}/session-agent.py"),
-        AGENT,
-    )];
+    let mut files = vec![agent.file(&dir)];
     files.extend(
         helpers
             .iter()
@@ -414,6 +420,7 @@ fn programs(
 /// `/`: the workspace (see [`workspace_tar`]) and the agent with its
 /// helpers in the agent's directory (a volume, reached through `/`).
 fn start_tar(
+    agent: AgentProgram,
     helpers: &[(&'static str, &'static str)],
     workspace: &str,
     owner: (u64, u64),
@@ -421,7 +428,7 @@ fn start_tar(
     let mut builder = tar::Builder::new(Vec::new());
     append_workspace(&mut builder, workspace, owner)?;
     let prefix = format!("{}/", AGENT_DIR.trim_matches('/'));
-    let (dir, files) = programs(helpers, &prefix);
+    let (dir, files) = programs(agent, helpers, &prefix);
     crate::archive::append_files(&mut builder, &[(&dir, 0o755)], &files)?;
     builder
         .into_inner()
@@ -621,7 +628,13 @@ mod tests {
     #[test]
     fn the_start_archive_holds_the_workspace_and_the_agent_in_its_directory() {
         let helpers = [("helper.py", "print(1)")];
-        let tar = super::start_tar(&helpers, "/home/user", (1000, 1000)).unwrap();
+        let tar = super::start_tar(
+            super::AgentProgram::Python,
+            &helpers,
+            "/home/user",
+            (1000, 1000),
+        )
+        .unwrap();
         assert_eq!(
             owners(&tar),
             [

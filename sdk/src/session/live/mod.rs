@@ -11,6 +11,9 @@ use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+mod agent;
+pub(crate) use agent::AgentProgram;
+pub use agent::AGENT_ENV;
 mod channel;
 pub(crate) use channel::Channel;
 mod exec;
@@ -47,9 +50,11 @@ use crate::lifecycle::{State, Tracked};
 use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
 
-/// The agent program, uploaded into each session's container: its pids
-/// defence, how it waits for commands and gives them terminals, then the
-/// agent itself (which starts when all is defined).
+/// The Python agent, uploaded into a session's container where the SDK
+/// carries no static agent for the daemon's platform, and mounted into
+/// session pods on a cluster: its pids defence, how it waits for commands
+/// and gives them terminals, then the agent itself (which starts when all
+/// is defined).
 pub const AGENT: &str = concat!(
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -65,7 +70,6 @@ pub const AGENT: &str = concat!(
     ))
 );
 const AGENT_DIR: &str = "/var/inputs";
-const AGENT_PATH: &str = "/var/inputs/.dockhand/session-agent.py";
 /// Where the agent and the session's helpers are installed: root-owned and
 /// read-only to the session's user, on the container's own volume.
 pub(crate) const HELPERS_DIR: &str = "/var/inputs/.dockhand";
