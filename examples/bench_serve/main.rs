@@ -5,10 +5,11 @@
 //! and 100 MiB uploads through the SDK (one at a time and four at once)
 //! beside `docker cp` of the same bytes into the same sandbox, with the
 //! server's peak memory; bursts of 100 creates at once (pool 8 and 100)
-//! with the host CPU each costs; host memory per idle session and kernel.
+//! with the host CPU each costs, beside what a bare container costs the
+//! daemon (`floor`); host memory per idle session and kernel.
 //!
 //! ```text
-//! cargo run --release --example bench_serve -- [N] [sessions|rates|uploads|burst|density]
+//! cargo run --release --example bench_serve -- [N] [sessions|rates|uploads|burst|floor|density]
 //! ```
 //! Builds `dockhand` (release) and a venv with the pinned SDKs under
 //! `target/`.
@@ -213,6 +214,65 @@ fn burst(python: &Path, bin: &Path, port: u16, n: usize, pool: usize) {
         println!("    e.g. {}", e.as_str().unwrap_or_default());
     }
     println!("    per sandbox, ms of CPU by process: {by_process}");
+}
+
+/// What the daemon alone costs per container, in the same run: `count`
+/// bare containers of the base image (`sleep`, no network, no log) made,
+/// started and removed through the Engine API on the daemon's socket,
+/// every process counted but the client's (curl). No sandbox on this
+/// daemon, of any tool, costs less.
+fn container_floor(count: usize) {
+    let socket = "/var/run/docker.sock";
+    let api = |method: &str, path: &str, body: Option<&str>| {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sf", "--unix-socket", socket, "-X", method])
+            .arg(format!("http://localhost/v1.41{path}"));
+        if let Some(body) = body {
+            cmd.args(["-H", "Content-Type: application/json", "-d", body]);
+        }
+        let out = cmd.output().expect("curl");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let images = api(
+        "GET",
+        "/images/json?filters=%7B%22reference%22%3A%5B%22dockhand%2Fbase%22%5D%7D",
+        None,
+    );
+    let Some(image) = images[0]["RepoTags"][0].as_str().map(String::from) else {
+        println!("  (no dockhand/base image or no {socket}: the daemon's floor is not measured)");
+        return;
+    };
+    let body = serde_json::json!({
+        "Image": image,
+        "Cmd": ["sleep", "infinity"],
+        "HostConfig": {"NetworkMode": "none", "LogConfig": {"Type": "none"}},
+    })
+    .to_string();
+    let processes = ProcessCpu::now();
+    for _ in 0..count {
+        let made = api("POST", "/containers/create", Some(&body));
+        let id = made["Id"].as_str().unwrap_or_default().to_string();
+        api("POST", &format!("/containers/{id}/start"), None);
+        api("DELETE", &format!("/containers/{id}?force=true"), None);
+    }
+    // The client's own CPU is the benchmark's waited-for children (curl).
+    let spent: Vec<(String, u64)> = ProcessCpu::now()
+        .since(&processes)
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("bench_serve"))
+        .collect();
+    let ms = |ticks: u64| ticks as f64 * 1e3 / TICKS_PER_SECOND / count as f64;
+    let total: u64 = spent.iter().map(|(_, t)| t).sum();
+    let top: Vec<String> = spent
+        .iter()
+        .take(8)
+        .map(|(name, ticks)| format!("{name} {:.0}", ms(*ticks)))
+        .collect();
+    println!(
+        "  the daemon's floor: a bare container made, started and removed through the API costs {:.0} ms of host CPU ({})",
+        ms(total),
+        top.join(", ")
+    );
 }
 
 /// Host memory per idle sandbox: MemAvailable before and after `n` idle
@@ -438,6 +498,9 @@ fn main() {
         println!("bursts of 100 creates at once (ComputeSDK's burst test: Daytona 611 ms, E2B 965 ms p95, on their machines):");
         burst(&python, &bin, port(6), 100, 8);
         burst(&python, &bin, port(7), 100, 100);
+    }
+    if part("burst") || only.as_deref() == Some("floor") {
+        container_floor(30);
     }
     if part("density") {
         println!("host memory per idle sandbox:");

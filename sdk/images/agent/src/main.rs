@@ -224,6 +224,11 @@ fn reap_forever() {
         if pids::near_pids_limit() {
             pids::contain_exhaustion(None);
         }
+        // The process table is read only when something ended: an idle
+        // session costs one read of its pids counter per round.
+        if !sys::children_ended() {
+            continue;
+        }
         for (pid, p) in pids::processes() {
             // Children the agent runs itself are waited for by their runs.
             if p.state != b'Z' || p.ppid != own {
@@ -241,6 +246,9 @@ fn main() {
     let a = agent();
     if let Err(e) = sys::make_undumpable() {
         eprintln!("dockhand agent: cannot make itself non-dumpable: {e}");
+    }
+    if let Err(e) = sys::watch_children() {
+        eprintln!("dockhand agent: cannot watch for ended children: {e}");
     }
     let reaper = std::thread::Builder::new()
         .name("reaper".into())

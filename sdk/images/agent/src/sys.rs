@@ -2,6 +2,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 fn check(result: libc::c_int) -> io::Result<libc::c_int> {
@@ -138,4 +139,34 @@ pub fn strerror(e: &io::Error) -> String {
         Some(at) => text[..at].to_string(),
         None => text,
     }
+}
+
+static CHILD_ENDED: AtomicBool = AtomicBool::new(true);
+
+extern "C" fn on_child(_: libc::c_int) {
+    CHILD_ENDED.store(true, Ordering::SeqCst);
+}
+
+/// Notes each SIGCHLD (a child or an orphan handed to the agent ended),
+/// restarting the calls it interrupts; commands start with the default.
+pub fn watch_children() -> io::Result<()> {
+    // SAFETY: a handler that only stores to an atomic; the struct is
+    // zeroed and filled before the call.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_child as *const () as usize;
+        action.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigemptyset(&mut action.sa_mask);
+        check(libc::sigaction(
+            libc::SIGCHLD,
+            &action,
+            std::ptr::null_mut(),
+        ))
+        .map(drop)
+    }
+}
+
+/// Whether a child ended since the last call.
+pub fn children_ended() -> bool {
+    CHILD_ENDED.swap(false, Ordering::SeqCst)
 }
