@@ -1,7 +1,8 @@
 //! Benchmark of `dockhand serve` through the real E2B Python SDK: time to
 //! interactive (create, then the first command's first output), cold (no
 //! warm pool) and pooled, p50 and p95; beside it the same two requests made
-//! by hand (httpx, no SDK) so the SDK's own share shows; `run_code("1+1")`;
+//! by hand (httpx, no SDK) so the SDK's own share shows; `run_code("1+1")`
+//! and sandboxes (create + first command) at steady rates, cold and pooled;
 //! and 100 MiB uploads through the SDK (one at a time and four at once)
 //! beside `docker cp` of the same bytes into the same sandbox, with the
 //! server's peak memory; bursts of 100 creates at once (pool 8 and 100)
@@ -9,7 +10,7 @@
 //! daemon (`floor`); host memory per idle session and kernel.
 //!
 //! ```text
-//! cargo run --release --example bench_serve -- [N] [sessions|rates|uploads|burst|floor|density]
+//! cargo run --release --example bench_serve -- [N] [sessions|rates|sustained|uploads|burst|floor|density]
 //! ```
 //! Builds `dockhand` (release) and a venv with the pinned SDKs under
 //! `target/`.
@@ -99,17 +100,33 @@ fn serve_with(bin: &Path, port: u16, pool: usize, log: Option<&Path>, extra: &[&
     Server(child)
 }
 
-/// The code interpreter at `rate` creates a second for `seconds`, through
-/// the SDK, on a server with `--pool 4`: create + first `run_code`, the
-/// pool's hits, and host CPU per sandbox.
-fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
+/// What a steady rate of creates runs: the script, what it times, the
+/// template whose pool it draws from and the pool's size.
+struct Load {
+    script: &'static str,
+    what: &'static str,
+    template: &'static str,
+    pool: usize,
+}
+
+/// The code interpreter: create + first `run_code("1+1")`, `--pool 4`.
+const KERNELS: Load = Load {
+    script: "kernel_rate.py",
+    what: "create + first run_code(\"1+1\")",
+    template: "code-interpreter-v1",
+    pool: 4,
+};
+
+/// `load` at `rate` creates a second for `seconds`, through the SDK: each
+/// create's time, the pool's hits, and host CPU per sandbox.
+fn at_rate(python: &Path, bin: &Path, port: u16, load: &Load, rate: f64, seconds: f64) {
     let log = tempfile::NamedTempFile::new().expect("a log file");
-    let server = serve_logged(bin, port, 4, Some(log.path()));
+    let server = serve_logged(bin, port, load.pool, Some(log.path()));
     let run = |rate: f64, seconds: f64| {
         sdk_script(
             python,
             port,
-            "kernel_rate.py",
+            load.script,
             &[rate.to_string(), seconds.to_string()],
         )
     };
@@ -124,10 +141,7 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     let errors = r["errors"].as_array().map_or(0, Vec::len);
     let busy_share = (busy1 - busy0) as f64 / (total1 - total0).max(1) as f64;
     let cpu = (busy1 - busy0) as f64 / TICKS_PER_SECOND / n.max(1) as f64;
-    report(
-        &format!("  {rate}/s: create + first run_code(\"1+1\")"),
-        &r["samples"],
-    );
+    report(&format!("  {rate}/s: {}", load.what), &r["samples"]);
     let max = r["samples"]
         .as_array()
         .and_then(|a| a.iter().filter_map(|x| x.as_f64()).reduce(f64::max))
@@ -136,12 +150,13 @@ fn kernel_rate(python: &Path, bin: &Path, port: u16, rate: f64, seconds: f64) {
     let pool = stats
         .lines()
         .find_map(|l| {
-            l.split_once("pool code-interpreter-v1")
+            l.split_once(&format!("pool {}", load.template))
                 .map(|(_, rest)| rest)
         })
-        .unwrap_or("(no pool figures)");
+        .unwrap_or(" (no pool figures)");
     println!(
-        "    max {max:.0} ms, {errors} errors; host CPU {cpu:.2} s per sandbox (all processes, the SDK's included; the host {:.0}% busy)",
+        "    max {max:.0} ms, {errors} errors; host CPU {:.0} ms per sandbox (all processes, the SDK's included; the host {:.0}% busy)",
+        cpu * 1e3,
         busy_share * 100.0
     );
     println!("    pool{pool}");
@@ -487,7 +502,28 @@ fn main() {
         // Below, at and past what two cores sustain (cores / host CPU per
         // sandbox).
         for (i, rate) in [0.4, 1.0, 2.0].into_iter().enumerate() {
-            kernel_rate(&python, &bin, port(3 + i as u16), rate, 30.0);
+            at_rate(&python, &bin, port(3 + i as u16), &KERNELS, rate, 30.0);
+        }
+    }
+    if part("sustained") {
+        println!("sandboxes at a steady rate (create + first command, 30-s runs):");
+        // Cold, then pooled, below and past what two cores sustain at the
+        // host CPU a sandbox costs (the burst's figure).
+        for (i, (rate, pool)) in [(2.0, 0), (4.0, 0), (4.0, 8), (8.0, 8)]
+            .into_iter()
+            .enumerate()
+        {
+            let load = Load {
+                script: "session_rate.py",
+                what: if pool == 0 {
+                    "create + echo, --pool 0"
+                } else {
+                    "create + echo, --pool 8"
+                },
+                template: "base",
+                pool,
+            };
+            at_rate(&python, &bin, port(10 + i as u16), &load, rate, 30.0);
         }
     }
     if part("uploads") {

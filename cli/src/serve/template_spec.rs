@@ -148,8 +148,10 @@ pub fn with_steps(
 pub const E2B_USER_SETUP: &str =
     "id -u user >/dev/null 2>&1 || useradd --create-home --uid 1000 --shell /bin/bash user";
 
-/// Checked last: dockhand's session agent needs python3 in the image.
-pub const NEEDS_PYTHON: &str = "command -v python3 >/dev/null || { echo 'dockhand sandboxes need python3 in the image (their agent is a Python program)' >&2; exit 1; }";
+/// Checked last: a template's image may be run on a daemon of another
+/// platform than the server's build (the Python session agent) or take a
+/// code interpreter (the kernel relay): it needs python3.
+pub const NEEDS_PYTHON: &str = "command -v python3 >/dev/null || { echo 'dockhand templates need python3 in the image' >&2; exit 1; }";
 
 #[cfg(test)]
 mod tests {
