@@ -60,6 +60,12 @@ fn metrics_prometheus_and_request_logs_show_what_happened_and_no_secret() {
     assert!(r["create_requests"].as_f64().unwrap() >= 1.0, "{r}");
     assert!(r["latency_count"].as_f64().unwrap() >= 1.0, "{r}");
     assert!(r["pool_handovers"].as_f64().unwrap() >= 1.0, "{r}");
+    // The egress gateway's figures: the fenced sandbox's refused request.
+    assert_eq!(r["denied"], "403", "{r}");
+    assert!(r["egress_sandboxes"].as_f64().unwrap() >= 1.0, "{r}");
+    assert!(r["egress_connections"].as_f64().unwrap() >= 1.0, "{r}");
+    assert!(r["egress_denied"].as_f64().unwrap() >= 1.0, "{r}");
+    assert!(r["egress_open"].as_f64().is_some(), "{r}");
     assert_eq!(r["secret_in_metrics"], false, "{r}");
 
     server.stop_leaving_nothing(Duration::from_secs(30));

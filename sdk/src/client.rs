@@ -425,6 +425,23 @@ impl Client {
         Ok(removed)
     }
 
+    /// What this client's egress gateway has done since it started:
+    /// sandboxes served, connections open, taken and turned away, requests
+    /// denied. `None` while no gateway runs (no sandbox of this client has
+    /// had a network policy yet).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dockhand::Client) -> dockhand::Result<()> {
+    /// if let Some(stats) = client.egress_stats().await? {
+    ///     println!("{} connections open", stats.open_connections);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn egress_stats(&self) -> Result<Option<crate::EgressStats>> {
+        self.inner.gateways.stats().await
+    }
+
     pub(crate) fn gateways(&self) -> &crate::egress::Gateways {
         &self.inner.gateways
     }

@@ -160,7 +160,7 @@ pub mod volume;
 pub use client::{Client, ClientBuilder, ReapReport};
 #[cfg(feature = "kubernetes")]
 pub use cluster::KubeConfig;
-pub use egress::Egress;
+pub use egress::{Egress, EgressStats};
 pub use engine::{DaemonInfo, ManagedImage, ResourceUsage, TlsFiles};
 pub use error::{
     ClusterError, Error, FileErrorKind, IndexProblem, PackageManager, PythonError, Result,

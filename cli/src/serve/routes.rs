@@ -311,7 +311,9 @@ async fn metrics_scrape(State(s): Shared, headers: HeaderMap) -> Response {
 
 /// `GET /metrics` on `--metrics-listen`, which needs no key.
 pub(super) async fn open_metrics(State(s): Shared) -> Response {
-    match s.telemetry.encode(&s) {
+    // A gateway that cannot say leaves its figures as they were.
+    let egress = s.client.egress_stats().await.ok().flatten();
+    match s.telemetry.encode(&s, egress) {
         Ok(text) => (
             [(
                 axum::http::header::CONTENT_TYPE,

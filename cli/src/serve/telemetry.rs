@@ -105,6 +105,10 @@ pub struct Telemetry {
     pool_misses: Family<TemplateLabel, Counter>,
     pool_fill_failures: Family<TemplateLabel, Counter>,
     gateway_sandboxes: Gauge,
+    gateway_open: Gauge,
+    gateway_accepted: Counter,
+    gateway_turned_away: Counter,
+    gateway_denied: Counter,
     /// Refreshing the gauges and encoding: one scrape at a time.
     scrape: std::sync::Mutex<()>,
 }
@@ -126,6 +130,10 @@ impl Default for Telemetry {
             pool_misses: Family::default(),
             pool_fill_failures: Family::default(),
             gateway_sandboxes: Gauge::default(),
+            gateway_open: Gauge::default(),
+            gateway_accepted: Counter::default(),
+            gateway_turned_away: Counter::default(),
+            gateway_denied: Counter::default(),
             scrape: std::sync::Mutex::new(()),
             registry: Registry::with_prefix("dockhand"),
         };
@@ -196,6 +204,26 @@ impl Default for Telemetry {
             "Running sandboxes whose traffic goes through the egress gateway",
             t.gateway_sandboxes.clone(),
         );
+        t.registry.register(
+            "egress_connections_open",
+            "Connections from sandboxes open through the egress gateway",
+            t.gateway_open.clone(),
+        );
+        t.registry.register(
+            "egress_connections",
+            "Connections from sandboxes the egress gateway took",
+            t.gateway_accepted.clone(),
+        );
+        t.registry.register(
+            "egress_connections_turned_away",
+            "Connections the egress gateway closed at once: their sandbox held its share open",
+            t.gateway_turned_away.clone(),
+        );
+        t.registry.register(
+            "egress_requests_denied",
+            "Requests a sandbox's network policy refused",
+            t.gateway_denied.clone(),
+        );
         t
     }
 }
@@ -230,9 +258,29 @@ impl Telemetry {
             .inc();
     }
 
-    /// The metrics in Prometheus' text format, the gauges read now.
-    pub fn encode(&self, server: &Server) -> Result<String, std::fmt::Error> {
+    /// The metrics in Prometheus' text format, the gauges read now (the
+    /// egress gateway's figures as it just gave them, if one runs).
+    pub fn encode(
+        &self,
+        server: &Server,
+        egress: Option<dockhand::EgressStats>,
+    ) -> Result<String, std::fmt::Error> {
         let _one = lock(&self.scrape);
+        if let Some(stats) = egress {
+            self.gateway_open.set(stats.open_connections as i64);
+            // The gateway counts from its start: a new one's totals count
+            // once they pass the old one's.
+            for (counter, total) in [
+                (&self.gateway_accepted, stats.connections_accepted),
+                (&self.gateway_turned_away, stats.connections_turned_away),
+                (&self.gateway_denied, stats.requests_denied),
+            ] {
+                let now = counter.get();
+                if total > now {
+                    counter.inc_by(total - now);
+                }
+            }
+        }
         self.sandboxes.clear();
         let mut egress = 0;
         for sandbox in server.registry.all() {

@@ -1,7 +1,8 @@
 """What an operator of `dockhand serve` sees, through the E2B SDK and
 Prometheus' own parser: a sandbox holding memory shows it in `get_metrics`
-(a series), `/metrics` parses and counts what happened, and refuses a
-caller without a key. Prints one JSON line."""
+(a series), `/metrics` parses and counts what happened (a fenced sandbox's
+request its policy refused included), and refuses a caller without a key.
+Prints one JSON line."""
 
 import json
 import os
@@ -58,6 +59,14 @@ def main():
             held = series[-1]
             break
         time.sleep(1)
+    # A sandbox behind an allow-list asks the egress gateway (its HTTP
+    # proxy) for a host the list leaves out.
+    fenced = Sandbox.create(template="base", timeout=300,
+                            network={"allow_out": ["example.com"], "deny_out": ["0.0.0.0/0"]})
+    denied = fenced.commands.run(
+        "python3 -c \"import urllib.request\n"
+        "try:\n urllib.request.urlopen('http://not-listed.example.net/', timeout=20)\n"
+        "except Exception as e:\n print(getattr(e, 'code', e))\"").stdout.strip()
     # A window before the sandbox existed holds nothing.
     before = sbx.get_metrics(
         start=sbx.get_info().started_at.replace(year=2000),
@@ -70,6 +79,7 @@ def main():
     wrong, _, _ = scrape({"X-API-Key": "not-a-key-of-this-server"})
     parsed = samples(text)
     sbx.kill()
+    fenced.kill()
 
     def value(name, **labels):
         return parsed.get(name + json.dumps(labels, sort_keys=True))
@@ -105,6 +115,11 @@ def main():
             "dockhand_http_request_duration_seconds_count", method="POST", route="/v2/sandboxes"
         ),
         "pool_handovers": value("dockhand_pool_handovers_total", template="base"),
+        "denied": denied,
+        "egress_sandboxes": value("dockhand_egress_sandboxes"),
+        "egress_connections": value("dockhand_egress_connections_total"),
+        "egress_denied": value("dockhand_egress_requests_denied_total"),
+        "egress_open": value("dockhand_egress_connections_open"),
         "families": sorted({k.split("{")[0] for k in parsed}),
         "secret_in_metrics": SECRET in text or KEY in text,
     }))

@@ -216,6 +216,9 @@ async fn host_certificates() -> Result<Vec<String>> {
     .await
 }
 
+/// How long the gateway may take to give its figures.
+const STATS_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A client's gateway, started on first need.
 pub(crate) struct Gateways {
     settings: GatewaySettings,
@@ -228,6 +231,23 @@ impl Gateways {
             settings,
             current: Mutex::new(Weak::new()),
         }
+    }
+
+    /// The running gateway's figures; `None` if none runs (or one is
+    /// starting), or it did not answer within 5 s.
+    pub async fn stats(&self) -> Result<Option<super::EgressStats>> {
+        let Ok(current) = self.current.try_lock() else {
+            return Ok(None);
+        };
+        let Some(gateway) = current.upgrade().filter(|g| !g.is_dead()) else {
+            return Ok(None);
+        };
+        drop(current);
+        let asked = gateway.control.request(json!({"op": "stats"}));
+        let Ok(answer) = tokio::time::timeout(STATS_LIMIT, asked).await else {
+            return Ok(None);
+        };
+        Ok(Some(super::EgressStats::from_answer(&answer?)))
     }
 
     /// The running gateway, or a new one.

@@ -48,6 +48,37 @@ pub(crate) use lease::{HostSecret, Lease};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+
+/// What a client's egress gateway has done since it started
+/// ([`crate::Client::egress_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EgressStats {
+    /// Sandboxes it serves now.
+    pub sandboxes: u64,
+    /// Connections from sandboxes open through it now.
+    pub open_connections: u64,
+    /// Connections from sandboxes it took.
+    pub connections_accepted: u64,
+    /// Connections closed at once because their sandbox held its share
+    /// (512) open.
+    pub connections_turned_away: u64,
+    /// Requests a sandbox's network policy refused.
+    pub requests_denied: u64,
+}
+
+impl EgressStats {
+    fn from_answer(answer: &serde_json::Value) -> EgressStats {
+        let n = |key: &str| answer[key].as_u64().unwrap_or(0);
+        EgressStats {
+            sandboxes: n("sandboxes"),
+            open_connections: n("open"),
+            connections_accepted: n("accepted"),
+            connections_turned_away: n("turned_away"),
+            requests_denied: n("denied"),
+        }
+    }
+}
 use rules::Rule;
 
 /// The port of the gateway's HTTP proxy on a sandbox's network.

@@ -60,6 +60,8 @@ enum Command {
     },
     /// Stop serving sandbox `key`.
     Drop { id: String, key: String },
+    /// The gateway's figures (its owner's metrics).
+    Stats { id: String },
 }
 
 fn say(message: serde_json::Value) {
@@ -123,6 +125,12 @@ async fn main() {
             Command::Drop { id, key } => {
                 state.drop_sandbox(&key);
                 say(json!({"op": "dropped", "id": id}));
+            }
+            Command::Stats { id } => {
+                let mut stats = state.stats();
+                stats["op"] = json!("stats");
+                stats["id"] = json!(id);
+                say(stats);
             }
         }
     }

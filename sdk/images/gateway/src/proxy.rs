@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,8 +63,10 @@ pub async fn serve(listener: TcpListener, kind: Listener, state: Arc<State>) {
             // Past its share, a sandbox's new connection is closed at once;
             // the others' go on.
             let Ok(_permit) = sandbox.connections.clone().try_acquire_owned() else {
+                state.counts.turned_away.fetch_add(1, Ordering::Relaxed);
                 return;
             };
+            state.counts.accepted.fetch_add(1, Ordering::Relaxed);
             match kind {
                 Listener::Proxy => serve_http(stream, sandbox, state, None).await,
                 Listener::Http => {
@@ -135,6 +138,7 @@ async fn handle(
     };
     let target = Target::parse(&host);
     if !sandbox.policy().allows(&target, port) {
+        state.counts.denied.fetch_add(1, Ordering::Relaxed);
         return denied(&host, port);
     }
     forward(req, &host, port, tls, &sandbox, &state, &senders).await
@@ -258,6 +262,7 @@ async fn connect(
     let port = authority.port_u16().unwrap_or(443);
     let target = Target::parse(&host);
     if !sandbox.policy().allows(&target, port) {
+        state.counts.denied.fetch_add(1, Ordering::Relaxed);
         return denied(&host, port);
     }
     // The tunnel outlives the request's connection: it holds a share of

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rustls::ClientConfig;
@@ -49,8 +50,20 @@ impl Drop for Sandbox {
     }
 }
 
+/// What the gateway has done since it started, for its owner's metrics.
+#[derive(Default)]
+pub struct Counts {
+    /// Connections from sandboxes it took.
+    pub accepted: AtomicU64,
+    /// Connections closed at once: their sandbox held its share open.
+    pub turned_away: AtomicU64,
+    /// Requests its policy refused.
+    pub denied: AtomicU64,
+}
+
 /// Everything the gateway serves.
 pub struct State {
+    pub counts: Counts,
     by_address: RwLock<HashMap<IpAddr, Arc<Sandbox>>>,
     by_id: RwLock<HashMap<String, IpAddr>>,
     upstream: RwLock<Arc<ClientConfig>>,
@@ -62,6 +75,7 @@ impl State {
     pub fn new() -> State {
         let (roots, pem) = tls::roots(&[]);
         State {
+            counts: Counts::default(),
             by_address: RwLock::default(),
             by_id: RwLock::default(),
             upstream: RwLock::new(tls::upstream_config(roots)),
@@ -76,6 +90,24 @@ impl State {
             .unwrap_or_else(|e| e.into_inner())
             .get(&address)
             .cloned()
+    }
+
+    /// The gateway's figures: sandboxes served, connections open now, and
+    /// the counts since it started.
+    pub fn stats(&self) -> serde_json::Value {
+        let sandboxes = self.by_address.read().unwrap_or_else(|e| e.into_inner());
+        let open: usize = sandboxes
+            .values()
+            .map(|s| MAX_CONNECTIONS - s.connections.available_permits())
+            .sum();
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "sandboxes": sandboxes.len(),
+            "open": open,
+            "accepted": count(&self.counts.accepted),
+            "turned_away": count(&self.counts.turned_away),
+            "denied": count(&self.counts.denied),
+        })
     }
 
     pub fn upstream_tls(&self) -> Arc<ClientConfig> {
