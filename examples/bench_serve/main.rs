@@ -100,10 +100,10 @@ fn serve_with(bin: &Path, port: u16, pool: usize, log: Option<&Path>, extra: &[&
     Server(child)
 }
 
-/// What a steady rate of creates runs: the script, what it times, the
-/// template whose pool it draws from and the pool's size.
+/// What a steady rate of creates runs: `rate.py`'s kind, what it times,
+/// the template whose pool it draws from and the pool's size.
 struct Load {
-    script: &'static str,
+    kind: &'static str,
     what: &'static str,
     template: &'static str,
     pool: usize,
@@ -111,7 +111,7 @@ struct Load {
 
 /// The code interpreter: create + first `run_code("1+1")`, `--pool 4`.
 const KERNELS: Load = Load {
-    script: "kernel_rate.py",
+    kind: "kernel",
     what: "create + first run_code(\"1+1\")",
     template: "code-interpreter-v1",
     pool: 4,
@@ -126,8 +126,8 @@ fn at_rate(python: &Path, bin: &Path, port: u16, load: &Load, rate: f64, seconds
         sdk_script(
             python,
             port,
-            load.script,
-            &[rate.to_string(), seconds.to_string()],
+            "rate.py",
+            &[load.kind.to_string(), rate.to_string(), seconds.to_string()],
         )
     };
     // The image is built and the pool filled before anything is timed.
@@ -514,7 +514,7 @@ fn main() {
             .enumerate()
         {
             let load = Load {
-                script: "session_rate.py",
+                kind: "session",
                 what: if pool == 0 {
                     "create + echo, --pool 0"
                 } else {

@@ -23,6 +23,9 @@ use crate::util::lock;
 pub const DEFAULT_CONTEXT: &str = "default";
 /// How long a context's kernel may take to start (imports included).
 const CONTEXT_START_LIMIT: Duration = Duration::from_secs(120);
+/// How long a JavaScript or TypeScript run that is done without a value
+/// waits for one that trails its reply (see `Collector::value_may_trail`).
+const TRAILING_VALUE: Duration = Duration::from_millis(20);
 
 /// One context: its kernel's events and its history.
 pub(super) struct Context {
@@ -222,6 +225,35 @@ impl Kernel {
         Ok(execution)
     }
 
+    /// A done run's value that came after its reply and `idle` (Deno's),
+    /// if it comes by `until`.
+    async fn trailing(
+        &self,
+        context: &mut Context,
+        collector: &mut Collector,
+        until: Instant,
+        options: &RunOptions,
+    ) -> Collected {
+        while let Some(events) = context.events.as_mut() {
+            let Ok(Some(event)) = tokio::time::timeout_at(until.into(), events.recv()).await else {
+                break;
+            };
+            if let Event::Msg { msg, .. } = event {
+                if let Ok(message) = serde_json::from_value::<JupyterMessage>(msg) {
+                    if let (Some(event), Some(listener)) =
+                        (collector.take(message), &options.listener)
+                    {
+                        listener(&self.redact_event(event));
+                    }
+                    if !collector.value_may_trail() {
+                        break;
+                    }
+                }
+            }
+        }
+        Collected::Done
+    }
+
     /// Reads a run's events until it is done, the deadline passes or the
     /// kernel fails.
     async fn collect(
@@ -231,6 +263,10 @@ impl Kernel {
         deadline: Instant,
         options: &RunOptions,
     ) -> Collected {
+        let trails = matches!(
+            context.language,
+            Language::JavaScript | Language::TypeScript
+        );
         loop {
             let Some(events) = context.events.as_mut() else {
                 return Collected::Err(self.gone(context));
@@ -251,6 +287,11 @@ impl Kernel {
                         }
                     }
                     if collector.done() {
+                        if trails && collector.value_may_trail() {
+                            // What follows at once is the run's value.
+                            let until = (Instant::now() + TRAILING_VALUE).min(deadline);
+                            return self.trailing(context, collector, until, options).await;
+                        }
                         return Collected::Done;
                     }
                 }
