@@ -1,7 +1,8 @@
 //! Sessions on images without Python: the static session agent needs
 //! nothing from the image but a shell for commands. Tested on dockhand's
-//! Debian base with `python3` removed and on an image holding only
-//! Debian's `busybox-static`, both against the real daemon.
+//! Debian base with `python3` removed, on an image holding only Debian's
+//! `busybox-static`, and on an empty image (files only), against the real
+//! daemon.
 
 mod common;
 
@@ -123,6 +124,40 @@ async fn works_without_python(image: ImageSpec) {
     assert!(matches!(err, Error::CommandTimeout { .. }), "{err:?}");
     assert_eq!(s.exec("echo alive").await.unwrap().stdout, "alive\n");
     assert_eq!(s.state(), State::Idle);
+    let id = s.describe().container_id.expect("a container");
+    s.close().await.unwrap();
+    common::wait_gone(&id).await;
+}
+
+/// An image with no file at all (made by importing an empty archive).
+fn empty_image() -> String {
+    let tag = "dockhand-test/empty:1";
+    if common::docker(&["images", "-q", tag]).trim().is_empty() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let tar = dir.path().join("empty.tar");
+        std::fs::write(&tar, [0u8; 1024]).unwrap();
+        common::docker(&["import", &tar.to_string_lossy(), tag]);
+    }
+    tag.to_string()
+}
+
+#[tokio::test]
+async fn an_image_without_a_shell_serves_files_and_says_why_commands_fail() {
+    let client = common::client().await;
+    let s = client.session(SessionConfig::new().image(ImageSpec::prebuilt(empty_image())));
+    s.start()
+        .await
+        .expect("the agent needs nothing from the image");
+    s.write_file("notes.txt", b"kept").await.unwrap();
+    assert_eq!(s.read_file("notes.txt").await.unwrap(), b"kept");
+    match s.exec("echo hi").await {
+        Err(Error::SessionFile { message, .. }) => {
+            assert!(message.contains("no /bin/sh"), "{message}")
+        }
+        other => panic!("expected the agent's refusal, got {other:?}"),
+    }
+    // The session still answers.
+    assert_eq!(s.read_file("notes.txt").await.unwrap(), b"kept");
     let id = s.describe().container_id.expect("a container");
     s.close().await.unwrap();
     common::wait_gone(&id).await;

@@ -138,6 +138,14 @@ pub fn exec(req: &Value) -> Result<(), Refused> {
     });
     let mut child = match spawned {
         Ok(child) => child,
+        // Commands are run by the image's shell: an image without one (a
+        // distroless image, say) is told apart from a missing directory.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && cwd.is_dir() => {
+            return Err(Refused::new(
+                "io",
+                format!("cannot run `{command}`: the image has no /bin/sh to run commands with"),
+            ));
+        }
         Err(e) => {
             return Err(Refused::os(
                 &format!("starting `{command}` in {cwd_asked}"),
