@@ -67,7 +67,15 @@ struct Figures {
     cpu_ms: f64,
     by_process: String,
     pss_kib: Vec<u64>,
-    pss_mib: f64,
+}
+
+impl Figures {
+    /// The agent's median PSS, in MiB.
+    fn pss_mib(&self) -> f64 {
+        let mut kib = self.pss_kib.clone();
+        kib.sort();
+        kib.get(kib.len() / 2).map_or(0.0, |k| *k as f64 / 1024.0)
+    }
 }
 
 async fn measure(
@@ -141,9 +149,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The agent is chosen as each session starts; nothing else runs yet.
     std::env::remove_var(AGENT_ENV);
-    let mut fast = measure(&client, rounds, commands, &mib).await?;
+    let fast = measure(&client, rounds, commands, &mib).await?;
     std::env::set_var(AGENT_ENV, "python");
-    let mut python = measure(&client, rounds, commands, &mib).await?;
+    let python = measure(&client, rounds, commands, &mib).await?;
     std::env::remove_var(AGENT_ENV);
 
     let (mut cli_starts, mut cli_closes, mut cli_execs, mut cli_pys, mut cli_files) =
@@ -181,12 +189,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let _ = std::fs::remove_file(&host_file);
 
-    let pss_mib = |kib: &mut Vec<u64>| {
-        kib.sort();
-        kib.get(kib.len() / 2).map_or(0.0, |k| *k as f64 / 1024.0)
-    };
-    fast.pss_mib = pss_mib(&mut fast.pss_kib);
-    python.pss_mib = pss_mib(&mut python.pss_kib);
+    let (fast_pss, python_pss) = (fast.pss_mib(), python.pss_mib());
     println!("interactive sessions ({rounds} sessions, {commands} commands each):");
     let start = report("start (static agent)", fast.starts);
     report("start (Python agent)", python.starts);
@@ -205,7 +208,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("docker rm -f (CLI)", cli_closes);
     println!(
         "agent memory (PSS, p50): static {:.2} MiB, Python {:.2} MiB",
-        fast.pss_mib, python.pss_mib
+        fast_pss, python_pss
     );
     println!(
         "host CPU per start + close: static {:.0} ms ({}), Python {:.0} ms ({})",

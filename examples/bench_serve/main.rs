@@ -276,17 +276,11 @@ fn container_floor(count: usize) {
         .into_iter()
         .filter(|(name, _)| !name.starts_with("bench_serve"))
         .collect();
-    let ms = |ticks: u64| ticks as f64 * 1e3 / TICKS_PER_SECOND / count as f64;
     let total: u64 = spent.iter().map(|(_, t)| t).sum();
-    let top: Vec<String> = spent
-        .iter()
-        .take(8)
-        .map(|(name, ticks)| format!("{name} {:.0}", ms(*ticks)))
-        .collect();
     println!(
         "  the daemon's floor: a bare container made, started and removed through the API costs {:.0} ms of host CPU ({})",
-        ms(total),
-        top.join(", ")
+        host_cpu::ms_per_job(total, count),
+        host_cpu::per_job(&spent, count, 8)
     );
 }
 

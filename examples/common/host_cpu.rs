@@ -82,14 +82,22 @@ impl ProcessCpu {
     /// The `top` processes of [`ProcessCpu::since`], in milliseconds of CPU
     /// per one of `count` jobs: `name ms, name ms, ...`.
     pub fn summary(&self, before: &ProcessCpu, count: usize, top: usize) -> String {
-        self.since(before)
-            .iter()
-            .take(top)
-            .map(|(name, ticks)| {
-                let ms = *ticks as f64 * 1e3 / TICKS_PER_SECOND / count.max(1) as f64;
-                format!("{name} {ms:.0}")
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        per_job(&self.since(before), count, top)
     }
+}
+
+/// The `top` entries of a [`ProcessCpu::since`] list, in milliseconds of
+/// CPU per one of `count` jobs: `name ms, name ms, ...`.
+pub fn per_job(spent: &[(String, u64)], count: usize, top: usize) -> String {
+    spent
+        .iter()
+        .take(top)
+        .map(|(name, ticks)| format!("{name} {:.0}", ms_per_job(*ticks, count)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Clock ticks as milliseconds of CPU per one of `count` jobs.
+pub fn ms_per_job(ticks: u64, count: usize) -> f64 {
+    ticks as f64 * 1e3 / TICKS_PER_SECOND / count.max(1) as f64
 }

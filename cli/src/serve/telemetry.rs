@@ -270,16 +270,9 @@ impl Telemetry {
             self.gateway_open.set(stats.open_connections as i64);
             // The gateway counts from its start: a new one's totals count
             // once they pass the old one's.
-            for (counter, total) in [
-                (&self.gateway_accepted, stats.connections_accepted),
-                (&self.gateway_turned_away, stats.connections_turned_away),
-                (&self.gateway_denied, stats.requests_denied),
-            ] {
-                let now = counter.get();
-                if total > now {
-                    counter.inc_by(total - now);
-                }
-            }
+            catch_up(&self.gateway_accepted, stats.connections_accepted);
+            catch_up(&self.gateway_turned_away, stats.connections_turned_away);
+            catch_up(&self.gateway_denied, stats.requests_denied);
         }
         self.sandboxes.clear();
         let mut egress = 0;
@@ -307,9 +300,15 @@ impl Telemetry {
                 .get_or_create(&label)
                 .set(stats.ready as i64);
             self.pool_size.get_or_create(&label).set(stats.size as i64);
-            catch_up(&self.pool_handovers, &label, stats.handed_over);
-            catch_up(&self.pool_misses, &label, stats.misses);
-            catch_up(&self.pool_fill_failures, &label, stats.fill_failures);
+            catch_up(
+                &self.pool_handovers.get_or_create(&label),
+                stats.handed_over,
+            );
+            catch_up(&self.pool_misses.get_or_create(&label), stats.misses);
+            catch_up(
+                &self.pool_fill_failures.get_or_create(&label),
+                stats.fill_failures,
+            );
         }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
@@ -317,9 +316,9 @@ impl Telemetry {
     }
 }
 
-/// Moves a counter up to a total counted elsewhere (a pool's own).
-fn catch_up(family: &Family<TemplateLabel, Counter>, label: &TemplateLabel, total: u64) {
-    let counter = family.get_or_create(label);
+/// Moves a counter up to a total counted elsewhere (a pool's, the egress
+/// gateway's).
+fn catch_up(counter: &Counter, total: u64) {
     let now = counter.get();
     if total > now {
         counter.inc_by(total - now);

@@ -225,6 +225,17 @@ impl Kernel {
         Ok(execution)
     }
 
+    /// Folds one of a run's messages into `collector`, telling the run's
+    /// listener; a message that is not Jupyter's is skipped.
+    fn fold(&self, collector: &mut Collector, msg: serde_json::Value, options: &RunOptions) {
+        let Ok(message) = serde_json::from_value::<JupyterMessage>(msg) else {
+            return;
+        };
+        if let (Some(event), Some(listener)) = (collector.take(message), &options.listener) {
+            listener(&self.redact_event(event));
+        }
+    }
+
     /// A done run's value that came after its reply and `idle` (Deno's),
     /// if it comes by `until`.
     async fn trailing(
@@ -239,15 +250,9 @@ impl Kernel {
                 break;
             };
             if let Event::Msg { msg, .. } = event {
-                if let Ok(message) = serde_json::from_value::<JupyterMessage>(msg) {
-                    if let (Some(event), Some(listener)) =
-                        (collector.take(message), &options.listener)
-                    {
-                        listener(&self.redact_event(event));
-                    }
-                    if !collector.value_may_trail() {
-                        break;
-                    }
+                self.fold(collector, msg, options);
+                if !collector.value_may_trail() {
+                    break;
                 }
             }
         }
@@ -278,14 +283,7 @@ impl Kernel {
             };
             match event {
                 Event::Msg { msg, .. } => {
-                    let Ok(message) = serde_json::from_value::<JupyterMessage>(msg) else {
-                        continue;
-                    };
-                    if let Some(event) = collector.take(message) {
-                        if let Some(listener) = &options.listener {
-                            listener(&self.redact_event(event));
-                        }
-                    }
+                    self.fold(collector, msg, options);
                     if collector.done() {
                         if trails && collector.value_may_trail() {
                             // What follows at once is the run's value.

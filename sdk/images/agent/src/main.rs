@@ -243,7 +243,8 @@ fn reap_forever() {
 }
 
 fn main() {
-    let a = agent();
+    // The shared state is read from the environment before any thread runs.
+    agent();
     if let Err(e) = sys::make_undumpable() {
         eprintln!("dockhand agent: cannot make itself non-dumpable: {e}");
     }
@@ -259,7 +260,6 @@ fn main() {
         std::process::exit(1);
     }
     send(&json!({"type": "ready", "pid": std::process::id()}));
-    let _ = a;
     let mut input = BufReader::with_capacity(1 << 20, std::io::stdin().lock());
     let mut line = Vec::new();
     loop {
