@@ -123,6 +123,7 @@ async fn works_without_python(image: ImageSpec) {
         .unwrap_err();
     assert!(matches!(err, Error::CommandTimeout { .. }), "{err:?}");
     assert_eq!(s.exec("echo alive").await.unwrap().stdout, "alive\n");
+    common::check_terminal(&s).await;
     assert_eq!(s.state(), State::Idle);
     let id = s.describe().container_id.expect("a container");
     s.close().await.unwrap();

@@ -219,32 +219,9 @@ pub async fn assert_catches_tool_error(
 pub const PROCESS_LIST: &str =
     "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done";
 
-/// A Python venv with `packages` from PyPI (the clients users use, such as
-/// `nbformat`), made once per target directory; returns its `python`.
-pub fn venv_python(packages: &[&str]) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("venv-{}", packages.join("-")));
-    let python = dir.join("bin/python");
-    let ready = dir.join(".ready");
-    // One maker at a time: two tests of a binary making the same venv at
-    // once break each other's pip (seen: a missing .pyc assertion).
-    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = MAKING.lock().unwrap_or_else(|p| p.into_inner());
-    if !ready.exists() {
-        let run = |cmd: &mut std::process::Command| {
-            let status = cmd.status().expect("python3 runs");
-            assert!(status.success(), "{cmd:?} failed");
-        };
-        run(std::process::Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&dir));
-        run(std::process::Command::new(&python)
-            .args(["-m", "pip", "install", "-q"])
-            .args(packages));
-        std::fs::write(&ready, b"").unwrap();
-    }
-    python
-}
+mod venv;
+#[allow(unused_imports)] // each test binary uses some helpers
+pub use venv::venv_python;
 
 /// The data-science kernel, its image trusting the host's CA (pip behind a
 /// TLS-intercepting proxy).
@@ -259,4 +236,69 @@ pub async fn kernel(config: dockhand::kernel::KernelConfig) -> dockhand::kernel:
     let k = client().await.kernel(config);
     k.start().await.expect("the kernel starts");
     k
+}
+
+/// Reads a terminal's output until what it showed contains `needle`;
+/// `None` when it exited first (its exit code) or 20 s passed.
+async fn screen_until(
+    events: &mut futures::stream::BoxStream<
+        'static,
+        dockhand::Result<dockhand::session::ExecEvent>,
+    >,
+    screen: &mut String,
+    needle: &str,
+) -> Option<i64> {
+    use dockhand::session::ExecEvent;
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !screen.contains(needle) {
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(Ok(ExecEvent::Stdout(b) | ExecEvent::Stderr(b)))) => {
+                screen.push_str(&String::from_utf8_lossy(&b))
+            }
+            Ok(Some(Ok(ExecEvent::Exit(r)))) => return Some(r.exit_code),
+            Ok(Some(Err(e))) => panic!("the terminal failed: {e}; it showed:\n{screen}"),
+            Ok(None) => panic!("the terminal's events ended; it showed:\n{screen}"),
+            Err(_) => panic!("no {needle:?} within 20 s; it showed:\n{screen}"),
+        }
+    }
+    None
+}
+
+/// `Session::pty` as a user's terminal uses it: the size it was given and
+/// a new one, `Ctrl-C` for the foreground command, the shell's exit code.
+pub async fn check_terminal(s: &dockhand::session::Session) {
+    let mut shell = s.pty(24, 80).await.expect("a terminal");
+    let mut screen = String::new();
+    shell.control.send_stdin(b"stty size; tty\n").await.unwrap();
+    assert_eq!(
+        screen_until(&mut shell.events, &mut screen, "/dev/pts/").await,
+        None
+    );
+    assert!(screen.contains("24 80"), "{screen}");
+    shell.control.resize(50, 132).await.unwrap();
+    shell.control.send_stdin(b"stty size\n").await.unwrap();
+    screen_until(&mut shell.events, &mut screen, "50 132").await;
+    shell
+        .control
+        .send_stdin(b"sleep 30; echo NOT-$((3 * 3))\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let interrupted = std::time::Instant::now();
+    shell.control.send_stdin(b"\x03").await.unwrap();
+    shell
+        .control
+        .send_stdin(b"echo M-$((2 + 2))\n")
+        .await
+        .unwrap();
+    screen_until(&mut shell.events, &mut screen, "M-4").await;
+    assert!(
+        interrupted.elapsed().as_secs() < 10,
+        "Ctrl-C did not stop sleep"
+    );
+    assert!(!screen.contains("NOT-9"), "{screen}");
+    shell.control.send_stdin(b"exit 3\n").await.unwrap();
+    let code = screen_until(&mut shell.events, &mut screen, "\u{0}never").await;
+    assert_eq!(code, Some(3), "{screen}");
 }

@@ -62,6 +62,8 @@ struct NetworkRequest {
     allow_out: Option<Vec<String>>,
     deny_out: Option<Vec<String>>,
     rules: Option<Value>,
+    /// Ports reached without the traffic token (E2B's; off unless asked).
+    allow_public_traffic: Option<bool>,
 }
 
 /// The network a request asks for: dockhand's egress policy for E2B's
@@ -107,9 +109,10 @@ fn seconds(timeout: Option<u64>, default: Duration, max: Duration) -> Duration {
     timeout.map(Duration::from_secs).unwrap_or(default).min(max)
 }
 
-/// The sandbox as `POST /sandboxes` and `connect` answer.
-fn created(sandbox: &Sandbox) -> Value {
-    json!({
+/// The sandbox as `POST /sandboxes` and `connect` answer; with the
+/// server's domain, the SDKs' `get_host(port)` names this server.
+fn created(sandbox: &Sandbox, domain: Option<&str>) -> Value {
+    let mut v = json!({
         "templateID": sandbox.template,
         "sandboxID": sandbox.id,
         "clientID": "dockhand",
@@ -117,7 +120,11 @@ fn created(sandbox: &Sandbox) -> Value {
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": sandbox.envd_token,
         "trafficAccessToken": sandbox.traffic_token,
-    })
+    });
+    if let Some(domain) = domain {
+        v["domain"] = json!(domain);
+    }
+    v
 }
 
 fn listed(sandbox: &Sandbox) -> Value {
@@ -317,6 +324,11 @@ async fn create_sandbox(
         metadata: request.metadata.unwrap_or_default(),
         envs: envs.clone(),
         internet,
+        public: request
+            .network
+            .as_ref()
+            .and_then(|n| n.allow_public_traffic)
+            .unwrap_or(false),
         cpus: template.cpus,
         memory_mb: template.memory_mb,
         timeout,
@@ -351,7 +363,11 @@ async fn create_sandbox(
     }
     slot.fill(sandbox.clone());
     server.registry.persist(&sandbox);
-    Ok((StatusCode::CREATED, axum::Json(created(&sandbox))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(created(&sandbox, server.limits.domain.as_deref())),
+    )
+        .into_response())
 }
 
 /// `GET /sandboxes/{id}`.
@@ -466,7 +482,11 @@ pub async fn connect(server: &Server, tenant: usize, id: &str, body: &[u8]) -> R
     } else {
         StatusCode::OK
     };
-    (status, axum::Json(created(&sandbox))).into_response()
+    (
+        status,
+        axum::Json(created(&sandbox, server.limits.domain.as_deref())),
+    )
+        .into_response()
 }
 
 /// `POST /sandboxes/{id}/resume` (the older call): 409 when it runs.
@@ -559,6 +579,7 @@ mod tests {
                 allow_out: Some(allow.iter().map(|s| s.to_string()).collect()),
                 deny_out: Some(deny.iter().map(|s| s.to_string()).collect()),
                 rules: None,
+                allow_public_traffic: None,
             }),
             ..Default::default()
         }

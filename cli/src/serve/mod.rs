@@ -32,6 +32,7 @@ mod control;
 mod dashboard;
 mod files;
 mod interpreter;
+mod ports;
 mod process;
 mod registry;
 mod restore;
@@ -153,6 +154,12 @@ pub struct ServeArgs {
     /// on a private network. On the main address it needs an API key.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// The domain of sandbox addresses: a port inside a sandbox is reached
+    /// as `<port>-<sandbox id>.<domain>` (E2B's `get_host(port)`), routed
+    /// by the Host header. Point a wildcard DNS name (or `*.localhost`) at
+    /// this server. Without it, such names are routed whatever their domain.
+    #[arg(long, env = "DOCKHAND_SERVE_DOMAIN")]
+    domain: Option<String>,
 }
 
 /// A language name, or `all`.
@@ -179,6 +186,8 @@ pub struct Limits {
     /// How old a sandbox's newest reading may be before a `get_metrics`
     /// takes a fresh one.
     metrics_interval: Duration,
+    /// The domain sandbox addresses end with, if one was given.
+    domain: Option<String>,
 }
 
 enum Pool {
@@ -448,6 +457,10 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             template_builds: !args.no_template_builds,
             pool_growth: args.pool_growth,
             metrics_interval: Duration::from_secs(args.metrics_interval.max(1)),
+            domain: args
+                .domain
+                .as_deref()
+                .map(|d| d.trim_matches('.').to_ascii_lowercase()),
         },
         telemetry: telemetry::Telemetry::default(),
         admission: admission::Admission::new(

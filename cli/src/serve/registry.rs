@@ -38,6 +38,9 @@ pub struct Sandbox {
     pub envs: BTreeMap<String, String>,
     /// Whether it may reach the internet (some hosts, or all).
     pub internet: bool,
+    /// Whether its ports are reached without its traffic token
+    /// (`network.allowPublicTraffic` at its create).
+    pub public: bool,
     /// Reported resources.
     pub cpus: u32,
     /// Reported memory.
@@ -75,6 +78,7 @@ pub struct NewSandbox {
     pub metadata: BTreeMap<String, String>,
     pub envs: BTreeMap<String, String>,
     pub internet: bool,
+    pub public: bool,
     pub cpus: u32,
     pub memory_mb: u32,
     pub timeout: Duration,
@@ -98,6 +102,7 @@ impl Sandbox {
             metadata: parts.metadata,
             envs: parts.envs,
             internet: parts.internet,
+            public: parts.public,
             cpus: parts.cpus,
             memory_mb: parts.memory_mb,
             started_at: now,
@@ -137,6 +142,7 @@ impl Sandbox {
             },
             auto_resume: self.auto_resume,
             paused,
+            public: self.public,
         }
     }
 

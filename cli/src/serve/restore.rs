@@ -137,6 +137,7 @@ async fn adopt_one(server: &Arc<Server>, row: &Row) -> Result<Arc<Sandbox>, Stri
         metadata: parse(&row.metadata).map_err(|e| e.to_string())?,
         envs: parse(&row.envs).map_err(|e| e.to_string())?,
         internet: false,
+        public: row.public,
         cpus: row.cpus,
         memory_mb: row.memory_mb,
         timeout: std::time::Duration::ZERO,

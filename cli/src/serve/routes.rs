@@ -15,7 +15,7 @@ use axum::Router;
 use super::caller::{Caller, Tenant};
 use super::control::{self, api_error};
 use super::{
-    connect, dashboard, files, interpreter, process, snapshots, telemetry, template_build,
+    connect, dashboard, files, interpreter, ports, process, snapshots, telemetry, template_build,
     template_files, templates, usage, volume_content, volumes, watch, Server, Shared,
 };
 
@@ -85,6 +85,11 @@ pub(super) fn router(server: Arc<Server>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             server.clone(),
             telemetry::observe,
+        ))
+        // Sandbox addresses (`<port>-<id>.<domain>`) are not the API's.
+        .layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            ports::route,
         ))
         .with_state(server)
 }

@@ -16,8 +16,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 /// The database's file name in the state directory.
 const DB: &str = "serve.db";
-/// What the schema is; a database of another is refused.
-const SCHEMA: i64 = 1;
+/// What the schema is; a database of a later one is refused, an earlier
+/// one is brought up to it.
+const SCHEMA: i64 = 2;
 
 /// One sandbox as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +39,8 @@ pub struct Row {
     pub on_timeout_pause: String,
     pub auto_resume: bool,
     pub paused: bool,
+    /// Its ports are reached without its traffic token.
+    pub public: bool,
 }
 
 /// The store; every write goes to disk before the call answers.
@@ -106,7 +109,8 @@ impl Store {
                  container_id TEXT NOT NULL,
                  on_timeout_pause TEXT NOT NULL,
                  auto_resume INTEGER NOT NULL,
-                 paused INTEGER NOT NULL
+                 paused INTEGER NOT NULL,
+                 public INTEGER NOT NULL DEFAULT 0
              );
              CREATE TABLE IF NOT EXISTS snapshots (
                  id TEXT PRIMARY KEY,
@@ -137,6 +141,15 @@ impl Store {
                 )?;
                 Ok(id)
             }
+            // Schema 1 knew no public sandboxes: each of its sandboxes
+            // keeps asking for its traffic token.
+            Some(s) if s == "1" => {
+                db.execute_batch(
+                    "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;
+                     UPDATE meta SET value = '2' WHERE key = 'schema';",
+                )?;
+                Ok(db.query_row("SELECT value FROM meta WHERE key = 'id'", [], |r| r.get(0))?)
+            }
             Some(s) if s == SCHEMA.to_string() => {
                 Ok(db.query_row("SELECT value FROM meta WHERE key = 'id'", [], |r| r.get(0))?)
             }
@@ -158,7 +171,7 @@ impl Store {
         let db = self.lock();
         let mut query = db.prepare(
             "SELECT id, key_hash, template, envd_token, traffic_token, metadata, envs, cpus,
-                    memory_mb, started_at, end_at, container_id, on_timeout_pause, auto_resume, paused
+                    memory_mb, started_at, end_at, container_id, on_timeout_pause, auto_resume, paused, public
              FROM sandboxes",
         )?;
         let rows = query.query_map([], |r| {
@@ -190,6 +203,7 @@ impl Store {
                 on_timeout_pause: r.get(12)?,
                 auto_resume: r.get(13)?,
                 paused: r.get(14)?,
+                public: r.get(15)?,
             })
         })?;
         rows.collect::<rusqlite::Result<Vec<Row>>>()
@@ -201,8 +215,8 @@ impl Store {
         self.lock().execute(
             "INSERT OR REPLACE INTO sandboxes (id, key_hash, template, envd_token, traffic_token,
                  metadata, envs, cpus, memory_mb, started_at, end_at, container_id,
-                 on_timeout_pause, auto_resume, paused)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                 on_timeout_pause, auto_resume, paused, public)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 row.id,
                 row.key_hash,
@@ -219,6 +233,7 @@ impl Store {
                 row.on_timeout_pause,
                 row.auto_resume,
                 row.paused,
+                row.public,
             ],
         )?;
         Ok(())
@@ -340,7 +355,32 @@ mod tests {
             on_timeout_pause: String::new(),
             auto_resume: false,
             paused: false,
+            public: false,
         }
+    }
+
+    #[test]
+    fn a_schema_one_directory_is_brought_up_and_its_sandboxes_stay_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.put(&row("a")).unwrap();
+        drop(store);
+        let db = Connection::open(dir.path().join(DB)).unwrap();
+        db.execute_batch(
+            "ALTER TABLE sandboxes DROP COLUMN public;
+             UPDATE meta SET value = '1' WHERE key = 'schema';",
+        )
+        .unwrap();
+        drop(db);
+        let again = Store::open(dir.path()).unwrap();
+        assert_eq!(again.all().unwrap(), vec![row("a")]);
+        again
+            .put(&Row {
+                public: true,
+                ..row("b")
+            })
+            .unwrap();
+        assert!(again.all().unwrap().iter().any(|r| r.id == "b" && r.public));
     }
 
     #[test]

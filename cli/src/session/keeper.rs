@@ -93,6 +93,8 @@ struct Reach<'a> {
     kernel: Option<&'a Kernel>,
     forks: &'a Forks,
     idle: Duration,
+    /// Terminals attached now: a session someone types in is not idle.
+    attached: &'a std::sync::Arc<()>,
 }
 
 /// Serves one session's socket until `close`, a signal, or `idle`
@@ -111,15 +113,21 @@ fn serve_one(
         let listener =
             UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let attached = std::sync::Arc::new(());
         let reach = Reach {
             kernel: kernel.as_ref(),
             forks: &forks,
             idle,
+            attached: &attached,
         };
         loop {
             tokio::select! {
                 // A forgotten session does not run forever.
-                _ = tokio::time::sleep(idle) => break,
+                _ = tokio::time::sleep(idle) => {
+                    if std::sync::Arc::strong_count(&attached) == 1 {
+                        break;
+                    }
+                }
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
                     if handle(stream, &session, &reach).await {
@@ -148,6 +156,16 @@ async fn handle(stream: UnixStream, session: &Session, reach: &Reach<'_>) -> boo
     }
     let request: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
     let op = request["op"].as_str().unwrap_or("").to_string();
+    if op == "attach" {
+        // A terminal lives beside the other requests, as long as its shell.
+        let attached = reach.attached.clone();
+        let session = session.clone();
+        tokio::spawn(async move {
+            super::attach::serve_terminal(session, request, reader, write).await;
+            drop(attached);
+        });
+        return false;
+    }
     let reply = match answer(&op, &request, session, reach).await {
         Ok(v) => v,
         // The exit code the error means, so the command that asked exits

@@ -15,6 +15,7 @@ use dockhand::ImageSpec;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+mod attach;
 mod keeper;
 
 #[derive(Subcommand, Debug)]
@@ -77,6 +78,10 @@ pub enum SessionCommand {
     Ls,
     /// An interactive shell: each line runs as a command (`cd` is remembered).
     Shell { id: String },
+    /// Attach this terminal to a shell in the session (bash where the image
+    /// has it): keys go to it as typed, the window's size follows; exits with
+    /// the shell's exit code.
+    Attach { id: String },
     /// (internal) Hold a session; started by `start`.
     #[command(hide = true)]
     Serve {
@@ -357,6 +362,7 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
         }
         SessionCommand::Ls => ls(json).await,
         SessionCommand::Shell { id } => shell(&id).await,
+        SessionCommand::Attach { id } => attach::attach(&id).await,
     }
 }
 

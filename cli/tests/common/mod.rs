@@ -10,6 +10,11 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 
+#[path = "../../../tests/common/venv.rs"]
+mod venv;
+#[allow(unused_imports)] // each test binary uses some helpers
+pub use venv::venv_python;
+
 /// The `dockhand` binary, with a deadline that only catches hangs.
 pub fn dockhand() -> assert_cmd::Command {
     let mut cmd = assert_cmd::Command::cargo_bin("dockhand").expect("the dockhand binary");

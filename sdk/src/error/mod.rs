@@ -588,6 +588,16 @@ pub enum Error {
         state: String,
     },
 
+    /// Nothing in the session accepted a connection to this port (no server
+    /// listens on it yet, or the session's agent cannot carry connections).
+    #[error("port {port} in the session cannot be reached: {message}")]
+    PortUnreachable {
+        /// The port inside the session.
+        port: u16,
+        /// Why.
+        message: String,
+    },
+
     /// The backend the client was connected to cannot do what was asked.
     /// Refused before anything was created.
     #[error("{feature} is not available on the {backend} backend\nhint: {hint}")]

@@ -125,6 +125,29 @@ pub enum Request {
         /// Path.
         path: String,
     },
+    /// Open a TCP connection to a port on the container's loopback; its
+    /// bytes come as [`Reply::Chunk`]s after [`Reply::Connected`], then
+    /// [`Reply::Ok`] when it closed. The host's bytes go as
+    /// [`Request::Input`]s, each acked with [`Reply::Ack`].
+    Connect {
+        /// Request id.
+        id: u64,
+        /// The port.
+        port: u16,
+    },
+    /// The host wrote out `bytes` of a connection's chunks: the agent may
+    /// send that many more.
+    Ack {
+        /// The connection's request id.
+        id: u64,
+        /// Bytes written out.
+        bytes: u64,
+    },
+    /// Cut a connection.
+    Hangup {
+        /// The connection's request id.
+        id: u64,
+    },
     /// Remove a file or directory.
     Remove {
         /// Request id.
@@ -215,7 +238,19 @@ pub enum Reply {
         /// The command's pid in the container.
         pid: u32,
     },
-    /// Output of a streaming exec.
+    /// A `connect` reached its port.
+    Connected {
+        /// Request id.
+        id: u64,
+    },
+    /// The agent wrote out `bytes` of a connection's input.
+    Ack {
+        /// The connection's request id.
+        id: u64,
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// Output of a streaming exec (or a connection's bytes).
     Chunk {
         /// Request id.
         id: u64,
@@ -282,6 +317,8 @@ impl Reply {
             Reply::Ready { .. } => None,
             Reply::Chunk { id, .. }
             | Reply::Started { id, .. }
+            | Reply::Connected { id }
+            | Reply::Ack { id, .. }
             | Reply::Exit { id, .. }
             | Reply::Ok { id, .. }
             | Reply::Error { id, .. } => Some(*id),

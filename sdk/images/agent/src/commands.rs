@@ -204,17 +204,20 @@ pub fn exec(req: &Value) -> Result<(), Refused> {
     ran.map_err(|e| Refused::os(&format!("running `{command}`"), &e))
 }
 
-/// Where a command's input goes.
+/// Where a command's (or a port connection's) input goes.
 #[derive(Clone)]
-enum Sink {
+pub enum Sink {
     Terminal(Arc<File>),
     Pipe(Arc<Mutex<Option<std::process::ChildStdin>>>),
+    /// A connection to a port in the container: each write is acked to the
+    /// host, which sends no more than a window ahead of the acks.
+    Socket(Arc<std::net::TcpStream>),
 }
 
 /// Writes `input` requests to the command's stdin (or terminal) in the
 /// order they came, on a thread of its own: a command that stops reading
 /// blocks only that.
-fn feed_inputs(rid: u64, sink: Sink) -> std::io::Result<()> {
+pub fn feed_inputs(rid: u64, sink: Sink) -> std::io::Result<()> {
     let (tx, rx) = mpsc::channel::<Input>();
     let rx = Arc::new(Mutex::new(Some(rx)));
     agent().lock_inputs().insert(rid, tx);
@@ -231,12 +234,18 @@ fn feed_inputs(rid: u64, sink: Sink) -> std::io::Result<()> {
                         Some(pipe) => pipe.write_all(&data).and_then(|_| pipe.flush()),
                         None => Ok(()),
                     },
+                    Sink::Socket(socket) => (&**socket).write_all(&data).map(|()| {
+                        send(&json!({"type": "ack", "id": rid, "bytes": data.len()}));
+                    }),
                 };
                 if written.is_err() {
                     break;
                 }
             }
             agent().lock_inputs().remove(&rid);
+            if let Sink::Socket(socket) = &sink {
+                let _ = socket.shutdown(std::net::Shutdown::Write);
+            }
             if let Sink::Pipe(p) = &sink {
                 if let Ok(mut p) = p.lock() {
                     p.take();

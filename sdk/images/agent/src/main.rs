@@ -3,8 +3,8 @@
 //! Speaks JSON lines on stdin/stdout with the host (the SDK's
 //! `session::protocol`). Requests carry an `id`; every reply echoes it.
 //! Requests run on threads of their own, so a long command does not hold up
-//! a file read; `input`, `signal`, `resize` and `hello` are answered on the
-//! reading loop, in the order they came.
+//! a file read; `input`, `signal`, `resize`, `ack`, `hangup` and `hello` are
+//! answered on the reading loop, in the order they came.
 //!
 //! A static program: it needs no interpreter and no C library in the
 //! image, and loads nothing the session's code can write.
@@ -13,6 +13,7 @@ mod commands;
 mod files;
 mod paths;
 mod pids;
+mod ports;
 mod reply;
 mod sys;
 #[cfg(test)]
@@ -47,6 +48,8 @@ pub struct Agent {
     channels: Mutex<HashMap<u64, String>>,
     /// Exec id -> the master side of a command's terminal.
     terminals: Mutex<HashMap<u64, Arc<std::fs::File>>>,
+    /// Exec id -> a connection to a port in the container.
+    ports: Mutex<HashMap<u64, Arc<ports::Connection>>>,
     /// Commands (by process group) ended for using up the pids.
     exhausted: Mutex<HashSet<u32>>,
     /// One past the highest request id seen: a host attaching later (a
@@ -55,7 +58,7 @@ pub struct Agent {
     next_id: AtomicU64,
 }
 
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -80,6 +83,7 @@ impl Agent {
             inputs: Mutex::default(),
             channels: Mutex::default(),
             terminals: Mutex::default(),
+            ports: Mutex::default(),
             exhausted: Mutex::default(),
             next_id: AtomicU64::new(1),
         }
@@ -103,6 +107,9 @@ impl Agent {
     pub fn lock_terminals(&self) -> MutexGuard<'_, HashMap<u64, Arc<std::fs::File>>> {
         locked(&self.terminals)
     }
+    pub fn lock_ports(&self) -> MutexGuard<'_, HashMap<u64, Arc<ports::Connection>>> {
+        locked(&self.ports)
+    }
     pub fn mark_exhausted(&self, pgid: u32) {
         locked(&self.exhausted).insert(pgid);
     }
@@ -125,6 +132,7 @@ fn handle(req: Value) {
     let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let reply = match kind {
             "exec" => return commands::exec(&req).map(|()| None),
+            "connect" => return ports::connect(&req).map(|()| None),
             "read" => files::read(&req),
             "write" => files::write(&req),
             "list" => files::list(&req),
@@ -184,6 +192,8 @@ fn serve(line: &[u8]) {
         Some("input") => return commands::queue_input(&req),
         Some("signal") => return commands::signal(&req),
         Some("resize") => return commands::resize(&req),
+        Some("ack") => return ports::ack(&req),
+        Some("hangup") => return ports::hangup(&req),
         // A host that attached after the agent started (a pod on a
         // cluster, a server restarted) missed the first `ready`: say it
         // again.

@@ -170,3 +170,24 @@ pub fn watch_children() -> io::Result<()> {
 pub fn children_ended() -> bool {
     CHILD_ENDED.swap(false, Ordering::SeqCst)
 }
+
+/// Makes closing `fd` (a TCP socket) reset the connection at once, rather
+/// than leave the peer to find out at its next window probe (up to two
+/// minutes for a sender that filled the window).
+pub fn reset_on_close(fd: RawFd) -> io::Result<()> {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt with a linger struct of the size given.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}

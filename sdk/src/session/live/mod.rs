@@ -26,6 +26,7 @@ mod launch;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
 mod pause;
+mod ports;
 mod process;
 mod upload;
 pub use describe::SessionDescription;
@@ -35,6 +36,7 @@ pub(crate) use launch::container_spec;
 #[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::agent_pool;
 pub use pause::{KeptSession, PauseMode, Paused};
+pub use ports::{ExposedPort, PortStream};
 pub use process::{ProcessControl, SpawnOptions, Spawned};
 
 use super::api::{ExecOptions, ExecResult, SessionApi};

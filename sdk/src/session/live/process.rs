@@ -133,7 +133,50 @@ impl ProcessControl {
     }
 }
 
+/// What [`Session::pty`] runs: the image's bash where it has one, else its
+/// `sh` (busybox's, say).
+const INTERACTIVE_SHELL: &str = "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh";
+
+/// The terminal type a shell is told it runs on unless the caller says.
+const DEFAULT_TERM: &str = "xterm-256color";
+
 impl Session {
+    /// An interactive shell on a terminal of `rows` by `cols`: write to it
+    /// with [`ProcessControl::send_stdin`], read what it shows from
+    /// `events` (all of it as [`ExecEvent::Stdout`], then its exit), and
+    /// follow the user's window with [`ProcessControl::resize`]. `Ctrl-C`
+    /// (`\x03`) reaches the command in the foreground, as on any terminal.
+    ///
+    /// ```no_run
+    /// # async fn demo(s: &dockhand::session::Session) -> dockhand::Result<()> {
+    /// use dockhand::session::ExecEvent;
+    /// use futures::StreamExt;
+    /// let mut shell = s.pty(24, 80).await?;
+    /// shell.control.send_stdin(b"echo $((6 * 7)); exit 3\n").await?;
+    /// let mut screen = Vec::new();
+    /// while let Some(event) = shell.events.next().await {
+    ///     match event? {
+    ///         ExecEvent::Exit(r) => assert_eq!(r.exit_code, 3),
+    ///         ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => screen.extend_from_slice(&b),
+    ///     }
+    /// }
+    /// assert!(String::from_utf8_lossy(&screen).contains("42"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn pty(&self, rows: u16, cols: u16) -> Result<Spawned> {
+        self.pty_with(rows, cols, SpawnOptions::new()).await
+    }
+
+    /// [`Session::pty`] with `options`' environment and working directory
+    /// (its `TERM` overrides `xterm-256color`) and time limit.
+    pub async fn pty_with(&self, rows: u16, cols: u16, options: SpawnOptions) -> Result<Spawned> {
+        let mut options = options.stdin(true).pty(rows, cols);
+        if !options.env.iter().any(|(name, _)| name == "TERM") {
+            options = options.env("TERM", DEFAULT_TERM);
+        }
+        self.spawn(INTERACTIVE_SHELL, options).await
+    }
+
     /// Starts `command` (run by `/bin/sh -c`) and returns at once with its
     /// pid, a handle to feed and signal it, and its output as a stream.
     /// Many may run at once, beside other requests.
