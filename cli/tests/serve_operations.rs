@@ -201,3 +201,46 @@ fn creates_past_the_start_queue_get_a_clean_429_and_the_next_is_served() {
 
     server.stop_leaving_nothing(Duration::from_secs(30));
 }
+
+#[test]
+fn ports_inside_sandboxes_answer_at_their_get_host_addresses_behind_the_token() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let server = Server::start_with(1, &["--domain", "sandboxes.test"]);
+    let servers = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/ports/servers.py")
+        .canonicalize()
+        .unwrap();
+    let r = json_output(server.python("ports.py", &[servers.to_str().unwrap()]));
+    eprintln!("ports: {r}");
+    let host = r["host"].as_str().unwrap();
+    assert!(
+        host.starts_with("8000-") && host.ends_with(".sandboxes.test"),
+        "get_host names this server's domain: {r}"
+    );
+    assert_eq!(r["has_token"], true, "{r}");
+    assert_eq!(r["up"], true, "{r}");
+    assert_eq!(r["big"]["status"], 200, "{r}");
+    assert_eq!(r["big"]["same"], true, "2 MB came through whole: {r}");
+    assert_eq!(r["no_token"], 404, "{r}");
+    assert_eq!(r["wrong_token"], 404, "{r}");
+    let inside = r["seen_inside"].as_str().unwrap();
+    assert!(
+        inside.starts_with("host=8765-") && inside.ends_with(";token=-"),
+        "the server inside sees the Host asked for and never the token: {inside}"
+    );
+    assert_eq!(r["closed_port"]["status"], 502, "{r}");
+    assert!(
+        r["closed_port"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("port 9"),
+        "{r}"
+    );
+    assert_eq!(r["ws"]["text"], "hi from the SDK", "{r}");
+    assert_eq!(r["ws"]["binary_same"], true, "{r}");
+    assert_eq!(r["ws_no_token"]["refused"], 404, "{r}");
+    assert_eq!(r["public_up_without_token"], true, "{r}");
+    assert_eq!(r["other_sandboxes_token"], 404, "{r}");
+    assert_eq!(r["after_kill"], 404, "{r}");
+    server.stop_leaving_nothing(Duration::from_secs(30));
+}

@@ -102,10 +102,7 @@ async fn proxy(sandbox: Arc<Sandbox>, port: u16, mut request: Request) -> Respon
     let stream = match sandbox.session.connect(port).await {
         Ok(stream) => stream,
         Err(dockhand::Error::PortUnreachable { message, .. }) => {
-            return api_error(
-                StatusCode::BAD_GATEWAY,
-                format!("port {port} in the sandbox: {message}"),
-            )
+            return api_error(StatusCode::BAD_GATEWAY, message)
         }
         Err(e) => return api_error(StatusCode::BAD_GATEWAY, e.to_string()),
     };

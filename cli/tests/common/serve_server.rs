@@ -12,12 +12,14 @@ use serde_json::Value;
 
 /// The SDK versions tested (the README names them).
 /// The clients the tests drive the server with: the E2B SDKs, Prometheus'
-/// own parser, and selenium for the dashboard in Debian's chromium.
-pub const SDKS: [&str; 4] = [
+/// own parser, selenium for the dashboard in Debian's chromium, and a
+/// WebSocket client for ports inside sandboxes.
+pub const SDKS: [&str; 5] = [
     "e2b==2.63.0",
     "e2b-code-interpreter==2.11.5",
     "prometheus_client==0.26.0",
     "selenium==4.51.0",
+    "websockets==15.0.1",
 ];
 pub const KEY: &str = "dockhand-test-key-one-0123456789";
 pub const OTHER_KEY: &str = "dockhand-test-key-two-0123456789";
