@@ -57,8 +57,10 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
         serde_json::json!([
             "new.txt CREATE",
             "new.txt REMOVE",
+            "new.txt WRITE",
             "sub CREATE",
-            "sub/deep.txt CREATE"
+            "sub/deep.txt CREATE",
+            "sub/deep.txt WRITE"
         ])
     );
 
@@ -149,7 +151,10 @@ fn the_e2b_sdks_work_unchanged_against_serve() {
     assert_eq!(a["stdout"], serde_json::json!(["a\n"]));
     assert_eq!(a["command"], "async\n");
     assert_eq!(a["file"], "written");
-    assert_eq!(a["watch_events"], serde_json::json!(["x.txt CREATE"]));
+    assert_eq!(
+        a["watch_events"],
+        serde_json::json!(["x.txt CREATE", "x.txt WRITE"])
+    );
     assert_eq!(a["killed"], true);
     assert_eq!(a["running_after_kill"], false);
 

@@ -1,6 +1,8 @@
-//! envd's directory watching, by polling the session agent's listings:
-//! `WatchDir` (a stream, which the async SDK uses) and `CreateWatcher`,
-//! `GetWatcherEvents`, `RemoveWatcher` (which the sync SDK polls).
+//! envd's directory watching: `WatchDir` (a stream, which the async SDK
+//! uses) and `CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher` (which
+//! the sync SDK polls). Events come from inotify in the session's agent;
+//! where its agent cannot watch (the Python agent), from comparing
+//! listings made every 200 ms.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -8,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use axum::response::Response;
-use dockhand::session::{Session, SessionApi};
+use dockhand::session::{FileEvent, FileEventKind, FileWatch, Session, SessionApi};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -78,6 +81,28 @@ fn event(name: &str, kind: &str) -> Value {
     json!({"name": name, "type": kind})
 }
 
+/// envd's event for one the agent saw (none for an overflow: envd has no
+/// word for it).
+fn envd_event(e: &FileEvent) -> Option<Value> {
+    let kind = match e.kind {
+        FileEventKind::Create => "EVENT_TYPE_CREATE",
+        FileEventKind::Write => "EVENT_TYPE_WRITE",
+        FileEventKind::Remove => "EVENT_TYPE_REMOVE",
+        FileEventKind::Rename => "EVENT_TYPE_RENAME",
+        FileEventKind::Chmod => "EVENT_TYPE_CHMOD",
+        _ => return None,
+    };
+    Some(event(&e.path, kind))
+}
+
+/// How a watch learns of changes.
+enum Source {
+    /// The agent's inotify watch.
+    Events(FileWatch),
+    /// Listings compared, from this first one.
+    Listings(Snapshot),
+}
+
 /// The events that turn `old` into `new`, in path order.
 fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Value> {
     let mut out = Vec::new();
@@ -113,7 +138,7 @@ struct WatchRequest {
 async fn start(
     sandbox: &Sandbox,
     request: &WatchRequest,
-) -> Result<(String, Snapshot), ConnectError> {
+) -> Result<(String, Source), ConnectError> {
     let root = absolute(&request.path);
     let info = sandbox
         .session
@@ -126,8 +151,14 @@ async fn start(
             format!("{root} is not a directory"),
         ));
     }
-    let first = snapshot(&sandbox.session, &info.path, request.recursive).await?;
-    Ok((info.path, first))
+    let source = match sandbox.session.watch(&info.path, request.recursive).await {
+        Ok(events) => Source::Events(events),
+        Err(e) => {
+            tracing::debug!(error = %e, "watching by listings");
+            Source::Listings(snapshot(&sandbox.session, &info.path, request.recursive).await?)
+        }
+    };
+    Ok((info.path, source))
 }
 
 /// A sandbox's watchers by id.
@@ -202,12 +233,39 @@ async fn create(sandbox: &Arc<Sandbox>, request: &WatchRequest) -> Result<Value,
             format!("a sandbox may have {MAX_WATCHERS} watchers; remove some first"),
         ));
     }
-    let (root, mut seen) = start(sandbox, request).await?;
+    let (root, source) = start(sandbox, request).await?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let recursive = request.recursive;
     let (session, weak) = (sandbox.session.clone(), Arc::downgrade(sandbox));
     let watch_id = id.clone();
     let task = tokio::spawn(async move {
+        let mut seen = match source {
+            Source::Listings(first) => first,
+            Source::Events(mut events) => {
+                while let Some(next) = events.next().await {
+                    let Some(sandbox) = weak.upgrade() else {
+                        return;
+                    };
+                    let Some(watcher) = sandbox.watchers.lock().get(&watch_id).cloned() else {
+                        return;
+                    };
+                    match next {
+                        Ok(e) => {
+                            let mut pending = lock(&watcher.pending);
+                            pending.extend(envd_event(&e));
+                            while pending.len() > MAX_PENDING {
+                                pending.pop_front();
+                            }
+                        }
+                        Err(e) => {
+                            *lock(&watcher.failed) = Some(file_error(&e));
+                            return;
+                        }
+                    }
+                }
+                return;
+            }
+        };
         loop {
             tokio::time::sleep(POLL).await;
             let Some(sandbox) = weak.upgrade() else {
@@ -247,13 +305,22 @@ pub async fn stream(sandbox: Arc<Sandbox>, headers: &HeaderMap, body: &[u8]) -> 
         Ok(r) => r,
         Err(e) => return connect::stream_error(e),
     };
-    let (root, seen) = match start(&sandbox, &request).await {
+    let (root, source) = match start(&sandbox, &request).await {
         Ok(s) => s,
         Err(e) => return connect::stream_error(e),
     };
     let keepalive = connect::keepalive(headers);
     let recursive = request.recursive;
     let start = futures::stream::once(async { Ok(json!({"start": {}})) });
+    let seen = match source {
+        Source::Listings(first) => first,
+        Source::Events(events) => {
+            return connect::stream_response(futures::StreamExt::chain(
+                start,
+                inotify_events(events, keepalive),
+            ))
+        }
+    };
     let state = (
         sandbox.session.clone(),
         seen,
@@ -290,6 +357,29 @@ pub async fn stream(sandbox: Arc<Sandbox>, headers: &HeaderMap, body: &[u8]) -> 
         }
     });
     connect::stream_response(futures::StreamExt::chain(start, events))
+}
+
+/// The agent's events as envd's stream messages, with keepalives while
+/// nothing happens; an error ends the stream.
+fn inotify_events(
+    events: FileWatch,
+    keepalive: Duration,
+) -> impl futures::Stream<Item = Result<Value, ConnectError>> {
+    futures::stream::unfold(Some(events), move |events| async move {
+        let mut events = events?;
+        loop {
+            match tokio::time::timeout(keepalive, events.next()).await {
+                Err(_) => return Some((Ok(json!({"keepalive": {}})), Some(events))),
+                Ok(None) => return None,
+                Ok(Some(Err(e))) => return Some((Err(file_error(&e)), None)),
+                Ok(Some(Ok(e))) => {
+                    if let Some(event) = envd_event(&e) {
+                        return Some((Ok(json!({ "filesystem": event })), Some(events)));
+                    }
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -40,8 +40,9 @@ pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 pub(crate) use live::{agent_pool, container_spec, AGENT};
 pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{
-    ExecEvent, ExposedPort, KeptSession, PauseMode, Paused, PortStream, ProcessControl, Session,
-    SessionDescription, SpawnOptions, Spawned, AGENT_ENV, MAX_FORKS,
+    ExecEvent, ExposedPort, FileEvent, FileEventKind, FileWatch, KeptSession, PauseMode, Paused,
+    PortStream, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned, AGENT_ENV,
+    MAX_FORKS,
 };
 pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

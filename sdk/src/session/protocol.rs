@@ -143,7 +143,18 @@ pub enum Request {
         /// Bytes written out.
         bytes: u64,
     },
-    /// Cut a connection.
+    /// Watch a directory (and, `recursive`, what it holds) for changes:
+    /// [`Reply::Watching`], then [`Reply::Events`] until a
+    /// [`Request::Hangup`] ends it with [`Reply::Ok`].
+    Watch {
+        /// Request id.
+        id: u64,
+        /// The directory.
+        path: String,
+        /// Follow its subdirectories too.
+        recursive: bool,
+    },
+    /// Cut a connection, or end a watch.
     Hangup {
         /// The connection's request id.
         id: u64,
@@ -172,6 +183,15 @@ pub struct DirEntry {
     /// Last modification, nanoseconds since the Unix epoch.
     #[serde(default)]
     pub mtime_ns: u64,
+}
+
+/// One change a watch saw, as the agent says it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WatchedChange {
+    /// The path, relative to the watched directory.
+    pub name: String,
+    /// `create`, `write`, `remove`, `rename`, `chmod` or `overflow`.
+    pub kind: String,
 }
 
 /// A terminal's size.
@@ -242,6 +262,18 @@ pub enum Reply {
     Connected {
         /// Request id.
         id: u64,
+    },
+    /// A `watch` is in place: later changes are reported.
+    Watching {
+        /// Request id.
+        id: u64,
+    },
+    /// Changes a watch saw, in order.
+    Events {
+        /// Request id.
+        id: u64,
+        /// What changed.
+        events: Vec<WatchedChange>,
     },
     /// The agent wrote out `bytes` of a connection's input.
     Ack {
@@ -318,6 +350,8 @@ impl Reply {
             Reply::Chunk { id, .. }
             | Reply::Started { id, .. }
             | Reply::Connected { id }
+            | Reply::Watching { id }
+            | Reply::Events { id, .. }
             | Reply::Ack { id, .. }
             | Reply::Exit { id, .. }
             | Reply::Ok { id, .. }

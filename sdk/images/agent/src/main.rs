@@ -18,6 +18,7 @@ mod reply;
 mod sys;
 #[cfg(test)]
 mod testing;
+mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -50,6 +51,8 @@ pub struct Agent {
     terminals: Mutex<HashMap<u64, Arc<std::fs::File>>>,
     /// Exec id -> a connection to a port in the container.
     ports: Mutex<HashMap<u64, Arc<ports::Connection>>>,
+    /// Watch id -> the flag that ends the watch.
+    watches: Mutex<HashMap<u64, Arc<std::sync::atomic::AtomicBool>>>,
     /// Commands (by process group) ended for using up the pids.
     exhausted: Mutex<HashSet<u32>>,
     /// One past the highest request id seen: a host attaching later (a
@@ -84,6 +87,7 @@ impl Agent {
             channels: Mutex::default(),
             terminals: Mutex::default(),
             ports: Mutex::default(),
+            watches: Mutex::default(),
             exhausted: Mutex::default(),
             next_id: AtomicU64::new(1),
         }
@@ -110,6 +114,9 @@ impl Agent {
     pub fn lock_ports(&self) -> MutexGuard<'_, HashMap<u64, Arc<ports::Connection>>> {
         locked(&self.ports)
     }
+    pub fn lock_watches(&self) -> MutexGuard<'_, HashMap<u64, Arc<std::sync::atomic::AtomicBool>>> {
+        locked(&self.watches)
+    }
     pub fn mark_exhausted(&self, pgid: u32) {
         locked(&self.exhausted).insert(pgid);
     }
@@ -133,6 +140,7 @@ fn handle(req: Value) {
         let reply = match kind {
             "exec" => return commands::exec(&req).map(|()| None),
             "connect" => return ports::connect(&req).map(|()| None),
+            "watch" => watch::watch(&req).map(|()| serde_json::Map::new()),
             "read" => files::read(&req),
             "write" => files::write(&req),
             "list" => files::list(&req),
@@ -193,7 +201,13 @@ fn serve(line: &[u8]) {
         Some("signal") => return commands::signal(&req),
         Some("resize") => return commands::resize(&req),
         Some("ack") => return ports::ack(&req),
-        Some("hangup") => return ports::hangup(&req),
+        Some("hangup") => {
+            ports::hangup(&req);
+            if let Some(id) = req.get("id").and_then(Value::as_u64) {
+                watch::stop(id);
+            }
+            return;
+        }
         // A host that attached after the agent started (a pod on a
         // cluster, a server restarted) missed the first `ready`: say it
         // again.

@@ -86,7 +86,9 @@ pub fn connect(req: &Value) -> Result<(), Refused> {
                 Ok(n) => n,
             };
             *locked(&connection.unacked) += n as u64;
-            send(&json!({"type": "chunk", "id": rid, "stream": "stdout", "data": b64(&buffer[..n])}));
+            send(
+                &json!({"type": "chunk", "id": rid, "stream": "stdout", "data": b64(&buffer[..n])}),
+            );
         }
     })();
     agent().lock_ports().remove(&rid);

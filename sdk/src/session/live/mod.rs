@@ -29,6 +29,7 @@ mod pause;
 mod ports;
 mod process;
 mod upload;
+mod watch;
 pub use describe::SessionDescription;
 pub use fork::MAX_FORKS;
 #[cfg(feature = "kubernetes")]
@@ -38,6 +39,7 @@ pub(crate) use on_cluster::agent_pool;
 pub use pause::{KeptSession, PauseMode, Paused};
 pub use ports::{ExposedPort, PortStream};
 pub use process::{ProcessControl, SpawnOptions, Spawned};
+pub use watch::{FileEvent, FileEventKind, FileWatch};
 
 use super::api::{ExecOptions, ExecResult, SessionApi};
 use super::config::{EnvValue, SessionConfig, SetupStep, Snapshot};
