@@ -1,8 +1,9 @@
 //! Sessions on images without Python: the static session agent needs
 //! nothing from the image but a shell for commands. Tested on dockhand's
 //! Debian base with `python3` removed, on an image holding only Debian's
-//! `busybox-static`, and on an empty image (files only), against the real
-//! daemon.
+//! `busybox-static`, on an Alpine-like image (busybox and musl's C library,
+//! from Debian's packages), and on an empty image (files only), against the
+//! real daemon.
 
 mod common;
 
@@ -12,6 +13,41 @@ use dockhand::session::{ExecEvent, ExecOptions, SessionApi, SessionConfig};
 use dockhand::{Error, ImageSpec, State};
 use futures::StreamExt;
 
+/// Debian's `busybox-static` binary, downloaded and unpacked into `dir`.
+fn busybox_binary(dir: &std::path::Path) -> std::path::PathBuf {
+    // apt downloads as its own user where it can write.
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let download = || {
+        std::process::Command::new("apt-get")
+            .args(["download", "-qq", "busybox-static"])
+            .current_dir(dir)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !download() {
+        let updated = std::process::Command::new("apt-get")
+            .args(["update", "-qq"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(updated && download(), "apt-get download busybox-static");
+    }
+    let deb = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .expect("the package");
+    let root = dir.join("root");
+    let unpacked = std::process::Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(unpacked.success(), "dpkg-deb -x");
+    root.join("bin/busybox")
+}
+
 /// An image of Debian's `busybox-static` alone (a shell and the usual
 /// tools as links to it; no C library, no interpreter), made once per
 /// machine from the package.
@@ -19,58 +55,80 @@ fn busybox_image() -> String {
     let tag = "dockhand-test/busybox-static:1";
     if common::docker(&["images", "-q", tag]).trim().is_empty() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        // apt downloads as its own user where it can write.
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o777),
-        )
-        .unwrap();
-        let download = || {
-            std::process::Command::new("apt-get")
-                .args(["download", "-qq", "busybox-static"])
-                .current_dir(dir.path())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !download() {
-            let updated = std::process::Command::new("apt-get")
-                .args(["update", "-qq"])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(updated && download(), "apt-get download busybox-static");
-        }
-        let deb = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .expect("the package");
-        let root = dir.path().join("root");
-        let unpacked = std::process::Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(&deb)
-            .arg(&root)
-            .status()
-            .unwrap();
-        assert!(unpacked.success(), "dpkg-deb -x");
+        let busybox = busybox_binary(dir.path());
         let context = dir.path().join("context");
         std::fs::create_dir_all(&context).unwrap();
-        std::fs::copy(root.join("bin/busybox"), context.join("busybox")).unwrap();
+        std::fs::copy(busybox, context.join("busybox")).unwrap();
         std::fs::write(
             context.join("Dockerfile"),
             "FROM scratch\nCOPY busybox /bin/busybox\n\
              RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n",
         )
         .unwrap();
-        common::docker(&[
-            "build",
-            "-q",
-            "--label",
-            "dev.dockhand.test=busybox",
-            "-t",
-            tag,
-            &context.to_string_lossy(),
-        ]);
+        build_image(tag, "busybox", &context);
+    }
+    tag.to_string()
+}
+
+fn build_image(tag: &str, label: &str, context: &std::path::Path) {
+    common::docker(&[
+        "build",
+        "-q",
+        "--label",
+        &format!("dev.dockhand.test={label}"),
+        "-t",
+        tag,
+        &context.to_string_lossy(),
+    ]);
+}
+
+/// A program that says which dynamic loader it runs under.
+const LOADER_PROBE: &str = r#"#include <stdio.h>
+#include <string.h>
+int main(void) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (maps && fgets(line, sizeof line, maps))
+        if (strstr(line, "ld-musl")) { printf("loaded by %s", strchr(line, '/')); return 0; }
+    puts("no musl loader");
+    return 1;
+}
+"#;
+
+/// An Alpine-like image made from Debian's packages: busybox and musl's C
+/// library as the only libc, with a program dynamically linked against it
+/// (built here with Debian's `musl-gcc`).
+fn musl_image() -> String {
+    let tag = "dockhand-test/musl-busybox:1";
+    if common::docker(&["images", "-q", tag]).trim().is_empty() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let busybox = busybox_binary(dir.path());
+        let context = dir.path().join("context");
+        std::fs::create_dir_all(&context).unwrap();
+        std::fs::copy(busybox, context.join("busybox")).unwrap();
+        std::fs::copy(
+            "/lib/x86_64-linux-musl/libc.so",
+            context.join("ld-musl-x86_64.so.1"),
+        )
+        .expect("musl's C library (apt-get install musl-tools)");
+        let source = dir.path().join("probe.c");
+        std::fs::write(&source, LOADER_PROBE).unwrap();
+        let built = std::process::Command::new("musl-gcc")
+            .arg("-o")
+            .arg(context.join("musl-probe"))
+            .arg(&source)
+            .status()
+            .expect("musl-gcc runs (apt-get install musl-tools)");
+        assert!(built.success(), "musl-gcc");
+        std::fs::write(
+            context.join("Dockerfile"),
+            "FROM scratch\nCOPY busybox /bin/busybox\n\
+             COPY ld-musl-x86_64.so.1 /lib/ld-musl-x86_64.so.1\n\
+             COPY musl-probe /usr/bin/musl-probe\n\
+             RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n",
+        )
+        .unwrap();
+        build_image(tag, "musl", &context);
     }
     tag.to_string()
 }
@@ -170,6 +228,21 @@ async fn a_session_runs_on_debian_without_python() {
     let image = ImageSpec::default()
         .run("rm -f /usr/bin/python3* /usr/local/bin/python3* && ! command -v python3");
     works_without_python(image).await;
+}
+
+#[tokio::test]
+async fn a_session_runs_on_an_alpine_like_musl_image() {
+    let image = musl_image();
+    let client = common::client().await;
+    let s = client.session(SessionConfig::new().image(ImageSpec::prebuilt(image.clone())));
+    s.start().await.unwrap();
+    let r = s.exec("musl-probe; ls /lib").await.unwrap();
+    assert_eq!(
+        r.stdout, "loaded by /lib/ld-musl-x86_64.so.1\nld-musl-x86_64.so.1\n",
+        "a musl program runs and musl is the image's only C library: {r:?}"
+    );
+    s.close().await.unwrap();
+    works_without_python(ImageSpec::prebuilt(image)).await;
 }
 
 #[tokio::test]
