@@ -2,7 +2,10 @@
 //! Python agent (`DOCKHAND_SESSION_AGENT=python`) and the docker CLI, in the
 //! same run: session start, `exec("echo hi")`, a one-line Python snippet,
 //! 1 MiB write + read, close; the host CPU a start and close costs (every
-//! process counted), and the agent's own memory (PSS) per session.
+//! process counted), and the agent's own memory (PSS) per session. Then,
+//! for the static agent: the channel's own round trip (a `stat`), an HTTP
+//! request to a server inside through `connect`, bytes per second through a
+//! port both ways, and how soon a watch reports a file made.
 //!
 //! ```text
 //! cargo run --release --example bench_session -- [N]
@@ -14,9 +17,11 @@ mod host_cpu;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dockhand::session::{SessionApi, SessionConfig, AGENT_ENV};
+use dockhand::session::{FileEventKind, SessionApi, SessionConfig, SpawnOptions, AGENT_ENV};
 use dockhand::Client;
+use futures::StreamExt;
 use host_cpu::{ProcessCpu, TICKS_PER_SECOND};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn report(name: &str, mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -128,6 +133,96 @@ async fn measure(
     Ok(f)
 }
 
+/// Ports and watching on one session of the static agent.
+async fn ports_and_watching(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let s = client.session(SessionConfig::new());
+    s.start().await?;
+    let mut stats = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        s.stat(".").await?;
+        stats.push(t.elapsed());
+    }
+    s.write_file("site/index.html", b"<h1>hi</h1>\n").await?;
+    s.spawn(
+        "cd site && exec python3 -m http.server 8000 --bind 127.0.0.1",
+        SpawnOptions::new(),
+    )
+    .await?;
+    s.spawn(
+        "exec python3 -c \"import socket\nl = socket.socket(); l.bind(('127.0.0.1', 9000)); l.listen(4)\nwhile True:\n    c, _ = l.accept()\n    while (b := c.recv(1 << 16)): c.sendall(b)\n    c.close()\"",
+        SpawnOptions::new(),
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.connect(8000).await.is_err() || s.connect(9000).await.is_err() {
+        if Instant::now() > deadline {
+            return Err("the servers in the session did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut gets = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut conn = s.connect(8000).await?;
+        conn.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").await?;
+        let mut page = Vec::new();
+        conn.read_to_end(&mut page).await?;
+        gets.push(t.elapsed());
+        assert!(page.ends_with(b"<h1>hi</h1>\n"));
+    }
+    let total = 64usize << 20;
+    let conn = s.connect(9000).await?;
+    let (mut from, mut to) = tokio::io::split(conn);
+    let t = Instant::now();
+    let writer = tokio::spawn(async move {
+        let piece = vec![7u8; 1 << 16];
+        for _ in 0..total / piece.len() {
+            to.write_all(&piece).await?;
+        }
+        to.shutdown().await
+    });
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    while got < total {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    let echo = t.elapsed();
+    writer.await??;
+    let mut watch = s.watch(".", true).await?;
+    let mut seen_after = Vec::new();
+    for i in 0..n {
+        let name = format!("w{i}");
+        let t = Instant::now();
+        s.exec(&format!("touch {name}")).await?;
+        loop {
+            match watch.next().await {
+                Some(Ok(e)) if e.path == name && e.kind == FileEventKind::Create => break,
+                Some(Ok(_)) => continue,
+                other => return Err(format!("the watch ended: {other:?}").into()),
+            }
+        }
+        seen_after.push(t.elapsed());
+    }
+    s.close().await?;
+    println!("ports and watching (static agent, {n} each):");
+    report("stat (the agent channel's round trip)", stats);
+    report("connect + HTTP GET through the agent", gets);
+    println!(
+        "{:<38} {:.1} MB/s each way ({} MiB echoed in {:.2} s)",
+        "a port's echo, both ways at once",
+        got as f64 / echo.as_secs_f64() / 1e6,
+        got >> 20,
+        echo.as_secs_f64()
+    );
+    report("exec(\"touch\") until its watch event", seen_after);
+    Ok(())
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -220,5 +315,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ms(start),
         ms(close)
     );
-    Ok(())
+    ports_and_watching(&client, n).await
 }

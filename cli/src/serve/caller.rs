@@ -38,27 +38,32 @@ impl FromRequestParts<Arc<Server>> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, server: &Arc<Server>) -> Result<Self, Response> {
         let sandbox = server.sandbox(&parts.headers)?;
-        if !sandbox.is_paused() {
-            return Ok(Caller(sandbox));
+        awake(server, &sandbox).await?;
+        Ok(Caller(sandbox))
+    }
+}
+
+/// A paused sandbox answers only once resumed: at once when it resumes on
+/// activity, otherwise after `connect`.
+pub async fn awake(server: &Server, sandbox: &Sandbox) -> Result<(), Response> {
+    if !sandbox.is_paused() {
+        return Ok(());
+    }
+    if !sandbox.auto_resume {
+        return Err(api_error(
+            StatusCode::CONFLICT,
+            format!("sandbox {} is paused; connect() resumes it", sandbox.id),
+        ));
+    }
+    match sandbox.resume().await {
+        Ok(_) => {
+            sandbox.set_timeout(server.limits.default_timeout);
+            server.registry.persist(sandbox);
+            Ok(())
         }
-        // A paused sandbox answers only once resumed: at once when it
-        // resumes on activity, otherwise after `connect`.
-        if !sandbox.auto_resume {
-            return Err(api_error(
-                StatusCode::CONFLICT,
-                format!("sandbox {} is paused; connect() resumes it", sandbox.id),
-            ));
-        }
-        match sandbox.resume().await {
-            Ok(_) => {
-                sandbox.set_timeout(server.limits.default_timeout);
-                server.registry.persist(&sandbox);
-                Ok(Caller(sandbox))
-            }
-            Err(e) => Err(api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("resuming sandbox {}: {e}", sandbox.id),
-            )),
-        }
+        Err(e) => Err(api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("resuming sandbox {}: {e}", sandbox.id),
+        )),
     }
 }

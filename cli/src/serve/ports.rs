@@ -76,6 +76,9 @@ pub async fn route(State(server): Shared, request: Request, next: Next) -> Respo
             return not_found(id);
         }
     }
+    if let Err(refused) = super::caller::awake(&server, &sandbox).await {
+        return refused;
+    }
     proxy(sandbox, port, request).await
 }
 

@@ -22,7 +22,7 @@ use crate::pids::{
     contain_exhaustion, fork_refusals, group_size, near_pids_limit, settle_group, with_pids,
 };
 use crate::reply::{b64, send, unb64, Refused};
-use crate::sys::{kill_group, new_session, openpty, pidfd_open, readable, set_window};
+use crate::sys::{group_alive, kill_group, new_session, openpty, pidfd_open, readable, set_window};
 
 /// What a thread of the agent's own may use for its stack: requests parse
 /// JSON and copy bytes on the heap.
@@ -443,7 +443,7 @@ fn run(
         break child.wait()?;
     };
     drop(pidfd);
-    if let (false, Some(deadline)) = (timed_out, deadline) {
+    if let (false, Some(deadline), true) = (timed_out, deadline, group_alive(pid)) {
         // What the command left running in its process group (background
         // jobs, a fork bomb's remains) lives until the command's time limit.
         let _ = spawn_thread(|| {

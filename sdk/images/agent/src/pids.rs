@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -70,32 +71,39 @@ pub fn group_size(pgid: u32) -> usize {
     processes().values().filter(|p| p.pgid == pgid).count()
 }
 
+/// The first of `candidates` that exists (cgroup v2's file, else v1's),
+/// looked for once: every command reads it, and a failed lookup is not free.
+fn found(
+    cell: &'static OnceLock<Option<&'static str>>,
+    candidates: [&'static str; 2],
+) -> Option<&'static str> {
+    *cell.get_or_init(|| {
+        candidates
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+    })
+}
+
 /// How many forks the container's pids limit has refused so far.
 pub fn fork_refusals() -> u64 {
-    for path in PIDS_EVENTS {
-        let Ok(text) = std::fs::read_to_string(path) else {
-            continue;
-        };
-        for line in text.lines() {
-            if let Some(count) = line.strip_prefix("max ") {
-                return count.trim().parse().unwrap_or(0);
-            }
-        }
+    static EVENTS: OnceLock<Option<&'static str>> = OnceLock::new();
+    let Some(text) = found(&EVENTS, PIDS_EVENTS).and_then(|p| std::fs::read_to_string(p).ok())
+    else {
         return 0;
-    }
-    0
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix("max "))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The container's pids in use (threads count), or 0 when unknown.
 pub fn pids_in_use() -> u64 {
-    for path in PIDS_CURRENT {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(n) = text.trim().parse() {
-                return n;
-            }
-        }
-    }
-    0
+    static CURRENT: OnceLock<Option<&'static str>> = OnceLock::new();
+    found(&CURRENT, PIDS_CURRENT)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 pub fn near_pids_limit() -> bool {

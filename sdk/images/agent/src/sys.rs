@@ -51,6 +51,12 @@ pub fn kill_group(pgid: u32, signal: libc::c_int) {
     }
 }
 
+/// Whether any process is left in process group `pgid`.
+pub fn group_alive(pgid: u32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks that the group exists.
+    pgid > 1 && unsafe { libc::kill(-(pgid as libc::pid_t), 0) } == 0
+}
+
 /// A signal for one process; a process that is gone is no error.
 pub fn kill(pid: u32, signal: libc::c_int) {
     if pid > 1 {

@@ -240,7 +240,16 @@ pub fn watch(req: &Value) -> Result<(), Refused> {
     // SAFETY: returns a new descriptor or -1.
     let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
     if fd < 0 {
-        return Err(Refused::os(asked, &std::io::Error::last_os_error()));
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EMFILE) {
+            // Counted per user on the whole host, and sessions share a uid.
+            return Err(Refused::new(
+                "io",
+                "no inotify instance left for the session's user on this host \
+                 (raise the host's fs.inotify.max_user_instances, 128 by default)",
+            ));
+        }
+        return Err(Refused::os(asked, &e));
     }
     let mut watch = Watch {
         // SAFETY: a descriptor this process just made.
