@@ -242,3 +242,46 @@ async fn a_flooding_server_is_held_to_the_window() {
     s.close().await.unwrap();
     common::wait_gone(&id).await;
 }
+
+/// Bytes through a port are activity: a session that pauses itself when
+/// idle stays up while a connection is in use, and pauses once it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_through_a_port_keeps_an_idle_timer_away() {
+    use dockhand::session::PauseMode;
+    let client = common::client().await;
+    let s = client.session(
+        SessionConfig::new().auto_pause(Duration::from_millis(800), PauseMode::Filesystem),
+    );
+    s.start().await.unwrap();
+    let servers = std::fs::read(fixture("servers.py")).unwrap();
+    s.write_file("servers.py", &servers).await.unwrap();
+    s.spawn(
+        &format!("exec python3 servers.py echo {ECHO}"),
+        SpawnOptions::new(),
+    )
+    .await
+    .unwrap();
+    listening(&s, ECHO).await;
+    let mut conn = s.connect(ECHO).await.unwrap();
+    let busy_until = Instant::now() + Duration::from_secs(3);
+    let mut one = [0u8; 5];
+    while Instant::now() < busy_until {
+        conn.write_all(b"ping\n").await.unwrap();
+        conn.read_exact(&mut one).await.unwrap();
+        assert_eq!(&one, b"ping\n");
+        assert!(s.paused_mode().is_none(), "paused while in use");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(conn);
+    let quiet = Instant::now();
+    while s.paused_mode().is_none() {
+        assert!(
+            quiet.elapsed() < Duration::from_secs(10),
+            "never paused once quiet"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = s.describe().container_id.expect("a container");
+    s.close().await.unwrap();
+    common::wait_gone(&id).await;
+}

@@ -425,6 +425,12 @@ impl Session {
         Ok(())
     }
 
+    /// Traffic that is no request (a port's bytes) keeps the session from
+    /// counting as idle.
+    fn mark_active(&self) {
+        lock(&self.inner.status).last_active = Instant::now();
+    }
+
     fn end(&self) {
         let mut s = lock(&self.inner.status);
         s.last_active = Instant::now();

@@ -246,6 +246,7 @@ async fn relay(
                     Ok(permits) => permits.forget(),
                     Err(_) => return,
                 }
+                session.mark_active();
                 let line = protocol::encode(&Request::Input {
                     id,
                     data: b64(&piece[..n]),
@@ -264,6 +265,7 @@ async fn relay(
                     room.add_permits(usize::try_from(bytes).unwrap_or(0).min(WINDOW))
                 }
                 Reply::Chunk { data, .. } => {
+                    session.mark_active();
                     let bytes = unb64(&data).unwrap_or_default();
                     if to_local.write_all(&bytes).await.is_err() {
                         return;
