@@ -20,8 +20,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
-use super::keeper;
-
 /// How long a hung-up shell has to end before its group is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(3);
 /// A window no terminal reports: rows and columns are kept within it.
@@ -109,16 +107,10 @@ fn stdin_chunks() -> mpsc::Receiver<Vec<u8>> {
     rx
 }
 
-/// The command: attaches the user's terminal until the shell exits; exits
-/// with the shell's exit code.
-pub async fn attach(id: &str) -> Result<ExitCode> {
-    let path = keeper::socket_path(id);
-    let stream = tokio::net::UnixStream::connect(&path)
-        .await
-        .with_context(|| {
-            format!("no session `{id}` (is it started? `dockhand session ls` lists them)")
-        })?;
-    let (read, mut write) = stream.into_split();
+/// The command, on a connection to the session's keeper: attaches the
+/// user's terminal until the shell exits; exits with the shell's exit code.
+pub async fn attach(keeper: tokio::net::UnixStream) -> Result<ExitCode> {
+    let (read, mut write) = keeper.into_split();
     let (rows, cols) = window_size().unwrap_or((24, 80));
     let request = json!({
         "op": "attach",

@@ -207,15 +207,18 @@ impl StartArgs {
     }
 }
 
-/// Sends one request to a session's keeper.
-pub async fn request(id: &str, body: Value) -> Result<Value> {
-    let path = keeper::socket_path(id);
-    let stream = tokio::net::UnixStream::connect(&path)
+/// A connection to a session's keeper.
+async fn keeper_connection(id: &str) -> Result<tokio::net::UnixStream> {
+    tokio::net::UnixStream::connect(keeper::socket_path(id))
         .await
         .with_context(|| {
             format!("no session `{id}` (is it started? `dockhand session ls` lists them)")
-        })?;
-    let (read, mut write) = stream.into_split();
+        })
+}
+
+/// Sends one request to a session's keeper.
+pub async fn request(id: &str, body: Value) -> Result<Value> {
+    let (read, mut write) = keeper_connection(id).await?.into_split();
     write.write_all(format!("{body}\n").as_bytes()).await?;
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
@@ -362,7 +365,7 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
         }
         SessionCommand::Ls => ls(json).await,
         SessionCommand::Shell { id } => shell(&id).await,
-        SessionCommand::Attach { id } => attach::attach(&id).await,
+        SessionCommand::Attach { id } => attach::attach(keeper_connection(&id).await?).await,
     }
 }
 
