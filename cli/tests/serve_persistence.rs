@@ -247,6 +247,7 @@ fn templates_built_through_the_sdk_start_sandboxes_and_outlive_a_restart() {
     assert_eq!(r["by_tag"], "hello from the build context");
     assert!(r["other_create"].is_string(), "{r}");
     assert_eq!(r["layered"], "layered\njq-\n");
+    assert_eq!(r["no_python"], "none\nwithout python", "{r}");
     assert_eq!(r["failing"][0], "BuildException", "{r}");
     assert!(r["failing_logged"].as_bool().unwrap(), "{r}");
     assert!(r["missing_image"].is_string(), "{r}");

@@ -106,8 +106,12 @@ async fn build(
         template_spec::with_steps(spec, &steps, |hash| uploaded.get(hash).cloned())
     })
     .await
-    .map_err(|e| refuse(None, format!("reading the uploaded files: {e}")))??
-    .run(template_spec::NEEDS_PYTHON);
+    .map_err(|e| refuse(None, format!("reading the uploaded files: {e}")))??;
+    let spec = if template_spec::needs_python(server.templates.get(&kind).map(|t| &t.kind)) {
+        spec.run(template_spec::NEEDS_PYTHON)
+    } else {
+        spec
+    };
     job.log("info", format!("Building on {}", base_label(request)));
     let image = resolve_logged(server, job, &spec)
         .await

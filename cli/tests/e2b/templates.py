@@ -78,6 +78,15 @@ def build():
     out["layered"] = run(plus, "cat /var/tmp/layer; jq --version | cut -c1-3")
     plus.kill()
 
+    # A template whose image has no Python: its sandboxes need none.
+    bare = Template().from_base_image().run_cmd(
+        "rm -f /usr/bin/python3* /usr/local/bin/python3* && ! command -v python3", user="root")
+    Template.build(bare, "no-python")
+    no_python = Sandbox.create("no-python", timeout=120)
+    no_python.files.write("/tmp/kept.txt", "without python")
+    out["no_python"] = run(no_python, "command -v python3 || echo none; cat /tmp/kept.txt")
+    no_python.kill()
+
     # Failures come back as the SDK's BuildException, with the reason.
     failing_logs = []
     try:
