@@ -1,5 +1,6 @@
 //! `dockhand session attach` on a real pseudo-terminal, driven by pexpect
-//! (from PyPI) as a user's terminal would drive it, against the real daemon.
+//! (from PyPI) as a user's terminal would drive it, and `dockhand session
+//! expose` with curl, against the real daemon.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -80,6 +81,51 @@ fn attach_is_a_real_terminal_and_a_dropped_one_leaves_nothing_running() {
         std::thread::sleep(Duration::from_millis(250));
     }
     assert_eq!(session_exec(&id, "echo fine"), "fine\n");
+
+    // A server inside, reached from the host through `expose` (the session
+    // has no network).
+    session_exec(
+        &id,
+        "mkdir -p site && echo exposed > site/index.html && cd site && \
+         setsid python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let url = loop {
+        let out = dockhand()
+            .args(["session", "expose", &id, "8000"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout).trim().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let page = Command::new("curl")
+        .args(["-sS", "--max-time", "30", &format!("{url}/index.html")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&page.stdout),
+        "exposed\n",
+        "{page:?}"
+    );
+    // Asked again, the same address.
+    dockhand()
+        .args(["session", "expose", &id, "8000"])
+        .assert()
+        .success()
+        .stdout(format!("{url}\n"));
+    dockhand()
+        .args(["session", "expose", &id, "9999"])
+        .assert()
+        .failure()
+        .stderr(predicates::str::contains("port 9999"));
 
     // An unknown session is a clear error, not a hang.
     dockhand()

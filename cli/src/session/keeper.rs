@@ -95,6 +95,9 @@ struct Reach<'a> {
     idle: Duration,
     /// Terminals attached now: a session someone types in is not idle.
     attached: &'a std::sync::Arc<()>,
+    /// Ports exposed on the host, by port inside; they listen as long as
+    /// the keeper does.
+    exposed: &'a std::sync::Mutex<Vec<dockhand::session::ExposedPort>>,
 }
 
 /// Serves one session's socket until `close`, a signal, or `idle`
@@ -114,11 +117,13 @@ fn serve_one(
             UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let attached = std::sync::Arc::new(());
+        let exposed = std::sync::Mutex::new(Vec::new());
         let reach = Reach {
             kernel: kernel.as_ref(),
             forks: &forks,
             idle,
             attached: &attached,
+            exposed: &exposed,
         };
         loop {
             tokio::select! {
@@ -229,6 +234,27 @@ async fn answer(op: &str, r: &Value, session: &Session, reach: &Reach<'_>) -> Re
             json!({"forks": ids})
         }
         "ping" => json!({"ok": true}),
+        "expose" => {
+            let port = r["port"]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .context("a port from 1 to 65535")?;
+            let lock = || reach.exposed.lock().unwrap_or_else(|p| p.into_inner());
+            let already = lock()
+                .iter()
+                .find(|e| e.port() == port)
+                .map(|e| e.local_addr());
+            let address = match already {
+                Some(address) => address,
+                None => {
+                    let made = session.expose(port).await?;
+                    let address = made.local_addr();
+                    lock().push(made);
+                    address
+                }
+            };
+            json!({"port": port, "address": address.to_string(), "url": format!("http://{address}")})
+        }
         "describe" => serde_json::to_value(session.describe())?,
         "exec" => {
             let mut options = ExecOptions::new();

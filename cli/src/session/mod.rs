@@ -78,6 +78,10 @@ pub enum SessionCommand {
     Ls,
     /// An interactive shell: each line runs as a command (`cd` is remembered).
     Shell { id: String },
+    /// Reach a port inside the session from this host: prints a local
+    /// address (on 127.0.0.1) whose connections reach it, for as long as the
+    /// session lives. The session needs no network for it.
+    Expose { id: String, port: u16 },
     /// Attach this terminal to a shell in the session (bash where the image
     /// has it): keys go to it as typed, the window's size follows; exits with
     /// the shell's exit code.
@@ -365,6 +369,13 @@ pub async fn run(command: SessionCommand, host: Option<String>, json: bool) -> R
         }
         SessionCommand::Ls => ls(json).await,
         SessionCommand::Shell { id } => shell(&id).await,
+        SessionCommand::Expose { id, port } => {
+            let reply = request(&id, json!({"op": "expose", "port": port})).await?;
+            print(json, &reply, |r| {
+                r["url"].as_str().unwrap_or("").to_string()
+            });
+            Ok(ExitCode::SUCCESS)
+        }
         SessionCommand::Attach { id } => attach::attach(keeper_connection(&id).await?).await,
     }
 }
