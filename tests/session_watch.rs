@@ -40,8 +40,13 @@ async fn drain(watch: &mut FileWatch, quiet: Duration) -> Vec<FileEvent> {
     seen
 }
 
+/// The host's inotify instances are counted per user, and sessions share
+/// theirs: the tests of this binary take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn changes_are_seen_as_they_happen_even_the_briefest() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let client = common::client().await;
     let s = client.session(SessionConfig::new());
     s.start().await.unwrap();
@@ -165,6 +170,54 @@ async fn changes_are_seen_as_they_happen_even_the_briefest() {
     let mut last = s.watch(".", false).await.unwrap();
     s.exec("touch last").await.unwrap();
     until(&mut last, |s| has(s, "last", FileEventKind::Create)).await;
+    let id = s.describe().container_id.expect("a container");
+    s.close().await.unwrap();
+    common::wait_gone(&id).await;
+}
+
+/// Code in a session takes every inotify instance its user may have on the
+/// host: a watch is refused with a message that says so (not a hang, not a
+/// bare errno), the session serves on, and watches work once they are free.
+#[tokio::test]
+async fn a_session_that_hoards_inotify_instances_gets_a_clear_refusal() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = common::client().await;
+    let s = client.session(SessionConfig::new());
+    s.start().await.unwrap();
+    let hog = s
+        .spawn(
+            "exec python3 -c \"import ctypes, time\nlibc = ctypes.CDLL(None)\nheld = 0\nwhile libc.inotify_init1(0o2000000) >= 0:\n    held += 1\nprint(held, flush=True)\ntime.sleep(600)\"",
+            dockhand::session::SpawnOptions::new(),
+        )
+        .await
+        .unwrap();
+    let mut events = hog.events;
+    let held = match tokio::time::timeout(Duration::from_secs(20), events.next()).await {
+        Ok(Some(Ok(dockhand::session::ExecEvent::Stdout(b)))) => {
+            String::from_utf8_lossy(&b).trim().to_string()
+        }
+        other => panic!("the hoarder said nothing: {other:?}"),
+    };
+    assert!(held.parse::<usize>().unwrap() > 0, "{held}");
+    match s.watch(".", true).await {
+        Err(Error::SessionFile { message, .. }) => {
+            assert!(message.contains("max_user_instances"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(s.exec("echo serving").await.unwrap().stdout, "serving\n");
+    hog.control.signal(9).await.unwrap();
+    while let Some(event) = events.next().await {
+        if let dockhand::session::ExecEvent::Exit(_) = event.unwrap() {
+            break;
+        }
+    }
+    let mut watch = s
+        .watch(".", false)
+        .await
+        .expect("a watch once they are free");
+    s.exec("touch freed").await.unwrap();
+    until(&mut watch, |s| has(s, "freed", FileEventKind::Create)).await;
     let id = s.describe().container_id.expect("a container");
     s.close().await.unwrap();
     common::wait_gone(&id).await;
