@@ -194,12 +194,30 @@ def _dh_own_output():
     def current():
         return streams[0].parent_header
 
+    # A thread's run is also kept in a thread-local, which the streams and
+    # the display publisher read first: their context variable alone was
+    # seen, now and then, to give a left-behind thread the current run's
+    # parent for one write.
+    local = threading.local()
+    for cls in {type(t) for t in stamped}:
+        prop = getattr(cls, "parent_header", None)
+        if not isinstance(prop, property):
+            continue
+
+        def getter(self, _get=prop.fget):
+            parent = getattr(local, "parent", None)
+            return parent if parent is not None else _get(self)
+
+        setattr(cls, "parent_header", property(getter, prop.fset))
+
     def adopt(parent, fn):
         def run(*args, **kwargs):
             tokens = [(t, t.set_thread_parent(parent)) for t in stamped]
+            local.parent = parent
             try:
                 return fn(*args, **kwargs)
             finally:
+                local.parent = None
                 for t, token in reversed(tokens):
                     try:
                         t.reset_thread_parent(token)
