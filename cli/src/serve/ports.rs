@@ -50,21 +50,21 @@ pub fn sandbox_address<'a>(host: &'a str, domain: Option<&str>) -> Option<(u16, 
 /// A layer before every route: sandbox addresses are proxied, the rest
 /// goes on to the API.
 pub async fn route(State(server): Shared, request: Request, next: Next) -> Response {
-    let host = request
+    // Every API request passes here: nothing is copied unless it names a
+    // port inside a sandbox.
+    let target = request
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()))
-        .unwrap_or("")
-        .to_string();
-    let Some((port, id)) = sandbox_address(&host, server.limits.domain.as_deref()) else {
+        .and_then(|host| sandbox_address(host, server.limits.domain.as_deref()))
+        .filter(|(port, _)| *port != ENVD_PORT)
+        .map(|(port, id)| (port, id.to_string()));
+    let Some((port, id)) = target else {
         return next.run(request).await;
     };
-    if port == ENVD_PORT {
-        return next.run(request).await;
-    }
-    let Some(sandbox) = server.registry.get(id) else {
-        return not_found(id);
+    let Some(sandbox) = server.registry.get(&id) else {
+        return not_found(&id);
     };
     if !sandbox.public {
         let token = request
@@ -73,7 +73,7 @@ pub async fn route(State(server): Shared, request: Request, next: Next) -> Respo
             .and_then(|t| t.to_str().ok());
         if !token.is_some_and(|t| same_secret(t, &sandbox.traffic_token)) {
             // A wrong token reads as no sandbox: an id gives nothing away.
-            return not_found(id);
+            return not_found(&id);
         }
     }
     if let Err(refused) = super::caller::awake(&server, &sandbox).await {

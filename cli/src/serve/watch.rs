@@ -173,6 +173,18 @@ struct Watcher {
     task: tokio::task::AbortHandle,
 }
 
+impl Watcher {
+    /// Keeps `events` for the next `GetWatcherEvents`; past the bound the
+    /// oldest go.
+    fn queue(&self, events: impl IntoIterator<Item = Value>) {
+        let mut pending = lock(&self.pending);
+        pending.extend(events);
+        while pending.len() > MAX_PENDING {
+            pending.pop_front();
+        }
+    }
+}
+
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.task.abort();
@@ -250,13 +262,7 @@ async fn create(sandbox: &Arc<Sandbox>, request: &WatchRequest) -> Result<Value,
                         return;
                     };
                     match next {
-                        Ok(e) => {
-                            let mut pending = lock(&watcher.pending);
-                            pending.extend(envd_event(&e));
-                            while pending.len() > MAX_PENDING {
-                                pending.pop_front();
-                            }
-                        }
+                        Ok(e) => watcher.queue(envd_event(&e)),
                         Err(e) => {
                             *lock(&watcher.failed) = Some(file_error(&e));
                             return;
@@ -276,11 +282,7 @@ async fn create(sandbox: &Arc<Sandbox>, request: &WatchRequest) -> Result<Value,
             };
             match snapshot(&session, &root, recursive).await {
                 Ok(now) => {
-                    let mut pending = lock(&watcher.pending);
-                    pending.extend(diff(&seen, &now));
-                    while pending.len() > MAX_PENDING {
-                        pending.pop_front();
-                    }
+                    watcher.queue(diff(&seen, &now));
                     seen = now;
                 }
                 Err(e) => {

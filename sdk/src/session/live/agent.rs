@@ -115,6 +115,14 @@ fn unpacked(prebuilt: Prebuilt) -> Option<&'static [u8]> {
         .as_deref()
 }
 
+/// Why a request only the static agent answers was refused: `what` it
+/// cannot do, said by the Python agent (cluster pods, other platforms).
+pub(crate) fn static_agent_only(what: &str) -> String {
+    format!(
+        "this session's agent {what} (it needs dockhand's static agent, which runs on Docker hosts of the SDK's platform)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -140,8 +140,7 @@ impl Session {
             Ok(Some(Reply::Connected { .. })) => {}
             Ok(Some(Reply::Error { kind, message, .. })) => {
                 let message = if kind == "protocol" {
-                    // The Python agent (cluster pods, other platforms).
-                    "this session's agent carries no connections (it needs dockhand's static agent, which runs on Docker hosts of the SDK's platform)".to_string()
+                    super::agent::static_agent_only("carries no connections")
                 } else {
                     message
                 };

@@ -178,7 +178,8 @@ impl Session {
                     path: path.to_string(),
                     kind: FileErrorKind::Other,
                     message: format!(
-                        "this session's agent cannot watch files (it needs dockhand's static agent, which runs on Docker hosts of the SDK's platform): {message}"
+                        "{}: {message}",
+                        super::agent::static_agent_only("cannot watch files")
                     ),
                 })
             }
