@@ -32,23 +32,30 @@ fn cases() -> PathBuf {
         return cases;
     }
     std::fs::create_dir_all(&root).unwrap();
-    let status = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-binary",
-            ":all:",
-            "--no-deps",
-        ])
-        .arg(format!("pydantic-monty-runtime=={version}"))
-        .arg("-d")
-        .arg(&root)
-        .status()
-        .expect("pip (the cases come from PyPI)");
-    assert!(status.success(), "pip could not fetch Monty's sources");
+    // The sdist as PyPI lists it, fetched as is: `pip download --no-binary`
+    // would build its build backend (maturin) from source first, minutes.
+    let fetch = format!(
+        r#"
+import json, sys, urllib.parse, urllib.request
+index = "https://pypi.org/pypi/pydantic-monty-runtime/json"
+project = json.load(urllib.request.urlopen(index, timeout=60))
+sdist = next(u for u in project["releases"]["{version}"] if u["packagetype"] == "sdist")
+# A mirror may list it relative to the index.
+url = urllib.parse.urljoin(index, sdist["url"])
+with urllib.request.urlopen(url, timeout=300) as r, open(sys.argv[1], "wb") as f:
+    f.write(r.read())
+"#
+    );
     let sdist = root.join(format!("pydantic_monty_runtime-{version}.tar.gz"));
+    let status = Command::new("python3")
+        .args(["-c", &fetch])
+        .arg(&sdist)
+        .status()
+        .expect("python3 (the cases come from PyPI)");
+    assert!(
+        status.success(),
+        "could not fetch Monty's sources from PyPI"
+    );
     let status = Command::new("tar")
         .arg("-xzf")
         .arg(&sdist)

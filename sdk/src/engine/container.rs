@@ -9,7 +9,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, ListContainersOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, EventsOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::{Stream, StreamExt};
@@ -138,6 +138,17 @@ pub struct ExitStatus {
     pub gone: bool,
 }
 
+/// An exited container as the daemon reports it.
+#[derive(Debug, Default)]
+struct EndedState {
+    oom_killed: bool,
+    /// Removed from outside.
+    gone: bool,
+    memory_limited: bool,
+    /// When it started, as the daemon writes times.
+    started_at: Option<String>,
+}
+
 /// One piece of a container's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogChunk {
@@ -147,10 +158,13 @@ pub enum LogChunk {
     Stderr(bytes::Bytes),
 }
 
-/// The least pids limit gVisor starts with (its sentry and gofer threads).
 /// How long to wait for a late OOM event before reporting a SIGKILL as a kill.
-const OOM_EVENT_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+const OOM_EVENT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
+/// gVisor's runtime name as daemons register it.
+const GVISOR_RUNTIME: &str = "runsc";
+
+/// The least pids limit gVisor starts with (its sentry and gofer threads).
 const GVISOR_MIN_PIDS: i64 = 128;
 
 impl Engine {
@@ -160,7 +174,7 @@ impl Engine {
         if let Some(runtime) = &spec.runtime {
             // gVisor's own host threads count toward the pids limit: below
             // this, `runsc start` fails or hangs instead of running the code.
-            if runtime == "runsc" && spec.pids_limit.is_some_and(|p| p < GVISOR_MIN_PIDS) {
+            if runtime == GVISOR_RUNTIME && spec.pids_limit.is_some_and(|p| p < GVISOR_MIN_PIDS) {
                 return Err(crate::Error::spec(
                     "isolation",
                     format!("under gVisor the pids limit counts gVisor's own threads too; give at least {GVISOR_MIN_PIDS}"),
@@ -360,31 +374,64 @@ impl Engine {
                 gone: false,
             });
         }
-        let (mut oom_killed, gone, limited) = self.oom_state(id).await;
-        // The OOM flag comes from a separate containerd event that can land
-        // after the exit (seen under gVisor, about one run in ten): for a
-        // SIGKILL under a memory limit, look once more before calling it a kill.
-        if code == 137 && limited && !oom_killed {
-            tokio::time::sleep(OOM_EVENT_GRACE).await;
-            oom_killed = self.oom_state(id).await.0;
+        let mut ended = self.ended_state(id).await;
+        // Docker 20.10 sets the OOM flag only if containerd's OOM event came
+        // before the exit; one that lands after (seen under gVisor) is kept in
+        // the daemon's event history alone. For a SIGKILL under a memory
+        // limit, look there (and for one still coming) before calling it a kill.
+        if code == 137 && ended.memory_limited && !ended.oom_killed {
+            ended.oom_killed = self.oom_event(id, ended.started_at.as_deref()).await;
         }
         Ok(ExitStatus {
             code,
-            oom_killed,
-            gone,
+            oom_killed: ended.oom_killed,
+            gone: ended.gone,
         })
     }
 
-    /// (OOM-killed, removed, has a memory limit) as the daemon sees it now.
-    async fn oom_state(&self, id: &str) -> (bool, bool, bool) {
+    /// Whether the daemon reports an `oom` event for the container since it
+    /// started, from its history or within [`OOM_EVENT_GRACE`].
+    async fn oom_event(&self, id: &str, started_at: Option<&str>) -> bool {
+        let filters = HashMap::from([
+            ("container", vec![id.to_string()]),
+            ("type", vec!["container".to_string()]),
+            ("event", vec!["oom".to_string()]),
+        ]);
+        // The API takes Unix times only; without a start time, the last
+        // ten minutes (the history holds the latest events anyway).
+        let since = started_at
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| format!("{}.{:09}", t.timestamp(), t.timestamp_subsec_nanos()))
+            .unwrap_or_else(|| (chrono::Utc::now().timestamp() - 600).to_string());
+        let options = EventsOptionsBuilder::default()
+            .since(&since)
+            .filters(&filters)
+            .build();
+        let mut events = self.docker.events(Some(options));
+        matches!(
+            tokio::time::timeout(OOM_EVENT_GRACE, events.next()).await,
+            Ok(Some(Ok(_)))
+        )
+    }
+
+    /// What the daemon says now of a container that has exited.
+    async fn ended_state(&self, id: &str) -> EndedState {
         match self.docker.inspect_container(id, None).await {
-            Ok(c) => (
-                c.state.and_then(|s| s.oom_killed).unwrap_or(false),
-                false,
-                c.host_config.and_then(|h| h.memory).is_some_and(|m| m > 0),
-            ),
-            Err(e) if is_not_found(&e) => (false, true, false),
-            Err(_) => (false, false, false),
+            Ok(c) => {
+                let host = c.host_config.unwrap_or_default();
+                let state = c.state.unwrap_or_default();
+                EndedState {
+                    oom_killed: state.oom_killed.unwrap_or(false),
+                    gone: false,
+                    memory_limited: host.memory.is_some_and(|m| m > 0),
+                    started_at: state.started_at,
+                }
+            }
+            Err(e) if is_not_found(&e) => EndedState {
+                gone: true,
+                ..EndedState::default()
+            },
+            Err(_) => EndedState::default(),
         }
     }
 
