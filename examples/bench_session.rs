@@ -1,9 +1,8 @@
-//! Benchmark of interactive sessions: the static session agent beside the
-//! Python agent (`DOCKHAND_SESSION_AGENT=python`) and the docker CLI, in the
-//! same run: session start, `exec("echo hi")`, a one-line Python snippet,
+//! Benchmark of interactive sessions: the session agent beside the docker
+//! CLI, in the same run: session start, `exec("echo hi")`, a one-line Python snippet,
 //! 1 MiB write + read, close; the host CPU a start and close costs (every
-//! process counted), and the agent's own memory (PSS) per session. Then,
-//! for the static agent: the channel's own round trip (a `stat`), an HTTP
+//! process counted), and the agent's own memory (PSS) per session. Then:
+//! the channel's own round trip (a `stat`), an HTTP
 //! request to a server inside through `connect`, bytes per second through a
 //! port both ways, and how soon a watch reports a file made.
 //!
@@ -17,7 +16,7 @@ mod host_cpu;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dockhand::session::{FileEventKind, SessionApi, SessionConfig, SpawnOptions, AGENT_ENV};
+use dockhand::session::{FileEventKind, SessionApi, SessionConfig, SpawnOptions};
 use dockhand::Client;
 use futures::StreamExt;
 use host_cpu::{ProcessCpu, TICKS_PER_SECOND};
@@ -133,7 +132,7 @@ async fn measure(
     Ok(f)
 }
 
-/// Ports and watching on one session of the static agent.
+/// Ports and watching on one session.
 async fn ports_and_watching(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Error>> {
     let s = client.session(SessionConfig::new());
     s.start().await?;
@@ -209,7 +208,7 @@ async fn ports_and_watching(client: &Client, n: usize) -> Result<(), Box<dyn std
         seen_after.push(t.elapsed());
     }
     s.close().await?;
-    println!("ports and watching (static agent, {n} each):");
+    println!("ports and watching ({n} each):");
     report("stat (the agent channel's round trip)", stats);
     report("connect + HTTP GET through the agent", gets);
     println!(
@@ -242,12 +241,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .reference;
     let mib: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8).collect();
 
-    // The agent is chosen as each session starts; nothing else runs yet.
-    std::env::remove_var(AGENT_ENV);
     let fast = measure(&client, rounds, commands, &mib).await?;
-    std::env::set_var(AGENT_ENV, "python");
-    let python = measure(&client, rounds, commands, &mib).await?;
-    std::env::remove_var(AGENT_ENV);
 
     let (mut cli_starts, mut cli_closes, mut cli_execs, mut cli_pys, mut cli_files) =
         (vec![], vec![], vec![], vec![], vec![]);
@@ -284,30 +278,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let _ = std::fs::remove_file(&host_file);
 
-    let (fast_pss, python_pss) = (fast.pss_mib(), python.pss_mib());
+    let fast_pss = fast.pss_mib();
     println!("interactive sessions ({rounds} sessions, {commands} commands each):");
-    let start = report("start (static agent)", fast.starts);
-    report("start (Python agent)", python.starts);
+    let start = report("start", fast.starts);
     report("docker run -d (CLI)", cli_starts);
-    let exec = report("exec(\"echo hi\") (static agent)", fast.execs);
-    report("exec(\"echo hi\") (Python agent)", python.execs);
+    let exec = report("exec(\"echo hi\")", fast.execs);
     report("docker exec echo hi (CLI)", cli_execs);
-    report("python one-liner (static agent)", fast.pys);
-    report("python one-liner (Python agent)", python.pys);
+    report("python one-liner", fast.pys);
     report("docker exec python3 -c (CLI)", cli_pys);
-    report("write+read 1 MiB (static agent)", fast.files);
-    report("write+read 1 MiB (Python agent)", python.files);
+    report("write+read 1 MiB", fast.files);
     report("docker cp in + out 1 MiB (CLI)", cli_files);
-    let close = report("close (static agent)", fast.closes);
-    report("close (Python agent)", python.closes);
+    let close = report("close", fast.closes);
     report("docker rm -f (CLI)", cli_closes);
+    println!("agent memory (PSS, p50): {fast_pss:.2} MiB");
     println!(
-        "agent memory (PSS, p50): static {:.2} MiB, Python {:.2} MiB",
-        fast_pss, python_pss
-    );
-    println!(
-        "host CPU per start + close: static {:.0} ms ({}), Python {:.0} ms ({})",
-        fast.cpu_ms, fast.by_process, python.cpu_ms, python.by_process
+        "host CPU per start + close: {:.0} ms ({})",
+        fast.cpu_ms, fast.by_process
     );
     println!(
         "targets: exec p50 <= 2 ms ({:.2} ms), start ({:.0} ms), close <= 500 ms ({:.0} ms)",

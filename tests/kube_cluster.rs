@@ -9,8 +9,11 @@
 //! another) and namespace (`DOCKHAND_KUBE_NAMESPACE` for another; the
 //! account needs the Role of docs/scale-out.md there), and an image the
 //! nodes can pull with `sh`, `grep` and `tar` (`DOCKHAND_KUBE_IMAGE`,
-//! default `busybox:1.36`), one with `python3` for sessions
-//! (`DOCKHAND_KUBE_PYTHON_IMAGE`, default `python:3.12-slim`) and, for the
+//! default `busybox:1.36`), one with `python3` for the session test's
+//! script (`DOCKHAND_KUBE_PYTHON_IMAGE`, default `python:3.12-slim`), the
+//! session agent's image (`DOCKHAND_KUBE_AGENT_IMAGE`, default the
+//! `dockhand/agent:<tag>` that `Client::session_agent_image` makes, loaded
+//! onto the nodes or pushed under that name) and, for the
 //! code host, a code host image dockhand made and you pushed
 //! (`DOCKHAND_KUBE_CODE_HOST_IMAGE`: `Client::code_host_image` makes it on
 //! a Docker daemon; that test says so and passes without it), and for the
@@ -61,6 +64,9 @@ async fn client() -> Client {
             .await
             .expect("a local Docker daemon builds what DOCKHAND_KUBE_REGISTRY receives");
         config = config.push_images(docker, dockhand::image::Registry::new(registry));
+    }
+    if let Ok(agent) = std::env::var("DOCKHAND_KUBE_AGENT_IMAGE") {
+        config = config.agent_image(agent);
     }
     Client::builder()
         .kubernetes(config)
@@ -144,7 +150,7 @@ async fn cluster_exit_code_and_timeout() {
     assert_nothing_left(&client).await;
 }
 
-/// An image the nodes can pull with python3 for the session agent
+/// An image the nodes can pull with python3 for the session test's script
 /// (`DOCKHAND_KUBE_PYTHON_IMAGE`, default `python:3.12-slim`).
 fn python_image() -> String {
     std::env::var("DOCKHAND_KUBE_PYTHON_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into())

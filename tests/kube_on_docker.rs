@@ -3,13 +3,16 @@
 //! (tests/kube/fake_api/docker_kubelet.rs).
 //!
 //! The API server is still a simulation, but what runs in the pods is
-//! dockhand's own: the real session agent, the real compiled bridge under
+//! dockhand's own: the real session agent (copied in from its image by the
+//! pod's init container), the real compiled bridge under
 //! Monty, a real ipykernel behind the kernel's relay, all spoken to through
 //! the attach WebSocket (`v5.channel.k8s.io`) as on a cluster, from images
 //! the Docker backend made (the images a user would push). A kubelet starts
 //! a container before anyone attaches; so does this one, and what the
 //! container prints before the attach is not on the stream.
 
+#[path = "common/busybox.rs"]
+mod busybox;
 mod common;
 #[path = "common/registry.rs"]
 mod registry;
@@ -55,7 +58,18 @@ async fn kernel_config() -> dockhand::kernel::KernelConfig {
 }
 
 async fn cluster() -> (Client, Shared) {
+    agent_image().await;
     with_script(Script::on_docker()).await
+}
+
+/// The session agent's image, made on the Docker daemon under the name a
+/// cluster's pods take it by (the simulated nodes "pull" it from there).
+async fn agent_image() -> String {
+    common::client()
+        .await
+        .session_agent_image()
+        .await
+        .expect("the agent's image")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -98,6 +112,35 @@ async fn session_pod_runs_the_real_agent_through_the_attach_stream() {
         .unwrap();
     assert_ne!(net.exit_code, 0, "no network: {net:?}");
 
+    session.close().await.unwrap();
+    assert_no_pods_left(&fake).await;
+    assert_no_kubelet_containers();
+}
+
+/// The pod's image needs no interpreter and no C library: the static agent
+/// comes from its own image through the pod's init container.
+#[tokio::test(flavor = "multi_thread")]
+async fn session_pod_on_an_image_of_busybox_alone_runs_the_static_agent() {
+    let image = busybox::busybox_image();
+    let (client, fake) = cluster().await;
+    let session = client.session(SessionConfig::new().image(prebuilt(&image)));
+    session
+        .start()
+        .await
+        .expect("a session on an image without python3");
+    let ran = session
+        .exec("tr '\\0' ' ' < /proc/1/cmdline; ls /usr/bin/python3 2>&1")
+        .await
+        .unwrap();
+    assert!(
+        ran.stdout.starts_with("/.dockhand-agent/session-agent "),
+        "{ran:?}"
+    );
+    assert!(ran.stdout.contains("No such file"), "{ran:?}");
+    session.write_file("a.txt", b"binary\x00ok").await.unwrap();
+    assert_eq!(session.read_file("a.txt").await.unwrap(), b"binary\x00ok");
+    let edited = session.exec("wc -c < a.txt").await.unwrap();
+    assert_eq!(edited.stdout.trim(), "9");
     session.close().await.unwrap();
     assert_no_pods_left(&fake).await;
     assert_no_kubelet_containers();
@@ -204,6 +247,7 @@ async fn kernel_pod_runs_a_real_kernel_and_draws_a_chart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kernel_pool_on_agent_sandbox_runs_a_real_kernel_in_a_claimed_pod() {
     let config = kernel_config().await;
+    agent_image().await;
     let (client, fake) = with_script(Script {
         agent_sandbox: true,
         ..Script::on_docker()

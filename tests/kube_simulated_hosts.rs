@@ -101,33 +101,41 @@ async fn simulated_session_is_a_pod_spoken_to_over_its_attach_stream_and_leaves_
     );
     assert_eq!(pod["spec"]["restartPolicy"], json!("Never"));
 
-    // Its agent program came in a ConfigMap, handed to the pod after the
-    // pod was made; the real agent answers `hello`.
-    let (map_name, map) = fake.record(|r| {
-        let (n, m) = r.config_maps.iter().next().expect("a ConfigMap");
-        (n.clone(), m.clone())
-    });
-    let program = map["data"]["session-agent.py"].as_str().unwrap();
-    assert!(program.contains("\"hello\""), "the agent answers hello");
-    assert_eq!(map["metadata"]["ownerReferences"][0]["kind"], json!("Pod"));
-    assert_eq!(
-        map["metadata"]["ownerReferences"][0]["uid"],
-        pod["metadata"]["uid"]
+    // Its agent comes from the agent's image, copied into a volume of the
+    // pod by an init container running as the session's user; the image
+    // itself needs no interpreter, and no ConfigMap is made for it.
+    let install = &pod["spec"]["initContainers"][0];
+    assert_eq!(install["name"], json!("install-agent"));
+    assert!(
+        install["image"]
+            .as_str()
+            .unwrap()
+            .starts_with("dockhand/agent:"),
+        "{install}"
     );
+    assert_eq!(
+        install["args"],
+        json!(["--install-to", "/.dockhand-agent/session-agent"])
+    );
+    assert_eq!(
+        install["securityContext"]["runAsUser"],
+        agent["securityContext"]["runAsUser"]
+    );
+    assert_eq!(agent["command"], json!(["/.dockhand-agent/session-agent"]));
+    let mounted = agent["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == json!("/.dockhand-agent"))
+        .expect("the agent's volume");
+    assert_eq!(mounted["readOnly"], json!(true));
+    assert!(fake.record(|r| r.config_maps.is_empty()));
 
     let requests = fake.record(|r| r.requests.clone());
-    let map_made = position(&requests, 0, |r| {
-        r.starts_with("POST /api/v1/namespaces/sim/configmaps")
-    });
-    let pod_made = position(&requests, map_made, |r| {
+    let pod_made = position(&requests, 0, |r| {
         r.starts_with("POST /api/v1/namespaces/sim/pods")
     });
-    let handed = position(&requests, pod_made, |r| {
-        r.starts_with(&format!(
-            "PATCH /api/v1/namespaces/sim/configmaps/{map_name}"
-        ))
-    });
-    let attach = position(&requests, handed, |r| {
+    let attach = position(&requests, pod_made, |r| {
         r.starts_with(&format!("GET /api/v1/namespaces/sim/pods/{name}/attach"))
     });
     for stream in [
@@ -287,10 +295,7 @@ async fn simulated_what_a_session_on_a_cluster_cannot_do_is_refused_before_anyth
             .filter(|r| r.starts_with("POST"))
             .count()
     });
-    assert_eq!(
-        made, 2,
-        "one ConfigMap, one pod, no more: the refusals made nothing"
-    );
+    assert_eq!(made, 1, "one pod, no more: the refusals made nothing");
     assert_no_pods_left(&fake).await;
 }
 

@@ -344,21 +344,18 @@ async fn simulated_agent_sandbox_session_pool_claims_started_pods() {
         "{:?}",
         pool.stats()
     );
-    // The agent's ConfigMap is made once, for every pod of the template.
+    // Every pod of the template installs the agent from its image: no
+    // ConfigMap is made for it.
     let maps = fake.record(|r| {
         r.companions_created
             .iter()
             .filter(|(kind, _)| *kind == "configmaps")
-            .map(|(_, m)| m.clone())
-            .collect::<Vec<_>>()
+            .count()
     });
-    assert_eq!(maps.len(), 1, "{maps:?}");
+    assert_eq!(maps, 0);
     let template = &created(&fake, "sandboxtemplates")[0];
-    let mounted = template["spec"]["podTemplate"]["spec"]["volumes"].to_string();
-    assert!(
-        mounted.contains(maps[0]["metadata"]["name"].as_str().unwrap()),
-        "{mounted}"
-    );
+    let install = &template["spec"]["podTemplate"]["spec"]["initContainers"][0];
+    assert_eq!(install["name"], "install-agent", "{template}");
     let warm_before: Vec<String> = fake.record(|r| r.pods.keys().cloned().collect());
 
     let session = pool.session().await.expect("a session from a claimed pod");

@@ -5,82 +5,16 @@
 //! from Debian's packages), and on an empty image (files only), against the
 //! real daemon.
 
+#[path = "common/busybox.rs"]
+mod busybox;
 mod common;
 
 use std::time::Duration;
 
-use dockhand::session::{ExecEvent, ExecOptions, SessionApi, SessionConfig};
+use busybox::{build_image, busybox_binary, busybox_image};
+use dockhand::session::{ExecEvent, ExecOptions, SessionApi, SessionConfig, AGENT_FROM_IMAGE_ENV};
 use dockhand::{Error, ImageSpec, State};
 use futures::StreamExt;
-
-/// Debian's `busybox-static` binary, downloaded and unpacked into `dir`.
-fn busybox_binary(dir: &std::path::Path) -> std::path::PathBuf {
-    // apt downloads as its own user where it can write.
-    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let download = || {
-        std::process::Command::new("apt-get")
-            .args(["download", "-qq", "busybox-static"])
-            .current_dir(dir)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !download() {
-        let updated = std::process::Command::new("apt-get")
-            .args(["update", "-qq"])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(updated && download(), "apt-get download busybox-static");
-    }
-    let deb = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .expect("the package");
-    let root = dir.join("root");
-    let unpacked = std::process::Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(&deb)
-        .arg(&root)
-        .status()
-        .unwrap();
-    assert!(unpacked.success(), "dpkg-deb -x");
-    root.join("bin/busybox")
-}
-
-/// An image of Debian's `busybox-static` alone (a shell and the usual
-/// tools as links to it; no C library, no interpreter), made once per
-/// machine from the package.
-fn busybox_image() -> String {
-    let tag = "dockhand-test/busybox-static:1";
-    if common::docker(&["images", "-q", tag]).trim().is_empty() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let busybox = busybox_binary(dir.path());
-        let context = dir.path().join("context");
-        std::fs::create_dir_all(&context).unwrap();
-        std::fs::copy(busybox, context.join("busybox")).unwrap();
-        std::fs::write(
-            context.join("Dockerfile"),
-            "FROM scratch\nCOPY busybox /bin/busybox\n\
-             RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n",
-        )
-        .unwrap();
-        build_image(tag, "busybox", &context);
-    }
-    tag.to_string()
-}
-
-fn build_image(tag: &str, label: &str, context: &std::path::Path) {
-    common::docker(&[
-        "build",
-        "-q",
-        "--label",
-        &format!("dev.dockhand.test={label}"),
-        "-t",
-        tag,
-        &context.to_string_lossy(),
-    ]);
-}
 
 /// A program that says which dynamic loader it runs under.
 const LOADER_PROBE: &str = r#"#include <stdio.h>
@@ -248,4 +182,43 @@ async fn a_session_runs_on_an_alpine_like_musl_image() {
 #[tokio::test]
 async fn a_session_runs_on_an_image_of_busybox_alone() {
     works_without_python(ImageSpec::prebuilt(busybox_image())).await;
+}
+
+/// How a daemon of another platform than the SDK's gets the agent: from
+/// its own image (`dockhand/agent`, here the one made of the SDK's binary),
+/// read out once per process. Run in a child process of its own, since the
+/// switch is an environment variable.
+#[tokio::test]
+async fn the_agent_read_from_its_image_serves_as_on_another_platform() {
+    let name = "the_agent_read_from_its_image_serves_as_on_another_platform";
+    if std::env::var_os(AGENT_FROM_IMAGE_ENV).is_none() {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture"])
+            .env(AGENT_FROM_IMAGE_ENV, "1")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child run failed: {status}");
+        return;
+    }
+    let listed = || common::docker(&["images", "-q", "dockhand/agent"]);
+    let images: Vec<String> = listed().split_whitespace().map(String::from).collect();
+    if !images.is_empty() {
+        let mut args = vec!["rmi", "-f"];
+        args.extend(images.iter().map(String::as_str));
+        common::docker(&args);
+    }
+    works_without_python(ImageSpec::prebuilt(busybox_image())).await;
+    assert!(
+        !listed().trim().is_empty(),
+        "the session's start made the agent's image to read it from"
+    );
+    let made = common::client().await.session_agent_image().await.unwrap();
+    let entrypoint = common::docker(&[
+        "image",
+        "inspect",
+        "-f",
+        "{{json .Config.Entrypoint}}",
+        &made,
+    ]);
+    assert_eq!(entrypoint.trim(), r#"["/dockhand-agent"]"#);
 }

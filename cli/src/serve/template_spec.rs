@@ -149,15 +149,13 @@ pub const E2B_USER_SETUP: &str =
     "id -u user >/dev/null 2>&1 || useradd --create-home --uid 1000 --shell /bin/bash user";
 
 /// Checked last where the template's sandboxes run Python of dockhand's:
-/// a code interpreter's kernel relay, or the Python session agent when the
-/// server chose it. (On a daemon of another platform than the server's
-/// build the Python agent serves too; such a sandbox's start says so.)
-pub const NEEDS_PYTHON: &str = "command -v python3 >/dev/null || { echo 'this template needs python3 in the image (a code interpreter, or the Python session agent)' >&2; exit 1; }";
+/// a code interpreter's kernel relay. (The session agent is a static
+/// program: other templates need no interpreter.)
+pub const NEEDS_PYTHON: &str = "command -v python3 >/dev/null || { echo 'this template needs python3 in the image (a code interpreter runs Jupyter kernels)' >&2; exit 1; }";
 
 /// Whether sandboxes of a template of `kind` need python3 in the image.
 pub fn needs_python(kind: Option<&super::config::TemplateKind>) -> bool {
-    let python_agent = std::env::var(dockhand::session::AGENT_ENV).is_ok_and(|v| v == "python");
-    python_agent || matches!(kind, Some(super::config::TemplateKind::Kernel(_)))
+    matches!(kind, Some(super::config::TemplateKind::Kernel(_)))
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! envd's directory watching: `WatchDir` (a stream, which the async SDK
 //! uses) and `CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher` (which
 //! the sync SDK polls). Events come from inotify in the session's agent;
-//! where its agent cannot watch (the Python agent), from comparing
-//! listings made every 200 ms.
+//! where it cannot watch (the machine's inotify instances used up), from
+//! comparing listings made every 200 ms.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -31,6 +31,7 @@ pub struct KubeConfig {
     pub(super) lease_duration: Option<Duration>,
     pub(super) builder: Option<super::images::Builder>,
     pub(super) agent_sandbox: Option<bool>,
+    pub(super) agent_image: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -147,6 +148,18 @@ impl KubeConfig {
     /// pools of their own pods.
     pub fn agent_sandbox(mut self, use_it: bool) -> Self {
         self.agent_sandbox = Some(use_it);
+        self
+    }
+
+    /// The image sessions' pods take dockhand's session agent from (an
+    /// init container copies it into the pod, so the session's image needs
+    /// no interpreter). By default: with [`push_images`](Self::push_images),
+    /// the agent's image made by that Docker client and pushed; otherwise
+    /// `dockhand/agent:<tag>` as this SDK names it
+    /// ([`Client::session_agent_image`](crate::Client::session_agent_image)
+    /// makes it), which the nodes must be able to pull or have loaded.
+    pub fn agent_image(mut self, reference: impl Into<String>) -> Self {
+        self.agent_image = Some(reference.into());
         self
     }
 

@@ -64,6 +64,20 @@ impl ClusterImages {
         self.push(builder, asked, &local).await
     }
 
+    /// The image sessions' pods take dockhand's session agent from: with a
+    /// builder, the agent's image made there and pushed; else the one this
+    /// SDK makes, by its own name (loaded onto the nodes, or pushed under it).
+    pub(crate) async fn agent(&self) -> Result<String> {
+        let Some(builder) = &self.builder else {
+            return Ok(crate::session::default_agent_image());
+        };
+        let local = ImageSpec::prebuilt(builder.docker.session_agent_image().await?);
+        Ok(self
+            .push(builder, (false, local.clone()), &local)
+            .await?
+            .reference)
+    }
+
     fn builder(&self, feature: &str, made_by: &str) -> Result<&Builder> {
         self.builder.as_ref().ok_or_else(|| {
             super::unsupported(

@@ -58,6 +58,8 @@ pub(crate) struct Cluster {
     images: images::ClusterImages,
     /// What `KubeConfig::agent_sandbox` asked.
     agent_sandbox: Option<bool>,
+    /// The image sessions' pods take the agent from, if the config named one.
+    agent_image: Option<String>,
     /// Whether the API server serves agent-sandbox's extensions, once asked.
     agent_sandbox_served: tokio::sync::OnceCell<bool>,
 }
@@ -106,6 +108,7 @@ impl Cluster {
             owner,
             images: images::ClusterImages::new(config.builder.clone()),
             agent_sandbox: config.agent_sandbox,
+            agent_image: config.agent_image.clone(),
             agent_sandbox_served: tokio::sync::OnceCell::new(),
         })
     }
@@ -117,6 +120,15 @@ impl Cluster {
         spec: &crate::image::ImageSpec,
     ) -> Result<crate::image::ResolvedImage> {
         self.images.resolve(spec).await
+    }
+
+    /// The image sessions' pods take the session agent from (see
+    /// [`KubeConfig::agent_image`]).
+    pub(crate) async fn agent_image(&self) -> Result<String> {
+        match &self.agent_image {
+            Some(reference) => Ok(reference.clone()),
+            None => self.images.agent().await,
+        }
     }
 
     /// The code host image the nodes pull for `spec` (the bridge added to

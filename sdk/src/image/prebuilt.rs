@@ -131,6 +131,16 @@ impl Recipes {
         }
     }
 
+    /// The recipe for the SDK's own platform: the prebuilt binary's, or
+    /// the one that compiles from the sources.
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+    pub(crate) fn default_recipe(&self) -> &ProgramImage {
+        match &self.prebuilt {
+            Some(binary) => self.for_platform(binary.platform),
+            None => self.compiled.get_or_init(|| (self.recipe)(None)),
+        }
+    }
+
     /// The recipe that compiles from the sources.
     #[cfg(test)]
     pub(crate) fn compiled(&self) -> &ProgramImage {

@@ -59,6 +59,7 @@ pub struct KubeOptions {
     secrets_object: String,
     scratch_limit: String,
     owner: Option<String>,
+    agent_image: String,
 }
 
 impl KubeOptions {
@@ -74,6 +75,7 @@ impl KubeOptions {
             secrets_object: "dockhand-secrets".into(),
             scratch_limit: "1Gi".into(),
             owner: None,
+            agent_image: crate::session::default_agent_image(),
         }
     }
 
@@ -106,6 +108,14 @@ impl KubeOptions {
     /// `/var/outputs`; default `1Gi`).
     pub fn scratch_limit(mut self, quantity: impl Into<String>) -> Self {
         self.scratch_limit = quantity.into();
+        self
+    }
+
+    /// The image a session's pod takes dockhand's session agent from, in
+    /// an init container (default: `dockhand/agent:<tag>` as this SDK makes
+    /// it; see [`Client::session_agent_image`](crate::Client::session_agent_image)).
+    pub fn agent_image(mut self, reference: impl Into<String>) -> Self {
+        self.agent_image = reference.into();
         self
     }
 

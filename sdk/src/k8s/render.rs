@@ -354,12 +354,13 @@ fn one_shot_parts(
     Ok((naming, pod, rt.network != Network::None))
 }
 
-/// A Pod with `main` as its one container, plus the ConfigMap of dockhand's
-/// programs mounted where Docker would have uploaded them.
+/// A Pod with `main` as its one container (after the `init` containers),
+/// plus the ConfigMap of dockhand's programs mounted where Docker would have
+/// uploaded them.
 fn long_lived(
     naming: Naming,
     spec: &ContainerSpec,
-    mut main: Container,
+    (mut main, init): (Container, Vec<Container>),
     mut volumes: Vec<Volume>,
     programs: &[(&str, &str)],
     egress: bool,
@@ -389,7 +390,7 @@ fn long_lived(
     }
     let pod = Pod {
         metadata: naming.meta(""),
-        spec: Some(pod::pod_spec(spec, vec![main], Vec::new(), volumes, opts)),
+        spec: Some(pod::pod_spec(spec, vec![main], init, volumes, opts)),
         ..Default::default()
     };
     objects.push(Object::Pod(pod));
@@ -420,21 +421,25 @@ pub(crate) fn code_host_pod(
     let main = pod::container("bridge", &spec, mounts, opts)?;
     // The image carries the compiled bridge: a code host image dockhand
     // made, pushed where the cluster pulls from.
-    Ok(long_lived(naming, &spec, main, volumes, &[], false, opts))
+    Ok(long_lived(
+        naming,
+        &spec,
+        (main, Vec::new()),
+        volumes,
+        &[],
+        false,
+        opts,
+    ))
 }
 
-/// A session as a Pod: the session agent (mounted from a ConfigMap) in the
-/// workspace, spoken to over its attach stream as on Docker.
-/// The session agent and its helpers, as the programs ConfigMap holds them
-/// (mounted read-only: the session's code changes none of them).
-fn programs_of(config: &SessionConfig) -> Vec<(&'static str, &'static str)> {
-    let mut programs = vec![("session-agent.py", crate::session::AGENT)];
-    programs.extend(config.helpers.iter().copied());
-    programs
-}
-
+/// A session as a Pod: dockhand's static session agent, which an init
+/// container copies from the agent's image into a volume of the pod, run in
+/// the workspace and spoken to over its attach stream as on Docker; the
+/// session's helpers (if any) in a ConfigMap.
 pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> {
-    let spec = crate::session::container_spec(config, &opts.image)?;
+    let mut spec = crate::session::container_spec(config, &opts.image)?;
+    let agent = crate::session::pod_agent_path();
+    spec.cmd = vec![agent.clone()];
     let naming = Naming::new(
         "session",
         config.name.as_deref().unwrap_or("session"),
@@ -461,16 +466,60 @@ pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> 
             });
     }
     secret_refs(&config.secrets, opts, &mut main, &mut volumes);
+    volumes.push(Volume {
+        name: AGENT_VOLUME.into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    });
+    main.volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(agent_mount(true));
+    let install = agent_installer(&spec, &agent, opts)?;
     let egress = config.network != Network::None;
     Ok(long_lived(
         naming,
         &spec,
-        main,
+        (main, vec![install]),
         volumes,
-        &programs_of(config),
+        &config.helpers,
         egress,
         opts,
     ))
+}
+
+/// The volume a session's pod keeps the agent in.
+const AGENT_VOLUME: &str = "dockhand-agent";
+
+fn agent_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: AGENT_VOLUME.into(),
+        mount_path: crate::session::POD_AGENT_DIR.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// The init container that copies the agent (its image's entrypoint) to
+/// `path`, as the session's user, under the session's hardening.
+fn agent_installer(spec: &ContainerSpec, path: &str, opts: &KubeOptions) -> Result<Container> {
+    let limits = BTreeMap::from([
+        ("cpu".to_string(), Quantity("100m".into())),
+        ("memory".to_string(), Quantity("32Mi".into())),
+    ]);
+    Ok(Container {
+        name: "install-agent".into(),
+        image: Some(opts.agent_image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        args: Some(crate::session::agent_install_args(path)),
+        security_context: Some(pod::security_context(spec)?),
+        resources: Some(ResourceRequirements {
+            requests: Some(limits.clone()),
+            limits: Some(limits),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![agent_mount(false)]),
+        ..Default::default()
+    })
 }
 
 /// agent-sandbox objects keeping `pod` warm (see [`Manifests::warm_pool`]).

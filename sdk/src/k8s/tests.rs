@@ -279,19 +279,17 @@ fn a_code_host_is_an_offline_hardened_pod_with_an_open_stdin() {
 }
 
 #[test]
-fn a_session_mounts_its_agent_from_a_config_map_and_gets_a_workspace() {
+fn a_session_installs_its_agent_from_the_agent_image_and_gets_a_workspace() {
     let config = SessionConfig::new().name("analysis").network(true);
-    let m = session(&config, &opts()).unwrap();
-    let Object::ConfigMap(programs) = &m.objects()[0] else {
-        panic!("{:?}", m.objects())
-    };
-    let data = programs.data.as_ref().unwrap();
+    let m = session(&config, &opts().agent_image("registry.example/dh/agent:7")).unwrap();
     assert!(
-        data["session-agent.py"].contains("def "),
-        "the agent's source"
+        !m.objects()
+            .iter()
+            .any(|o| matches!(o, Object::ConfigMap(_))),
+        "no helpers, no ConfigMap"
     );
-    let Object::Pod(pod) = &m.objects()[1] else {
-        panic!()
+    let Object::Pod(pod) = &m.objects()[0] else {
+        panic!("{:?}", m.objects())
     };
     assert_eq!(
         pod.metadata.name.as_deref(),
@@ -302,16 +300,50 @@ fn a_session_mounts_its_agent_from_a_config_map_and_gets_a_workspace() {
     assert_hardened_with(spec, config.hardening.read_only_root);
     let agent = &spec.containers[0];
     assert_eq!(
-        agent.command.as_ref().unwrap().last().unwrap(),
-        "/var/inputs/.dockhand/session-agent.py"
+        agent.command.as_deref().unwrap(),
+        ["/.dockhand-agent/session-agent"]
     );
-    let programs_mount = mount_of(agent, "/var/inputs/.dockhand").unwrap();
-    assert_eq!(programs_mount.read_only, Some(true));
+    let agent_mount = mount_of(agent, "/.dockhand-agent").unwrap();
+    assert_eq!(agent_mount.read_only, Some(true));
     assert!(mount_of(agent, config.workspace_dir()).is_some());
+    // The init container: the agent's image, copying itself into the
+    // volume, as hardened as the session (its user, no capabilities).
+    let install = &spec.init_containers.as_ref().unwrap()[0];
+    assert_eq!(
+        install.image.as_deref(),
+        Some("registry.example/dh/agent:7")
+    );
+    assert_eq!(
+        install.args.as_deref().unwrap(),
+        ["--install-to", "/.dockhand-agent/session-agent"]
+    );
+    assert_eq!(install.security_context, agent.security_context);
+    assert_eq!(
+        mount_of(install, "/.dockhand-agent").unwrap().read_only,
+        Some(false)
+    );
+    let volume = spec
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == agent_mount.name)
+        .unwrap();
+    assert!(volume.empty_dir.is_some());
     let Some(Object::NetworkPolicy(p)) = m.objects().last() else {
         panic!()
     };
     assert_eq!(p.spec.clone().unwrap().policy_types.unwrap(), ["Ingress"]);
+    // Unless told another, the agent's image by the name this SDK makes.
+    let default = session(&config, &opts()).unwrap();
+    let Object::Pod(pod) = &default.objects()[0] else {
+        panic!()
+    };
+    let image = pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0]
+        .image
+        .clone()
+        .unwrap();
+    assert!(image.starts_with("dockhand/agent:"), "{image}");
 }
 
 #[test]
@@ -328,9 +360,10 @@ fn pools_are_agent_sandbox_templates_and_warm_pools() {
             _ => "other",
         })
         .collect();
-    assert_eq!(kinds, ["ConfigMap", "SandboxTemplate", "SandboxWarmPool"]);
+    // The agent comes from its image: a plain session has no ConfigMap.
+    assert_eq!(kinds, ["SandboxTemplate", "SandboxWarmPool"]);
     let (Object::SandboxTemplate(t), Object::SandboxWarmPool(w)) =
-        (&pool.objects()[1], &pool.objects()[2])
+        (&pool.objects()[0], &pool.objects()[1])
     else {
         panic!()
     };
@@ -387,17 +420,16 @@ fn yaml_holds_every_object_with_its_kind_and_api_version() {
     assert_eq!(
         kinds,
         [
-            ("v1", "ConfigMap"),
             (AGENT_SANDBOX_API, "SandboxTemplate"),
             (AGENT_SANDBOX_API, "SandboxWarmPool")
         ]
     );
     assert_eq!(
-        docs[2]["spec"]["sandboxTemplateRef"]["name"],
-        docs[1]["metadata"]["name"]
+        docs[1]["spec"]["sandboxTemplateRef"]["name"],
+        docs[0]["metadata"]["name"]
     );
     assert_eq!(
-        docs[1]["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]["capabilities"]
+        docs[0]["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]["capabilities"]
             ["drop"][0],
         "ALL"
     );

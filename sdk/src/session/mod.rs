@@ -5,10 +5,11 @@
 //!
 //! The container runs a small agent that serves commands and file
 //! operations over its attached stdin/stdout, so a command costs a few
-//! milliseconds instead of a `docker exec`: a static program
-//! (`sdk/images/agent`) on a daemon of the platform the SDK was built for,
-//! so the image needs only `/bin/sh`; elsewhere, and on a cluster, its
-//! Python twin (`sdk/images/session/agent.py`), which needs `python3`.
+//! milliseconds instead of a `docker exec`: dockhand's static program
+//! (`sdk/images/agent`), so the image needs no interpreter (a `/bin/sh`
+//! for commands given as text). The SDK carries it for its own platform
+//! and compiles it once per machine for another; a cluster's pods take it
+//! from its image (`Client::session_agent_image`).
 //!
 //! ```no_run
 //! # async fn demo() -> dockhand::Result<()> {
@@ -37,12 +38,15 @@ pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot, VolumeMount};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 #[cfg(feature = "kubernetes")]
-pub(crate) use live::{agent_pool, container_spec, AGENT};
+pub(crate) use live::{
+    agent_install_args, agent_pool, container_spec, default_agent_image, pod_agent_path,
+    POD_AGENT_DIR,
+};
 pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{
     ExecEvent, ExposedPort, FileEvent, FileEventKind, FileWatch, KeptSession, PauseMode, Paused,
-    PortStream, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned, AGENT_ENV,
-    MAX_FORKS,
+    PortStream, ProcessControl, Session, SessionDescription, SpawnOptions, Spawned,
+    AGENT_FROM_IMAGE_ENV, MAX_FORKS,
 };
 pub use protocol::{DirEntry, FileInfo, TerminalSize};
 pub use tools::{SessionTools, ToolDefinition, ALL_TOOLS, READ_ONLY_TOOLS};

@@ -1,6 +1,5 @@
 //! The protocol between the host and the session agent
-//! (`sdk/images/agent`, and its Python twin `sdk/images/session/agent.py`):
-//! JSON lines, binary data base64-encoded.
+//! (`sdk/images/agent`): JSON lines, binary data base64-encoded.
 //! Pure: message types and codecs, tested without Docker.
 
 use base64::Engine as _;

@@ -1,5 +1,5 @@
-//! A kubelet that runs a long-lived pod's container as a real Docker
-//! container (`Script::on_docker`): the session agent, the code host's
+//! A kubelet that runs a long-lived pod's init containers (each to its end)
+//! and then its container as real Docker containers (`Script::on_docker`): the session agent, the code host's
 //! bridge and a kernel's relay are then dockhand's real programs, spoken to
 //! through the simulated API server's attach WebSocket.
 //!
@@ -52,11 +52,16 @@ pub fn remove_container(pod: &str) {
         .status();
 }
 
-/// `docker run` arguments for the pod's first container; files of its
-/// ConfigMap and Secret volumes go under `files`.
-fn run_args(fake: &Shared, pod: &Value, files: &std::path::Path) -> Vec<String> {
-    let name = pod["metadata"]["name"].as_str().unwrap_or("");
-    let container = &pod["spec"]["containers"][0];
+/// `docker run` arguments for `container` of the pod, as the Docker
+/// container `name`; files of its volumes go under `files` (one directory
+/// per volume, so an init container and the main one share emptyDirs).
+fn run_args(
+    fake: &Shared,
+    pod: &Value,
+    container: &Value,
+    name: &str,
+    files: &std::path::Path,
+) -> Vec<String> {
     let security = &container["securityContext"];
     let mut args: Vec<String> = [
         "run",
@@ -75,7 +80,7 @@ fn run_args(fake: &Shared, pod: &Value, files: &std::path::Path) -> Vec<String> 
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.push(container_name(name));
+    args.push(name.to_string());
     if let Some(uid) = security["runAsUser"].as_i64() {
         let gid = security["runAsGroup"].as_i64().unwrap_or(uid);
         args.extend(["--user".into(), format!("{uid}:{gid}")]);
@@ -117,13 +122,23 @@ fn run_args(fake: &Shared, pod: &Value, files: &std::path::Path) -> Vec<String> 
             continue;
         };
         let dir = files.join(mount["name"].as_str().unwrap_or("volume"));
+        let made = dir.exists();
         std::fs::create_dir_all(&dir).unwrap();
         if volume.get("emptyDir").is_some() {
             // A directory of the node's, writable by every user, as an
             // emptyDir is (a tmpfs would take the mode of a working
             // directory Docker made under it).
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-            args.extend(["-v".into(), format!("{}:{path}", dir.display())]);
+            let mode = if mount["readOnly"] == json!(true) {
+                ":ro"
+            } else {
+                ""
+            };
+            args.extend(["-v".into(), format!("{}:{path}{mode}", dir.display())]);
+            continue;
+        }
+        if made {
+            args.extend(["-v".into(), format!("{}:{path}:ro", dir.display())]);
             continue;
         }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -163,7 +178,7 @@ fn run_args(fake: &Shared, pod: &Value, files: &std::path::Path) -> Vec<String> 
     if !command.is_empty() {
         args.extend(["--entrypoint".into(), command.remove(0)]);
     }
-    args.push(image_of(pod));
+    args.push(container["image"].as_str().unwrap_or("").to_string());
     args.extend(command);
     args.extend(
         container["args"]
@@ -209,7 +224,40 @@ pub(super) fn start(fake: Shared, name: String, pod: Value) {
     tokio::spawn(async move {
         let files = tempfile::tempdir().unwrap();
         std::fs::set_permissions(files.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let args = run_args(&fake, &pod, files.path());
+        // Init containers first, each to its end, as a kubelet runs them.
+        let inits = pod["spec"]["initContainers"].as_array().cloned();
+        for (i, init) in inits.iter().flatten().enumerate() {
+            let args = run_args(
+                &fake,
+                &pod,
+                init,
+                &format!("{}-init{i}", container_name(&name)),
+                files.path(),
+            );
+            let ran = tokio::process::Command::new("docker")
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .status()
+                .await;
+            let code = ran.ok().and_then(|s| s.code()).unwrap_or(137);
+            if code != 0 {
+                fake.update(&name, |p| {
+                    p["status"]["phase"] = json!("Failed");
+                    p["status"]["initContainerStatuses"] = json!([terminated(
+                        init["name"].as_str().unwrap_or("init"),
+                        init["image"].as_str().unwrap_or(""),
+                        code,
+                        "Error"
+                    )]);
+                });
+                return;
+            }
+        }
+        let main = pod["spec"]["containers"][0].clone();
+        let args = run_args(&fake, &pod, &main, &container_name(&name), files.path());
         let mut child = tokio::process::Command::new("docker")
             .args(&args)
             .stdin(Stdio::piped())

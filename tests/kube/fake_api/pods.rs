@@ -27,11 +27,14 @@ pub(super) async fn create_pod(
 pub(super) fn add_pod(fake: Shared, ns: String, mut pod: Value) -> Response {
     let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
     let image = image_of(&pod);
-    // A session's or code host's pod: no init container, its containers
-    // start at once and live until stopped.
-    let long_lived = pod["spec"]["initContainers"]
+    // A session's or code host's pod (a one-shot's waits in its `inputs`
+    // init container): its containers start at once (after its own init
+    // containers, which end by themselves) and live until stopped.
+    let long_lived = !pod["spec"]["initContainers"]
         .as_array()
-        .is_none_or(|c| c.is_empty());
+        .into_iter()
+        .flatten()
+        .any(|c| c["name"] == json!("inputs"));
     let containers: Vec<String> = pod["spec"]["containers"]
         .as_array()
         .into_iter()

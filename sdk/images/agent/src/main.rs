@@ -266,7 +266,29 @@ fn reap_forever() {
     }
 }
 
+/// `--install-to PATH`: copies this program to `PATH` (mode 0755) and
+/// exits. A cluster's pod runs the agent's image so as an init container,
+/// putting the agent in a volume its main container then runs it from.
+fn install_to(path: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let binary = std::fs::read("/proc/self/exe")?;
+    let temp = format!("{path}.part");
+    std::fs::write(&temp, binary)?;
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&temp, path)
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, path] = args.as_slice() {
+        if flag == "--install-to" {
+            if let Err(e) = install_to(path) {
+                eprintln!("dockhand agent: cannot install itself to {path}: {e}");
+                std::process::exit(1);
+            }
+            return;
+        }
+    }
     // The shared state is read from the environment before any thread runs.
     agent();
     if let Err(e) = sys::make_undumpable() {
@@ -296,5 +318,24 @@ fn main() {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn install_to_copies_the_running_program_executable() {
+        let dir = std::env::temp_dir().join(format!("dh-install-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("session-agent");
+        super::install_to(path.to_str().unwrap()).unwrap();
+        let copied = std::fs::read(&path).unwrap();
+        assert_eq!(copied, std::fs::read("/proc/self/exe").unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert!(!dir.join("session-agent.part").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

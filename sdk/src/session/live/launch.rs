@@ -279,7 +279,10 @@ pub(super) async fn prepare_restore(
         .upload_archive(
             &id,
             AGENT_DIR,
-            Bytes::from(programs_tar(AgentProgram::of_spec(spec), &c.helpers)?),
+            Bytes::from(programs_tar(
+                AgentProgram::for_engine(engine).await?,
+                &c.helpers,
+            )?),
         )
         .await?;
     if !file_secrets.is_empty() {
@@ -353,9 +356,8 @@ pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<Container
     }
     let mut spec = ContainerSpec {
         image: image.to_string(),
-        // The Python agent here (a cluster's pods mount it); a container
-        // of a daemon the SDK carries the static agent for runs that.
-        cmd: AgentProgram::Python.command(),
+        // Where Docker's containers have it; a cluster's pod renders its own.
+        cmd: vec![super::agent::static_path()],
         entrypoint: Some(Vec::new()),
         env,
         working_dir: Some(c.workspace.clone()),
@@ -566,25 +568,29 @@ mod tests {
     use super::workspace_tar;
     use std::io::{BufRead, Write};
 
-    /// The real agent, run by the host's python3 with its pids watch off
-    /// and no request but `hello`: it says `ready` at start and again when
-    /// asked (a pod's host attaches after the first one went by), and ends
-    /// when its stdin closes.
+    /// The real agent (the SDK's static one), run on the host with its
+    /// pids watch off and no request but `hello`: it says `ready` at start
+    /// and again when asked (a pod's host attaches after the first one went
+    /// by), and ends when its stdin closes.
     #[test]
     fn the_agent_says_ready_again_when_greeted_and_ends_with_its_stdin() {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(binary) = crate::image::prebuilt::AGENT.map(|a| a.unpack().unwrap()) else {
+            // Built without the embedded programs (`DOCKHAND_PREBUILD=0`).
+            return;
+        };
         let dir = tempfile::tempdir().unwrap();
-        let program = dir.path().join("agent.py");
-        std::fs::write(&program, super::super::AGENT).unwrap();
-        let mut agent = std::process::Command::new("python3")
-            .arg("-u")
-            .arg(&program)
+        let program = dir.path().join("session-agent");
+        std::fs::write(&program, binary).unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut agent = std::process::Command::new(&program)
             .env("DOCKHAND_PIDS_LIMIT", "0")
             .env("DOCKHAND_WORKSPACE", dir.path())
             .env("DOCKHAND_ROOTS", dir.path())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("python3 runs");
+            .expect("the agent runs");
         let mut stdin = agent.stdin.take().unwrap();
         let mut lines = std::io::BufReader::new(agent.stdout.take().unwrap()).lines();
         let first: serde_json::Value =
@@ -629,7 +635,7 @@ mod tests {
     fn the_start_archive_holds_the_workspace_and_the_agent_in_its_directory() {
         let helpers = [("helper.py", "print(1)")];
         let tar = super::start_tar(
-            super::AgentProgram::Python,
+            super::AgentProgram::fake(b"\x7fELF"),
             &helpers,
             "/home/user",
             (1000, 1000),
@@ -641,7 +647,7 @@ mod tests {
                 ("home/".to_string(), 0),
                 ("home/user/".to_string(), 1000),
                 ("var/inputs/.dockhand/".to_string(), 0),
-                ("var/inputs/.dockhand/session-agent.py".to_string(), 0),
+                ("var/inputs/.dockhand/session-agent".to_string(), 0),
                 ("var/inputs/.dockhand/helper.py".to_string(), 0),
             ]
         );

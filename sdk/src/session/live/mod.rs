@@ -13,7 +13,12 @@ use tokio::sync::mpsc;
 
 mod agent;
 pub(crate) use agent::AgentProgram;
-pub use agent::AGENT_ENV;
+pub use agent::FROM_IMAGE_ENV as AGENT_FROM_IMAGE_ENV;
+#[cfg(feature = "kubernetes")]
+pub(crate) use agent::{
+    default_image as default_agent_image, install_args as agent_install_args, pod_agent_path,
+    POD_AGENT_DIR,
+};
 mod channel;
 pub(crate) use channel::Channel;
 mod exec;
@@ -54,25 +59,6 @@ use crate::lifecycle::{State, Tracked};
 use crate::sandbox::{confine, Network};
 use crate::util::{lock, push_tail};
 
-/// The Python agent, uploaded into a session's container where the SDK
-/// carries no static agent for the daemon's platform, and mounted into
-/// session pods on a cluster: its pids defence, how it waits for commands
-/// and gives them terminals, then the agent itself (which starts when all
-/// is defined).
-pub const AGENT: &str = concat!(
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/images/session/pids.py"
-    )),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/images/session/commands.py"
-    )),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/images/session/agent.py"
-    ))
-);
 const AGENT_DIR: &str = "/var/inputs";
 /// Where the agent and the session's helpers are installed: root-owned and
 /// read-only to the session's user, on the container's own volume.

@@ -1,6 +1,7 @@
-//! A session as a pod on a Kubernetes cluster: the agent from a ConfigMap,
-//! its secrets in a Secret, both handed to the pod; spoken to over the
-//! agent container's attach stream as on Docker.
+//! A session as a pod on a Kubernetes cluster: the static agent copied in
+//! by an init container from the agent's image, the session's helpers from
+//! a ConfigMap, its secrets in a Secret; spoken to over the agent
+//! container's attach stream as on Docker.
 //!
 //! A container on a cluster starts before anyone can attach to it, so the
 //! agent's first `ready` line goes to the kubelet's log. The backend asks
@@ -24,12 +25,13 @@ pub(crate) async fn agent_pool(
         return Ok(None);
     }
     let image = cluster.resolve_image(&c.image).await?;
+    let agent = cluster.agent_image().await?;
     let plan = cluster.plan_pod(
         &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
         &image.reference,
         &[],
         c.network == Network::None,
-        |opts| crate::k8s::session(c, opts),
+        |opts| crate::k8s::session(c, &opts.clone().agent_image(agent)),
     )?;
     let egress = c.network != Network::None;
     crate::cluster::AgentPool::open(cluster, plan.pod, plan.companions, (egress, "agent"), size)
@@ -60,12 +62,13 @@ impl Session {
             // None bound in time: a pod of its own.
         }
         let allow = crate::cluster::allow_list(&c.network).await?;
+        let agent = cluster.agent_image().await?;
         let mut plan = cluster.plan_pod(
             &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
             &image.reference,
             &resolved,
             c.network == Network::None,
-            |opts| crate::k8s::session(c, opts),
+            |opts| crate::k8s::session(c, &opts.clone().agent_image(agent)),
         )?;
         if let Some(list) = allow {
             list.apply(&mut plan);

@@ -138,12 +138,7 @@ impl Session {
             }
             Ok(None) => return Err(self.gone()),
             Ok(Some(Reply::Connected { .. })) => {}
-            Ok(Some(Reply::Error { kind, message, .. })) => {
-                let message = if kind == "protocol" {
-                    super::agent::static_agent_only("carries no connections")
-                } else {
-                    message
-                };
+            Ok(Some(Reply::Error { message, .. })) => {
                 return Err(Error::PortUnreachable { port, message });
             }
             Ok(Some(other)) => {

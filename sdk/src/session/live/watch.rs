@@ -173,16 +173,6 @@ impl Session {
                 path: path.to_string(),
                 done: false,
             }),
-            Ok(Some(Reply::Error { kind, message, .. })) if kind == "protocol" => {
-                Err(Error::SessionFile {
-                    path: path.to_string(),
-                    kind: FileErrorKind::Other,
-                    message: format!(
-                        "{}: {message}",
-                        super::agent::static_agent_only("cannot watch files")
-                    ),
-                })
-            }
             Ok(Some(Reply::Error { kind, message, .. })) => {
                 Err(self.agent_error(path, &kind, message))
             }
