@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use dockhand::codemode::CodeHostConfig;
 use dockhand::k8s::{self, KubeOptions};
+use dockhand::kernel::KernelConfig;
 use dockhand::session::{SessionApi, SessionConfig};
 use dockhand::{CacheMode, Egress, ImageSpec, Isolation, Sandbox, Secret, Type};
 use serde_json::{json, Value};
@@ -135,6 +136,13 @@ async fn sent() -> Vec<Value> {
     session.start().await.expect("the simulated session");
     session.exec("echo ok").await.unwrap();
     session.close().await.unwrap();
+    // A kernel's pod carries its helpers in a ConfigMap. The scripted agent
+    // runs no kernel relay, so the start fails once the objects are sent.
+    let kernel = client.kernel(KernelConfig::new().image(ImageSpec::prebuilt(IMAGE)));
+    assert!(
+        kernel.start().await.is_err(),
+        "no relay in the scripted agent"
+    );
     fake.record(|r| {
         let mut objects: Vec<Value> = r.created.clone();
         objects.extend(r.companions_created.iter().map(|(_, o)| o.clone()));
