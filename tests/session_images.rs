@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use busybox::{build_image, busybox_binary, busybox_image};
+use busybox::{build_image, busybox_context, busybox_image};
 use dockhand::session::{ExecEvent, ExecOptions, SessionApi, SessionConfig, AGENT_FROM_IMAGE_ENV};
 use dockhand::{Error, ImageSpec, State};
 use futures::StreamExt;
@@ -36,10 +36,7 @@ fn musl_image() -> String {
     let tag = "dockhand-test/musl-busybox:1";
     if common::docker(&["images", "-q", tag]).trim().is_empty() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let busybox = busybox_binary(dir.path());
-        let context = dir.path().join("context");
-        std::fs::create_dir_all(&context).unwrap();
-        std::fs::copy(busybox, context.join("busybox")).unwrap();
+        let context = busybox_context(dir.path());
         std::fs::copy(
             "/lib/x86_64-linux-musl/libc.so",
             context.join("ld-musl-x86_64.so.1"),

@@ -40,6 +40,16 @@ pub fn busybox_binary(dir: &std::path::Path) -> std::path::PathBuf {
     root.join("bin/busybox")
 }
 
+/// A build context under `dir` holding Debian's `busybox-static` binary as
+/// `busybox`.
+pub fn busybox_context(dir: &std::path::Path) -> std::path::PathBuf {
+    let busybox = busybox_binary(dir);
+    let context = dir.join("context");
+    std::fs::create_dir_all(&context).unwrap();
+    std::fs::copy(busybox, context.join("busybox")).unwrap();
+    context
+}
+
 /// An image of Debian's `busybox-static` alone (a shell and the usual
 /// tools as links to it; no C library, no interpreter), made once per
 /// machine from the package.
@@ -50,10 +60,7 @@ pub fn busybox_image() -> String {
         .is_empty()
     {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let busybox = busybox_binary(dir.path());
-        let context = dir.path().join("context");
-        std::fs::create_dir_all(&context).unwrap();
-        std::fs::copy(busybox, context.join("busybox")).unwrap();
+        let context = busybox_context(dir.path());
         std::fs::write(
             context.join("Dockerfile"),
             "FROM scratch\nCOPY busybox /bin/busybox\n\

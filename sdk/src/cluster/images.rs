@@ -24,6 +24,8 @@ pub(crate) struct Builder {
 pub(crate) struct ClusterImages {
     builder: Option<Builder>,
     pushed: Mutex<HashMap<(bool, ImageSpec), ResolvedImage>>,
+    /// The session agent's image as the nodes pull it, once known.
+    agent: tokio::sync::OnceCell<String>,
 }
 
 impl ClusterImages {
@@ -31,6 +33,7 @@ impl ClusterImages {
         ClusterImages {
             builder,
             pushed: Mutex::default(),
+            agent: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -69,13 +72,18 @@ impl ClusterImages {
     /// SDK makes, by its own name (loaded onto the nodes, or pushed under it).
     pub(crate) async fn agent(&self) -> Result<String> {
         let Some(builder) = &self.builder else {
-            return Ok(crate::session::default_agent_image());
+            return Ok(crate::image::agent::default_image().to_string());
         };
-        let local = ImageSpec::prebuilt(builder.docker.session_agent_image().await?);
-        Ok(self
-            .push(builder, (false, local.clone()), &local)
-            .await?
-            .reference)
+        self.agent
+            .get_or_try_init(|| async {
+                let local = ImageSpec::prebuilt(builder.docker.session_agent_image().await?);
+                Ok(self
+                    .push(builder, (false, local.clone()), &local)
+                    .await?
+                    .reference)
+            })
+            .await
+            .cloned()
     }
 
     fn builder(&self, feature: &str, made_by: &str) -> Result<&Builder> {

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod agent;
 pub(crate) mod base;
 mod build;
 pub(crate) mod build_log;

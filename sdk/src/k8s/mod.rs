@@ -75,7 +75,7 @@ impl KubeOptions {
             secrets_object: "dockhand-secrets".into(),
             scratch_limit: "1Gi".into(),
             owner: None,
-            agent_image: crate::session::default_agent_image(),
+            agent_image: crate::image::agent::default_image().to_string(),
         }
     }
 

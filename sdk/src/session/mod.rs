@@ -39,8 +39,7 @@ pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot, VolumeMount};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{
-    agent_install_args, agent_pool, container_spec, default_agent_image, pod_agent_path,
-    POD_AGENT_DIR,
+    agent_install_args, agent_pool, container_spec, pod_agent_path, POD_AGENT_DIR,
 };
 pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{

@@ -12,13 +12,10 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 mod agent;
+pub use crate::image::agent::FROM_IMAGE_ENV as AGENT_FROM_IMAGE_ENV;
 pub(crate) use agent::AgentProgram;
-pub use agent::FROM_IMAGE_ENV as AGENT_FROM_IMAGE_ENV;
 #[cfg(feature = "kubernetes")]
-pub(crate) use agent::{
-    default_image as default_agent_image, install_args as agent_install_args, pod_agent_path,
-    POD_AGENT_DIR,
-};
+pub(crate) use agent::{install_args as agent_install_args, pod_agent_path, POD_AGENT_DIR};
 mod channel;
 pub(crate) use channel::Channel;
 mod exec;
