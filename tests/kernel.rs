@@ -282,7 +282,10 @@ async fn contexts_keep_state_apart_and_files_come_and_go() {
 async fn pooled_kernels_are_handed_over_started_with_imports_done() {
     let client = common::client().await;
     let pool = client
-        .kernel_pool(config(), dockhand::pool::PoolConfig::new(1))
+        .kernel_pool(
+            config().preload_modules(true),
+            dockhand::pool::PoolConfig::new(1),
+        )
         .await
         .unwrap();
     assert!(
@@ -292,7 +295,7 @@ async fn pooled_kernels_are_handed_over_started_with_imports_done() {
     );
     let k = pool.kernel().await.unwrap();
     assert_eq!(pool.stats().handed_over, 1, "{:?}", pool.stats());
-    // The data-science startup ran before the handover.
+    // The data-science modules were imported before the handover.
     let ex = k
         .run("import sys\n'pandas' in sys.modules and 'pd' in globals()")
         .await
@@ -302,4 +305,61 @@ async fn pooled_kernels_are_handed_over_started_with_imports_done() {
     k.close().await.unwrap();
     pool.shutdown().await;
     common::wait_gone(&id).await;
+}
+
+#[tokio::test]
+async fn bound_modules_are_imported_when_the_code_first_uses_them() {
+    // A startup line may use a bound name: bindings come first.
+    let k = kernel(config().startup("startup_saw = type(np).__name__")).await;
+    let ex = k
+        .run("import sys\nprint([m in sys.modules for m in ('pandas', 'numpy', 'matplotlib')], startup_saw, pd.__name__, repr(plt))")
+        .await
+        .unwrap();
+    assert_eq!(
+        ex.stdout,
+        "[False, False, False] DeferredModule pandas <module 'matplotlib.pyplot' (imported when first used)>\n",
+        "{ex:?}"
+    );
+    // First use imports it; the name is then the module itself.
+    let ex = k
+        .run("import pandas\nframe = pd.DataFrame({'a': [1, 2]})\n(pd is pandas, type(pd).__name__, int(frame.a.sum()), 'numpy' in sys.modules)")
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("(True, 'module', 3, True)"), "{ex:?}");
+    // np was imported by pandas, but the name still stood in for it until used.
+    let ex = k
+        .run("f = lambda: int(np.arange(3).sum())\n(f(), np is sys.modules['numpy'], 'arange' in dir(np))")
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("(3, True, True)"), "{ex:?}");
+    // A name the code rebinds first is the code's.
+    let ex = k.run("plt = 7\nplt + 1").await.unwrap();
+    assert_eq!(ex.text(), Some("8"));
+    // A new context gets its own stand-ins.
+    k.create_context("other").await.unwrap();
+    let ex = k
+        .run_with(
+            "import sys\n('pandas' in sys.modules, type(pd).__name__)",
+            RunOptions::new().context("other"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("(False, 'DeferredModule')"), "{ex:?}");
+    let id = k.session().describe().container_id.unwrap();
+    k.close().await.unwrap();
+    common::wait_gone(&id).await;
+
+    // A binding that is not Python is refused before anything starts.
+    let client = common::client().await;
+    let bad = client.kernel(config().bind_module("pd", "pandas; import os"));
+    match bad.start().await {
+        Err(Error::Kernel(KernelError::BadModuleBinding { name, module })) => {
+            assert_eq!(
+                (name.as_str(), module.as_str()),
+                ("pd", "pandas; import os")
+            )
+        }
+        other => panic!("expected BadModuleBinding, got {other:?}"),
+    }
+    assert!(bad.session().describe().container_id.is_none());
 }

@@ -18,6 +18,37 @@ And it keeps each run's output its own, and bounded where it is made:
 """
 
 
+def _dh_when_imported(target, patch):
+    """Calls `patch(module)` once the module `target` is imported: now if it
+    is, otherwise right after its code runs (it costs nothing before)."""
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    if target in sys.modules:
+        patch(sys.modules[target])
+        return
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target_module=None):
+            if name != target:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
 def _dh_setup():
     import json
     import math
@@ -162,8 +193,11 @@ def _dh_setup():
     display = ip.display_formatter
     # Registered by name, so nothing is imported until the user does; pandas
     # 3 names its class `pandas.DataFrame`, earlier ones `pandas.core.frame`.
+    # A figure's chart is a method of the class instead: the inline backend
+    # drops every formatter's entry for Figure as it starts, which happens
+    # at the first plot when matplotlib is imported on first use.
     for formatter, modules, name, func in (
-        (ChartFormatter, ("matplotlib.figure",), "Figure", figure_chart),
+        (ChartFormatter, (), "Figure", figure_chart),
         (FrameFormatter, ("pandas", "pandas.core.frame"), "DataFrame", frame_data),
     ):
         instance = formatter(parent=display)
@@ -172,6 +206,14 @@ def _dh_setup():
         display.formatters[instance.format_type] = instance
         if instance.format_type not in display.active_types:
             display.active_types = list(display.active_types) + [instance.format_type]
+
+    def chart_method(module):
+        def _dockhand_chart_(self):
+            return figure_chart(self)
+
+        module.Figure._dockhand_chart_ = _dockhand_chart_
+
+    _dh_when_imported("matplotlib.figure", chart_method)
 
 
 def _dh_own_output():
@@ -345,14 +387,7 @@ def _dh_fast_flush():
 def _dh_keep_text_index():
     # pandas plots a line over a text index at positions 0, 1, ... and
     # labels only the ticks it shows: the index is kept on the axes, so the
-    # chart's data says which category each point is. Done when pandas'
-    # plotting module is imported (it costs nothing before).
-    import importlib.abc
-    import importlib.util
-    import sys
-
-    target = "pandas.plotting._matplotlib.core"
-
+    # chart's data says which category each point is.
     def patch(module):
         line = getattr(module, "LinePlot", None)
         original = getattr(line, "_post_plot_logic", None)
@@ -370,28 +405,7 @@ def _dh_keep_text_index():
         post_plot_logic._dockhand = True
         line._post_plot_logic = post_plot_logic
 
-    if target in sys.modules:
-        patch(sys.modules[target])
-        return
-
-    class Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target_module=None):
-            if name != target:
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-                return spec
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-                patch(module)
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    sys.meta_path.insert(0, Finder())
+    _dh_when_imported("pandas.plotting._matplotlib.core", patch)
 
 
 _dh_setup()
@@ -399,4 +413,4 @@ _dh_own_output()
 _dh_no_tcp_listener()
 _dh_keep_text_index()
 _dh_fast_flush()
-del _dh_setup, _dh_own_output, _dh_no_tcp_listener, _dh_keep_text_index, _dh_fast_flush
+del _dh_setup, _dh_own_output, _dh_no_tcp_listener, _dh_keep_text_index, _dh_fast_flush, _dh_when_imported

@@ -5,7 +5,8 @@ the other languages).
 
 The session agent runs it with its stdin kept open; it speaks JSON lines:
 
-  host -> relay  {"op": "start", "ctx", "language", "cwd", "text_limit", "payload_limit", "startup": [lines], "formats": [...]}
+  host -> relay  {"op": "start", "ctx", "language", "cwd", "text_limit", "payload_limit", "startup": [lines],
+                  "modules": {name: module}, "formats": [...]}
                  {"op": "send", "ctx", "channel": "shell" | "control", "msg": {header, parent_header, metadata, content}}
                  {"op": "interrupt", "ctx"}
                  {"op": "stop", "ctx"}
@@ -134,6 +135,49 @@ def matplotlib_lines(formats):
     ]
 
 
+# Binds names to modules imported the first time the code uses them
+# (`modules`: {name: module}): a module object standing in for the real one
+# until an attribute is asked of it, then replaced by it wherever the
+# context's namespace held it.
+DEFERRED_MODULES = """\
+def _dh_defer(modules):
+    import importlib, types
+    ns = get_ipython().user_ns
+
+    class DeferredModule(types.ModuleType):
+        def __getattr__(self, attr):
+            return getattr(load(self), attr)
+
+        def __dir__(self):
+            return dir(load(self))
+
+        def __repr__(self):
+            return "<module %%r (imported when first used)>" %% self.__name__
+
+    def load(stand_in):
+        real = importlib.import_module(stand_in.__name__)
+        for name, value in list(ns.items()):
+            if value is stand_in:
+                ns[name] = real
+        return real
+
+    for name, module in modules.items():
+        ns.setdefault(name, DeferredModule(module))
+_dh_defer(%r)
+del _dh_defer"""
+
+
+def deferred_lines(modules):
+    """The startup line binding `modules` ({name: module}), or none."""
+    modules = {str(k): str(v) for k, v in (modules or {}).items()
+               if str(k).isidentifier() and all(p.isidentifier() for p in str(v).split("."))}
+    return [DEFERRED_MODULES % (modules,)] if modules else []
+
+
+def imports_matplotlib(modules):
+    return any(m == "matplotlib" or m.startswith("matplotlib.") for m in modules)
+
+
 def startup_imports(lines):
     """The modules a context's startup code imports (at its top level), for
     the fork server to import once."""
@@ -184,7 +228,10 @@ class Zygote:
     the modules its startup imports."""
 
     def __init__(self, startup):
-        modules = KERNEL_MODULES + MATPLOTLIB_MODULES + startup_imports(startup)
+        # The inline backend (and so matplotlib) only where the startup
+        # imports matplotlib: elsewhere IPython loads it when the code does.
+        imported = startup_imports(startup)
+        modules = KERNEL_MODULES + (MATPLOTLIB_MODULES if imports_matplotlib(imported) else []) + imported
         self.proc = subprocess.Popen(
             [sys.executable, "-B", ZYGOTE, RUN_DIR] + modules, env=kernel_env(),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -334,9 +381,15 @@ class Context:
         self.announced = False
         if self.language == "python":
             formats = req.get("formats") or ["png"]
-            lines = matplotlib_lines(formats) if req.get("matplotlib", True) else []
-            lines += list(req.get("startup") or [])
+            startup = list(req.get("startup") or [])
+            # Names bound first, so the startup's own code can use them.
+            lines = deferred_lines(req.get("modules"))
+            if imports_matplotlib(startup_imports(startup)):
+                lines += matplotlib_lines(formats)
+            lines += startup
             args = ["-f", path,
+                    # Read by the inline backend when matplotlib is imported.
+                    "--InlineBackend.figure_formats=%s" % json.dumps(list(formats)),
                     "--IPKernelApp.exec_files=%s" % json.dumps([STARTUP]),
                     "--IPKernelApp.exec_lines=%s" % json.dumps(lines),
                     "--HistoryManager.enabled=False", "--Application.log_level=ERROR",

@@ -58,6 +58,15 @@ pub enum KernelError {
     /// A language dockhand has no kernel for.
     #[error("no kernel for language `{0}`: dockhand's kernels run python, javascript, typescript, bash and r")]
     UnknownLanguage(String),
+    /// [`KernelConfig::bind_module`](super::KernelConfig::bind_module) was
+    /// given a name or module that is not a Python identifier.
+    #[error("cannot bind `{name}` to module `{module}`: a name is a Python identifier (letters, digits, `_`) and a module one or more joined by `.`")]
+    BadModuleBinding {
+        /// The name.
+        name: String,
+        /// The module.
+        module: String,
+    },
     /// A context asked for a language its kernel's image does not carry.
     #[error("this kernel's image does not carry {language}: add it with `KernelConfig::languages` (it carries {carried})")]
     LanguageNotInImage {

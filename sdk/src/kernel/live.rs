@@ -113,6 +113,7 @@ impl Kernel {
     /// Builds the image if needed, starts the container and the default
     /// context.
     pub async fn start(&self) -> Result<()> {
+        self.inner.config.check_bindings()?;
         self.inner.session.start().await?;
         let cwd = self.inner.config.session.workspace_dir().to_string();
         self.create_context_in(DEFAULT_CONTEXT, &cwd).await
@@ -343,7 +344,7 @@ impl Kernel {
                 return Ok(l.clone());
             }
         }
-        let fresh = Link::open(&self.inner.session, &self.inner.config.startup).await?;
+        let fresh = Link::open(&self.inner.session, &self.inner.config.startup_code()).await?;
         *link = Some(fresh.clone());
         Ok(fresh)
     }
@@ -372,7 +373,8 @@ impl Kernel {
             cwd: &context.cwd,
             text_limit: c.text_limit,
             payload_limit: c.payload_limit,
-            startup: &c.startup,
+            startup: &c.startup_code(),
+            modules: c.deferred_modules(),
             formats: &c.figure_formats,
         })
         .await?;

@@ -20,6 +20,8 @@ pub(crate) enum Op<'a> {
         text_limit: usize,
         payload_limit: usize,
         startup: &'a [String],
+        /// Names bound to modules imported at first use.
+        modules: std::collections::BTreeMap<&'a str, &'a str>,
         formats: &'a [String],
     },
     /// Send a message to a context's kernel.
