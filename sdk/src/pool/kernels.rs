@@ -1,6 +1,7 @@
-//! Pools of started kernels: the container is up, the default context's
-//! kernel is running and its startup imports (pandas, matplotlib for the
-//! data-science spec) are done, so `kernel()` is a handover.
+//! Pools of started kernels: the container is up and the default context's
+//! kernel is running with its startup done (and the bound modules imported
+//! where [`KernelConfig::preload_modules`](crate::kernel::KernelConfig::preload_modules)
+//! says so), so `kernel()` is a handover.
 
 use std::sync::Arc;
 
