@@ -2,10 +2,12 @@
 //! run (`jupyter_client` talking to the same kernel inside the same
 //! container: no host, agent or relay in between):
 //!
-//! - Python (the data-science image): kernel start cold and from a pool, a
-//!   new context, the host CPU one kernel start costs (every process: the
-//!   daemon, the runtime, the container) and the create rate two cores keep
-//!   up with, `1 + 1`, `df.describe()` on 100k rows, a chart to PNG;
+//! - Python (the data-science image): kernel start cold (its modules bound
+//!   for first use, and preloaded) and from a pool, a new context, the first
+//!   use of the bound modules, the host CPU one kernel start costs (every
+//!   process: the daemon, the runtime, the container) and the create rate
+//!   two cores keep up with, `1 + 1`, `df.describe()` on 100k rows, a chart
+//!   to PNG;
 //! - every other language: a new context, `1 + 1`, `1`, `1+1`;
 //! - the alternatives to ipykernel 7 for `1 + 1` (ipykernel 6, xeus-python),
 //!   installed beside it in an image of their own.
@@ -193,6 +195,10 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     // A plain kernel (ipykernel, nothing imported at start) for scale.
     let (plain, plain_cpu) = cold_starts(client, &KernelConfig::new(), "plain").await?;
     let (starts, cpu_per_start) = cold_starts(client, &config, "data-science").await?;
+    // The same with pd, np and plt imported as each kernel starts.
+    let preloaded_config = config.clone().preload_modules(true);
+    let (preloaded, preloaded_cpu) =
+        cold_starts(client, &preloaded_config, "data-science, modules preloaded").await?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
 
     let kernel = client.kernel(config.clone());
@@ -206,9 +212,25 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     let default = dockhand::kernel::DEFAULT_CONTEXT;
     times(&kernel, "1 + 1", default, 5).await?; // warm-up
     let plus = times(&kernel, "1 + 1", default, n).await?;
+    // The first use of each bound module imports it, in each context.
+    let mut first_use = Vec::new();
+    for context in ["c0", "c1", "c2"] {
+        let t = Instant::now();
+        let ex = kernel
+            .run_with(
+                "pd.DataFrame({'a': np.arange(3)}); plt.figure(); plt.close('all')",
+                RunOptions::new().context(context),
+            )
+            .await?;
+        first_use.push(t.elapsed());
+        if let Some(e) = ex.error {
+            panic!("first use raised {}: {}", e.name, e.value);
+        }
+    }
     kernel
         .run("df = pd.DataFrame(np.random.default_rng(1).normal(size=(100_000, 4)), columns=list('abcd'))")
         .await?;
+    kernel.run("plt.plot([1, 2]); plt.title('warm-up')").await?;
     let describe = times(&kernel, "df.describe()", default, (n / 2).max(5)).await?;
     let chart = times(
         &kernel,
@@ -218,12 +240,18 @@ async fn python(client: &Client, n: usize) -> Result<(), Box<dyn std::error::Err
     )
     .await?;
 
-    println!("python (data-science image: pandas, numpy, matplotlib imported), n = {n}");
+    println!("python (data-science image: pd, np, plt bound, imported on first use), n = {n}");
     report("  kernel start, cold (container + default context)", starts);
     println!(
         "  host CPU per kernel start and close: {cpu_per_start:.2} s (all processes): {cores} cores keep up with {:.2} starts/s",
         cores / cpu_per_start
     );
+    report("  kernel start, cold, modules preloaded", preloaded);
+    println!(
+        "  host CPU per preloaded kernel start and close: {preloaded_cpu:.2} s: {cores} cores keep up with {:.2} starts/s",
+        cores / preloaded_cpu
+    );
+    report("  first use of pd, np and plt in a context", first_use);
     report(
         "  kernel start, cold, plain Python (nothing imported)",
         plain,
