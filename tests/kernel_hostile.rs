@@ -438,3 +438,58 @@ for p in servers:
     assert_eq!(ex.text(), Some("2"));
     k.close().await.unwrap();
 }
+
+/// The notes a kernel leaves of the bound modules its code used are
+/// written where its code can write too: what else it writes there (other
+/// modules, a FIFO the relay would block on, a flood) changes nothing but
+/// which bound modules later contexts start with.
+#[tokio::test]
+async fn forged_first_use_notes_import_nothing_unbound_and_block_nothing() {
+    let k = kernel(config()).await;
+    k.create_context("c1").await.unwrap();
+    let forge = r#"
+import glob, os, sys
+own = os.path.dirname(sys.argv[sys.argv.index('-f') + 1])
+others = [d for d in glob.glob('/tmp/.dockhand-kernels/*') if os.path.isdir(d) and d != own]
+with open(os.path.join(own, 'first-use'), 'w') as f:
+    f.write('this\nantigravity\nsqlite3\n' + 'x' * (1 << 20) + '\npandas\n')
+for d in others:
+    path = os.path.join(d, 'first-use')
+    if os.path.exists(path): os.remove(path)
+    os.mkfifo(path)
+len(others) >= 1
+"#;
+    let ex = k.run(forge).await.unwrap();
+    assert_eq!(ex.text(), Some("True"), "{ex:?}");
+    // The next context starts, without any module the notes named.
+    k.create_context("c2").await.unwrap();
+    let ex = k
+        .run_with(
+            "import sys\n[m in sys.modules for m in ('this', 'antigravity', 'sqlite3', 'pandas')]",
+            RunOptions::new().context("c2"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("[False, False, False, False]"), "{ex:?}");
+    // A real first use still reaches the contexts made after it, and one
+    // whose note is a FIFO neither blocks nor fails.
+    for context in ["c1", "c2"] {
+        let ex = k
+            .run_with("len(pd.DataFrame())", RunOptions::new().context(context))
+            .await
+            .unwrap();
+        assert_eq!(ex.text(), Some("0"), "{ex:?}");
+    }
+    k.create_context("c3").await.unwrap();
+    let ex = k
+        .run_with(
+            "import sys\n'pandas' in sys.modules",
+            RunOptions::new().context("c3"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.text(), Some("True"), "{ex:?}");
+    let id = k.session().describe().container_id.unwrap();
+    k.close().await.unwrap();
+    common::wait_gone(&id).await;
+}

@@ -8,6 +8,7 @@ and the modules to import as its arguments, and
 speaks JSON lines with it:
 
   relay -> fork server  {"argv": [ipykernel arguments], "cwd", "env": {...}, "stderr": path}
+                        {"import": [modules]}   (bound modules a context used; no answer)
   fork server -> relay  {"pid": N}        (the kernel, now the relay's child)
                         {"error": "..."}
 
@@ -34,6 +35,7 @@ def prctl(option, value):
 
 
 def preload(modules):
+    import contextlib
     import importlib
     import warnings
 
@@ -48,11 +50,14 @@ def preload(modules):
     if hidden:
         sys.modules["debugpy"] = None
     try:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except BaseException:
-                pass
+        # This process's stdout is its answers to the relay: what a module
+        # prints as it is imported goes to stderr (nowhere).
+        with contextlib.redirect_stdout(sys.stderr):
+            for name in modules:
+                try:
+                    importlib.import_module(name)
+                except BaseException:
+                    pass
     finally:
         if hidden and sys.modules.get("debugpy", 0) is None:
             del sys.modules["debugpy"]
@@ -135,7 +140,13 @@ def main():
     inp = os.fdopen(0, "rb", buffering=0)
     for line in iter(inp.readline, b""):
         try:
-            reply = spawn(json.loads(line))
+            req = json.loads(line)
+            if "import" in req:
+                # Modules a context's code used: later kernels start with
+                # them. Not answered (the relay pairs answers with forks).
+                preload([str(m) for m in req["import"]])
+                continue
+            reply = spawn(req)
         except Exception as e:
             reply = {"error": "%s: %s" % (type(e).__name__, e)}
         os.write(1, (json.dumps(reply) + "\n").encode())

@@ -33,6 +33,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -138,10 +139,12 @@ def matplotlib_lines(formats):
 # Binds names to modules imported the first time the code uses them
 # (`modules`: {name: module}): a module object standing in for the real one
 # until an attribute is asked of it, then replaced by it wherever the
-# context's namespace held it.
+# context's namespace held it. Each first use is noted in the context's
+# `first-use` file, so the fork server can import the module for the
+# contexts forked after it.
 DEFERRED_MODULES = """\
-def _dh_defer(modules):
-    import importlib, types
+def _dh_defer(modules, noted):
+    import importlib, os, types
     ns = get_ipython().user_ns
 
     class DeferredModule(types.ModuleType):
@@ -159,19 +162,50 @@ def _dh_defer(modules):
         for name, value in list(ns.items()):
             if value is stand_in:
                 ns[name] = real
+        try:
+            fd = os.open(noted, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, (stand_in.__name__ + "\\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
         return real
 
     for name, module in modules.items():
         ns.setdefault(name, DeferredModule(module))
-_dh_defer(%r)
+_dh_defer(%r, %r)
 del _dh_defer"""
+FIRST_USE_LIMIT = 4096
 
 
-def deferred_lines(modules):
+def checked_modules(modules):
+    """{name: module} with only Python identifiers (dotted for a module)."""
+    return {str(k): str(v) for k, v in (modules or {}).items()
+            if str(k).isidentifier() and all(p.isidentifier() for p in str(v).split("."))}
+
+
+def deferred_lines(modules, noted):
     """The startup line binding `modules` ({name: module}), or none."""
-    modules = {str(k): str(v) for k, v in (modules or {}).items()
-               if str(k).isidentifier() and all(p.isidentifier() for p in str(v).split("."))}
-    return [DEFERRED_MODULES % (modules,)] if modules else []
+    return [DEFERRED_MODULES % (modules, noted)] if modules else []
+
+
+def first_uses(path):
+    """The modules a context's kernel noted as used (its code can write
+    anything there: read as a regular file only, at most a few KiB)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return set()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return set()
+        data = os.read(fd, FIRST_USE_LIMIT)
+    except OSError:
+        return set()
+    finally:
+        os.close(fd)
+    return set(data.decode("utf-8", "replace").split())
 
 
 def imports_matplotlib(modules):
@@ -240,6 +274,8 @@ class Zygote:
         self.buf = b""
         # Contexts waiting for their kernel, in the order asked.
         self.waiting = []
+        # Modules it was asked to import after it started.
+        self.imported = set()
 
     def alive(self):
         return self.proc.poll() is None
@@ -253,6 +289,19 @@ class Zygote:
             return False
         self.waiting.append(context)
         return True
+
+    def share(self, modules):
+        """Has the fork server import `modules` (not answered), so kernels
+        forked after it start with them imported."""
+        modules = sorted(set(modules) - self.imported)
+        if not modules:
+            return
+        try:
+            self.proc.stdin.write((json.dumps({"import": modules}) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            return
+        self.imported.update(modules)
 
     def answers(self):
         """(context, pid or None) for each answer waiting on its pipe, and
@@ -355,6 +404,9 @@ class Context:
         os.makedirs(self.dir, mode=0o700)
         self.key = secrets.token_hex(32)
         self.language = req.get("language") or "python"
+        # The modules bound in it, and where its kernel notes their first use.
+        self.bound = set()
+        self.first_use = None
         if self.language == "python":
             conn = dict(transport="ipc", ip=os.path.join(self.dir, "k"))
             ports = PORTS
@@ -383,7 +435,9 @@ class Context:
             formats = req.get("formats") or ["png"]
             startup = list(req.get("startup") or [])
             # Names bound first, so the startup's own code can use them.
-            lines = deferred_lines(req.get("modules"))
+            self.bound = set(checked_modules(req.get("modules")).values())
+            self.first_use = os.path.join(self.dir, "first-use")
+            lines = deferred_lines(checked_modules(req.get("modules")), self.first_use)
             if imports_matplotlib(startup_imports(startup)):
                 lines += matplotlib_lines(formats)
             lines += startup
@@ -686,8 +740,20 @@ class Relay:
         if ended:
             self.drop_zygote()
 
+    def share_first_uses(self):
+        """Bound modules some context's code has used are imported by the
+        fork server, once: the contexts forked after that start with them."""
+        if self.zygote is None or not self.zygote.alive():
+            return
+        used = set()
+        for context in self.contexts.values():
+            if context.bound:
+                used |= first_uses(context.first_use) & context.bound
+        self.zygote.share(used)
+
     def start(self, req):
         name = req["ctx"]
+        self.share_first_uses()
         if name in self.contexts:
             self.stop(name, quiet=True)
         try:
@@ -812,6 +878,7 @@ class Relay:
             if time.monotonic() - last_reap > 2:
                 last_reap = time.monotonic()
                 self.reap_strays()
+                self.share_first_uses()
 
 
 def main():

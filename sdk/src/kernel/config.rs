@@ -215,7 +215,9 @@ impl KernelConfig {
     /// the first time the code uses the name (an attribute, a call, `dir`):
     /// a kernel whose code never uses it never pays for its import. The
     /// name is then the module itself (`import module` elsewhere gets the
-    /// same one). Names and modules are Python identifiers (dotted for a
+    /// same one). Once some context's code has used it, the fork server
+    /// imports it too, so contexts created after that start with it
+    /// imported. Names and modules are Python identifiers (dotted for a
     /// module); others fail the kernel's start with
     /// [`KernelError::BadModuleBinding`].
     ///
