@@ -15,6 +15,7 @@ mod sim;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dockhand::error::ForbiddenBy;
 use dockhand::{Client, ClusterError, Error, ImageSpec, Sandbox, Secret, Type};
 use serde_json::json;
 use sim::fake_api::{self, Outcome, Script, Shared};
@@ -152,7 +153,9 @@ async fn simulated_403_on_pod_create_is_a_typed_forbidden_naming_the_rbac_rule()
             resource,
             namespace,
             message,
+            by,
         }) => {
+            assert_eq!(*by, ForbiddenBy::Rbac);
             assert_eq!(
                 (*verb, *resource, namespace.as_str()),
                 ("create", "pods", "sim")
@@ -587,4 +590,33 @@ async fn simulated_dockhand_backend_env_picks_the_cluster_from_the_kubeconfig() 
             .any(|r| r.starts_with("POST /api/v1/namespaces/from-env/pods")),
         "{requests:#?}"
     );
+}
+
+/// A 403 that is not RBAC's (here a ResourceQuota's, as the API server
+/// words it) says what refused it, with its own hint and not the Role's.
+/// Simulated: the fake API server answers the pod's create with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_quota_refusal_is_told_apart_from_rbac() {
+    let mut script = Script::exits(0, "", counting());
+    script.refuse = Some(("POST", "pods", 403));
+    script.refuse_message = Some(
+        "pods \"dockhand-x\" is forbidden: exceeded quota: compute-resources, requested: limits.cpu=1, used: limits.cpu=4, limited: limits.cpu=4",
+    );
+    let (client, fake) = with_script(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = client
+        .run(&count_lines(), [("text", text_file(&dir, "x\n"))])
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Cluster(ClusterError::Forbidden { by, message, .. }) => {
+            assert_eq!(*by, ForbiddenBy::Quota);
+            assert!(message.contains("exceeded quota"), "{message}");
+        }
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+    let shown = err.to_string();
+    assert!(shown.contains("ResourceQuota"), "{shown}");
+    assert!(!shown.contains("RBAC"), "{shown}");
+    assert_no_pods_left(&fake).await;
 }

@@ -1,6 +1,6 @@
 //! What the API server answered, as dockhand's typed errors.
 
-use crate::error::{ClusterError, Error};
+use crate::error::{ClusterError, Error, ForbiddenBy};
 
 /// One API call, named for the error it may become.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +63,7 @@ impl<'a> Call<'a> {
                 verb: self.verb,
                 resource: self.resource,
                 namespace,
+                by: ForbiddenBy::of(&message),
                 message,
             },
             404 => ClusterError::NotFound {

@@ -22,8 +22,10 @@ pub enum ClusterError {
         hint: String,
     },
 
-    /// 403: the account dockhand uses may not do this.
-    #[error("the cluster forbids {verb} on {resource} in namespace `{namespace}`: {message}\nhint: bind the Role in docs/scale-out.md (\"RBAC\") to the account dockhand uses")]
+    /// 403: the cluster refused the request; `by` says what refused it
+    /// (RBAC, a quota, a LimitRange, Pod Security, a webhook), each with
+    /// its own hint.
+    #[error("the cluster forbids {verb} on {resource} in namespace `{namespace}`: {message}\nhint: {}", by.hint())]
     Forbidden {
         /// `create`, `get`, `watch`, `delete`, ...
         verb: &'static str,
@@ -33,6 +35,8 @@ pub enum ClusterError {
         namespace: String,
         /// The API server's message.
         message: String,
+        /// What refused it, read off the message.
+        by: ForbiddenBy,
     },
 
     /// 404 on something dockhand did not just make: most often the namespace.
@@ -114,4 +118,68 @@ pub enum ClusterError {
         /// The cluster's message.
         message: String,
     },
+}
+
+/// What made the API server answer 403, read off its message: the fix
+/// differs (a Role, a quota, the pod's requests, the namespace's Pod
+/// Security level, a policy engine's rule).
+///
+/// ```
+/// use dockhand::error::ForbiddenBy;
+/// let by = ForbiddenBy::of(r#"pods "x" is forbidden: exceeded quota: compute, requested: limits.cpu=2"#);
+/// assert_eq!(by, ForbiddenBy::Quota);
+/// assert!(by.hint().contains("ResourceQuota"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForbiddenBy {
+    /// RBAC: the account may not use this verb on this resource.
+    Rbac,
+    /// A ResourceQuota is used up, or wants requests or limits the pod lacks.
+    Quota,
+    /// A LimitRange refuses the pod's requests or limits.
+    LimitRange,
+    /// Pod Security admission (or a PodSecurityPolicy) refuses the pod.
+    PodSecurity,
+    /// An admission webhook (a policy engine) denied the request.
+    Webhook,
+    /// The namespace is being deleted.
+    NamespaceTerminating,
+    /// None of the above.
+    Other,
+}
+
+impl ForbiddenBy {
+    /// Reads the API server's message of a 403.
+    pub fn of(message: &str) -> ForbiddenBy {
+        let has = |needle: &str| message.contains(needle);
+        if has("exceeded quota") || has("failed quota") {
+            ForbiddenBy::Quota
+        } else if has("usage per Container") || has("usage per Pod") || has("ratio per Container") {
+            ForbiddenBy::LimitRange
+        } else if has("violates PodSecurity") || has("pod security policy") {
+            ForbiddenBy::PodSecurity
+        } else if has("admission webhook") {
+            ForbiddenBy::Webhook
+        } else if has("is being terminated") {
+            ForbiddenBy::NamespaceTerminating
+        } else if has("cannot ") && has(" resource \"") {
+            ForbiddenBy::Rbac
+        } else {
+            ForbiddenBy::Other
+        }
+    }
+
+    /// What to do about it.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            ForbiddenBy::Rbac => "bind the Role in docs/scale-out.md (\"RBAC\") to the account dockhand uses",
+            ForbiddenBy::Quota => "the namespace's ResourceQuota is used up, or asks for requests or limits the pod lacks: wait for sandboxes to end, raise the quota, or ask for fewer cpus or less memory (`kubectl describe resourcequota`)",
+            ForbiddenBy::LimitRange => "a LimitRange in the namespace refuses the pod's requests or limits: set cpus and memory within it (`kubectl describe limitrange`)",
+            ForbiddenBy::PodSecurity => "the namespace's Pod Security level refuses the pod for the reasons the message lists: label the namespace with a level that allows them (pod-security.kubernetes.io/enforce), or drop the setting that needs them",
+            ForbiddenBy::Webhook => "an admission webhook (a policy engine such as Kyverno or Gatekeeper) denied it for the rule the message names: ask for an exception for dockhand's objects (labelled dev.dockhand.*)",
+            ForbiddenBy::NamespaceTerminating => "the namespace is being deleted: name another with KubeConfig::namespace",
+            ForbiddenBy::Other => "the message above says why the API server refused it",
+        }
+    }
 }

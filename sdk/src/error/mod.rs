@@ -12,7 +12,7 @@ mod describe;
 mod helpers;
 #[cfg(test)]
 mod tests;
-pub use cluster::ClusterError;
+pub use cluster::{ClusterError, ForbiddenBy};
 pub(crate) use describe::offline_hint;
 use describe::{
     describe_exit, describe_index, hint_suffix, list_names, signal_name, stderr_suffix, suggest,

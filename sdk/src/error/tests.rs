@@ -59,3 +59,60 @@ fn a_cause_in_the_message_is_not_also_the_source() {
     // The cause is still in the message.
     assert!(wrapping_errors()[0].to_string().contains("disk on fire"));
 }
+
+/// 403 messages as Kubernetes words them, each told apart with its own hint.
+#[test]
+fn forbidden_refusals_are_told_apart_by_their_message() {
+    use super::ForbiddenBy;
+    let cases = [
+        (
+            r#"pods is forbidden: User "system:serviceaccount:sim:dockhand" cannot create resource "pods" in API group "" in the namespace "sim""#,
+            ForbiddenBy::Rbac,
+        ),
+        (
+            r#"pods "dockhand-1" is forbidden: exceeded quota: compute-resources, requested: limits.cpu=1, used: limits.cpu=4, limited: limits.cpu=4"#,
+            ForbiddenBy::Quota,
+        ),
+        (
+            r#"pods "dockhand-1" is forbidden: failed quota: compute-resources: must specify limits.memory"#,
+            ForbiddenBy::Quota,
+        ),
+        (
+            r#"pods "dockhand-1" is forbidden: [maximum cpu usage per Container is 500m, but limit is 1, maximum memory usage per Pod is 256Mi]"#,
+            ForbiddenBy::LimitRange,
+        ),
+        (
+            r#"pods "dockhand-1" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true (pod or container "run" must set securityContext.runAsNonRoot=true)"#,
+            ForbiddenBy::PodSecurity,
+        ),
+        (
+            r#"admission webhook "validate.kyverno.svc-fail" denied the request: resource Pod/sim/dockhand-1 was blocked due to the following policies"#,
+            ForbiddenBy::Webhook,
+        ),
+        (
+            r#"pods "dockhand-1" is forbidden: unable to create new content in namespace sim because it is being terminated"#,
+            ForbiddenBy::NamespaceTerminating,
+        ),
+        ("forbidden", ForbiddenBy::Other),
+    ];
+    let mut hints = std::collections::HashSet::new();
+    let mut kinds = std::collections::HashSet::new();
+    for (message, want) in cases {
+        let by = ForbiddenBy::of(message);
+        assert_eq!(by, want, "{message}");
+        hints.insert(by.hint());
+        kinds.insert(format!("{by:?}"));
+        let shown = super::ClusterError::Forbidden {
+            verb: "create",
+            resource: "pods",
+            namespace: "sim".into(),
+            message: message.into(),
+            by,
+        }
+        .to_string();
+        assert!(shown.contains(by.hint()), "{shown}");
+        assert_eq!(shown.contains("RBAC"), by == ForbiddenBy::Rbac, "{shown}");
+    }
+    // Each kind has a hint of its own.
+    assert_eq!(hints.len(), kinds.len());
+}

@@ -66,6 +66,9 @@ pub struct Script {
     /// `(method, last path segment, status)`: answered with that status and
     /// the API server's `Status` body instead.
     pub refuse: Option<(&'static str, &'static str, u16)>,
+    /// The refusal's message, where it is not RBAC's (a quota's, a
+    /// webhook's, as the API server words them).
+    pub refuse_message: Option<&'static str>,
     /// The first watch ends at once with a 410 `Expired` ERROR event.
     pub expire_first_watch: bool,
     /// The node cannot pull the pod's image.
@@ -85,6 +88,7 @@ impl Script {
     pub fn exits(code: i32, log: &str, produce: Produce) -> Script {
         Script {
             refuse: None,
+            refuse_message: None,
             expire_first_watch: false,
             image_pull_fails: false,
             on_docker: false,
@@ -393,6 +397,10 @@ async fn gate(State(fake): State<Shared>, request: Request, next: Next) -> Respo
         if m == method && path.rsplit('/').next() == Some(resource) {
             let ns = &fake.namespace;
             let (reason, message) = match code {
+                403 if fake.script.refuse_message.is_some() => (
+                    "Forbidden",
+                    fake.script.refuse_message.unwrap_or_default().to_string(),
+                ),
                 403 => ("Forbidden", format!("{resource} is forbidden: User \"system:serviceaccount:{ns}:dockhand\" cannot {} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"", verb(&method))),
                 404 => ("NotFound", format!("namespaces \"{ns}\" not found")),
                 409 => ("AlreadyExists", format!("{resource} already exists")),
