@@ -620,3 +620,53 @@ async fn simulated_quota_refusal_is_told_apart_from_rbac() {
     assert!(!shown.contains("RBAC"), "{shown}");
     assert_no_pods_left(&fake).await;
 }
+
+/// With `.retries(2)`, a pod the cluster evicts is run again in a new pod:
+/// three attempts, each an eviction, then `RetriesExhausted`, no pod left.
+/// A refusal is not retried. Simulated: the fake kubelet evicts every pod.
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_evictions_are_retried_and_refusals_are_not() {
+    let job = Sandbox::command("count", "sh")
+        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
+        .input("text", Type::File)
+        .output("lines", Type::Int)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .cache(dockhand::CacheMode::Disable)
+        .retries(2)
+        .build()
+        .unwrap();
+    let (err, fake) = failing_run(Script::ending(Outcome::Evicted), &job).await;
+    match &err {
+        Error::RetriesExhausted { attempts, last } => {
+            assert_eq!(attempts.len(), 3, "{attempts:?}");
+            assert!(
+                matches!(**last, Error::Cluster(ClusterError::Evicted { .. })),
+                "{last:?}"
+            );
+        }
+        other => panic!("expected RetriesExhausted, got {other:?}"),
+    }
+    let creates = fake.record(|r| {
+        r.requests
+            .iter()
+            .filter(|q| {
+                q.starts_with("POST ") && q.split('?').next().is_some_and(|p| p.ends_with("/pods"))
+            })
+            .count()
+    });
+    assert_eq!(creates, 3, "one pod per attempt");
+
+    let mut script = Script::exits(0, "", counting());
+    script.refuse = Some(("POST", "pods", 403));
+    let (err, _) = failing_run(script, &job).await;
+    match &err {
+        Error::RetriesExhausted { attempts, last } => {
+            assert_eq!(attempts.len(), 1, "a refusal is not retried: {attempts:?}");
+            assert!(
+                matches!(**last, Error::Cluster(ClusterError::Forbidden { .. })),
+                "{last:?}"
+            );
+        }
+        other => panic!("expected RetriesExhausted, got {other:?}"),
+    }
+}

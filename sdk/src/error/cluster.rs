@@ -120,6 +120,23 @@ pub enum ClusterError {
     },
 }
 
+impl ClusterError {
+    /// Whether the same request or run may succeed later: the cluster
+    /// lost the pod (evicted, its node gone), or the API server did not
+    /// answer or said to come back (429, 500, 502, 503, 504).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClusterError::Evicted { .. }
+            | ClusterError::NodeLost { .. }
+            | ClusterError::Unreachable { .. } => true,
+            ClusterError::Api { status, .. } => {
+                matches!(status, Some(429 | 500 | 502 | 503 | 504))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// What made the API server answer 403, read off its message: the fix
 /// differs (a Role, a quota, the pod's requests, the namespace's Pod
 /// Security level, a policy engine's rule).

@@ -20,8 +20,15 @@ impl Error {
     }
 
     /// Whether running the same thing again could succeed (used by retries):
-    /// input validation and image build errors are not retried.
+    /// input validation and image build errors are not retried. On a
+    /// cluster: an evicted pod, a lost node, an API server that stopped
+    /// answering, and its answers that say "later" (429, 500, 502, 503,
+    /// 504) are; refusals (403, 404, 409) and images nodes cannot pull are
+    /// not.
     pub fn is_retryable(&self) -> bool {
+        if let Error::Cluster(cluster) = self {
+            return cluster.is_transient();
+        }
         matches!(
             self,
             Error::NonZeroExit { .. }

@@ -116,3 +116,44 @@ fn forbidden_refusals_are_told_apart_by_their_message() {
     // Each kind has a hint of its own.
     assert_eq!(hints.len(), kinds.len());
 }
+
+/// A retry may cure what the cluster did to a pod and an API server that
+/// said "later"; not a refusal, nor an image the nodes cannot pull.
+#[test]
+fn cluster_errors_retried_are_the_transient_ones() {
+    use super::ClusterError;
+    let api = |status| ClusterError::Api {
+        operation: "create",
+        status,
+        reason: "r".into(),
+        message: "m".into(),
+    };
+    let retried = |e: ClusterError| Error::from(e).is_retryable();
+    for status in [429, 500, 502, 503, 504] {
+        assert!(retried(api(Some(status))), "{status}");
+    }
+    for status in [Some(400), Some(422), None] {
+        assert!(!retried(api(status)), "{status:?}");
+    }
+    assert!(retried(ClusterError::Evicted {
+        pod: "p".into(),
+        message: "m".into()
+    }));
+    assert!(retried(ClusterError::NodeLost {
+        pod: "p".into(),
+        message: "m".into()
+    }));
+    assert!(!retried(ClusterError::ImagePull {
+        pod: "p".into(),
+        image: "i".into(),
+        reason: "ErrImagePull".into(),
+        message: "m".into()
+    }));
+    assert!(!retried(ClusterError::Forbidden {
+        verb: "create",
+        resource: "pods",
+        namespace: "n".into(),
+        message: "m".into(),
+        by: super::ForbiddenBy::Quota,
+    }));
+}
