@@ -339,25 +339,23 @@ async fn bound_modules_are_imported_when_the_code_first_uses_them() {
     // has since imported what earlier contexts used (pandas, numpy), and
     // only that.
     k.create_context("other").await.unwrap();
-    let ex = k
-        .run_with(
-            "import sys\n[m in sys.modules for m in ('pandas', 'numpy', 'matplotlib')], type(pd).__name__",
-            RunOptions::new().context("other"),
-        )
-        .await
-        .unwrap();
+    let ex = common::run_in(
+        &k,
+        "import sys\n[m in sys.modules for m in ('pandas', 'numpy', 'matplotlib')], type(pd).__name__",
+        "other",
+    )
+    .await;
     assert_eq!(
         ex.text(),
         Some("([True, True, False], 'DeferredModule')"),
         "{ex:?}"
     );
-    let ex = k
-        .run_with(
-            "import time\nt = time.perf_counter()\nlen(pd.DataFrame({'a': [1, 2]}))\nround(time.perf_counter() - t, 3)",
-            RunOptions::new().context("other"),
-        )
-        .await
-        .unwrap();
+    let ex = common::run_in(
+        &k,
+        "import time\nt = time.perf_counter()\nlen(pd.DataFrame({'a': [1, 2]}))\nround(time.perf_counter() - t, 3)",
+        "other",
+    )
+    .await;
     let took: f64 = ex.text().and_then(|t| t.parse().ok()).expect("seconds");
     assert!(
         took < 0.2,

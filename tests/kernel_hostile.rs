@@ -463,31 +463,21 @@ len(others) >= 1
     assert_eq!(ex.text(), Some("True"), "{ex:?}");
     // The next context starts, without any module the notes named.
     k.create_context("c2").await.unwrap();
-    let ex = k
-        .run_with(
-            "import sys\n[m in sys.modules for m in ('this', 'antigravity', 'sqlite3', 'pandas')]",
-            RunOptions::new().context("c2"),
-        )
-        .await
-        .unwrap();
+    let ex = common::run_in(
+        &k,
+        "import sys\n[m in sys.modules for m in ('this', 'antigravity', 'sqlite3', 'pandas')]",
+        "c2",
+    )
+    .await;
     assert_eq!(ex.text(), Some("[False, False, False, False]"), "{ex:?}");
     // A real first use still reaches the contexts made after it, and one
     // whose note is a FIFO neither blocks nor fails.
     for context in ["c1", "c2"] {
-        let ex = k
-            .run_with("len(pd.DataFrame())", RunOptions::new().context(context))
-            .await
-            .unwrap();
+        let ex = common::run_in(&k, "len(pd.DataFrame())", context).await;
         assert_eq!(ex.text(), Some("0"), "{ex:?}");
     }
     k.create_context("c3").await.unwrap();
-    let ex = k
-        .run_with(
-            "import sys\n'pandas' in sys.modules",
-            RunOptions::new().context("c3"),
-        )
-        .await
-        .unwrap();
+    let ex = common::run_in(&k, "import sys\n'pandas' in sys.modules", "c3").await;
     assert_eq!(ex.text(), Some("True"), "{ex:?}");
     let id = k.session().describe().container_id.unwrap();
     k.close().await.unwrap();

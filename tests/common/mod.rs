@@ -231,6 +231,18 @@ pub fn kernel_config() -> dockhand::kernel::KernelConfig {
     c.image(image)
 }
 
+/// `code` run in `context` of `k`, which must answer (an error the code
+/// raises is in the execution).
+pub async fn run_in(
+    k: &dockhand::kernel::Kernel,
+    code: &str,
+    context: &str,
+) -> dockhand::kernel::Execution {
+    k.run_with(code, dockhand::kernel::RunOptions::new().context(context))
+        .await
+        .expect("the kernel answers")
+}
+
 /// A started kernel.
 pub async fn kernel(config: dockhand::kernel::KernelConfig) -> dockhand::kernel::Kernel {
     let k = client().await.kernel(config);

@@ -435,9 +435,10 @@ class Context:
             formats = req.get("formats") or ["png"]
             startup = list(req.get("startup") or [])
             # Names bound first, so the startup's own code can use them.
-            self.bound = set(checked_modules(req.get("modules")).values())
+            modules = checked_modules(req.get("modules"))
+            self.bound = set(modules.values())
             self.first_use = os.path.join(self.dir, "first-use")
-            lines = deferred_lines(checked_modules(req.get("modules")), self.first_use)
+            lines = deferred_lines(modules, self.first_use)
             if imports_matplotlib(startup_imports(startup)):
                 lines += matplotlib_lines(formats)
             lines += startup
@@ -747,8 +748,10 @@ class Relay:
             return
         used = set()
         for context in self.contexts.values():
-            if context.bound:
-                used |= first_uses(context.first_use) & context.bound
+            # A context whose modules are all imported there has nothing to add.
+            unshared = context.bound - self.zygote.imported
+            if unshared:
+                used |= first_uses(context.first_use) & unshared
         self.zygote.share(used)
 
     def start(self, req):

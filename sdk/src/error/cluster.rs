@@ -147,7 +147,7 @@ impl ClusterError {
 /// assert_eq!(by, ForbiddenBy::Quota);
 /// assert!(by.hint().contains("ResourceQuota"));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ForbiddenBy {
     /// RBAC: the account may not use this verb on this resource.

@@ -101,7 +101,7 @@ fn forbidden_refusals_are_told_apart_by_their_message() {
         let by = ForbiddenBy::of(message);
         assert_eq!(by, want, "{message}");
         hints.insert(by.hint());
-        kinds.insert(format!("{by:?}"));
+        kinds.insert(by);
         let shown = super::ClusterError::Forbidden {
             verb: "create",
             resource: "pods",
