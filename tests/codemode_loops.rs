@@ -136,3 +136,47 @@ async fn a_list_that_grows_while_it_is_iterated() {
     assert_eq!(value(&host, "1 + 1").await, json!(2));
     host.close().await.expect("close");
 }
+
+/// Each strict rule on or off by itself, on the real host; and code the
+/// strict rules took for a way out and is not (a format spec with `_`, a
+/// special method a decorator puts into a class) runs.
+#[tokio::test]
+async fn strict_rules_apply_one_by_one_and_false_positives_run() {
+    use dockhand::codemode::{StrictRule, StrictRules};
+    let rules = StrictRules::ALL
+        .without(StrictRule::Imports)
+        .without(StrictRule::LoopGuard);
+    let host = code_host(CodeHostConfig::default().policy(CodePolicy::Rules(rules))).await;
+    // Imports are Monty's own, loops unguarded: 20,000 iterations pass.
+    let code = "import os\nn = 0\nfor i in iter(range(20000)):\n    n += 1\nn";
+    assert_eq!(value(&host, code).await, json!(20000));
+    // The rest still hold.
+    let err = code_error(host.execute("eval('1')", json!({}), &Toolset::new()).await);
+    assert!(
+        matches!(&err, CodeError::Validation { rule, .. } if rule == "builtin"),
+        "{err:?}"
+    );
+    let err = code_error(
+        host.execute("x = (1).__class__", json!({}), &Toolset::new())
+            .await,
+    );
+    assert!(
+        matches!(&err, CodeError::Validation { rule, .. } if rule == "dunder"),
+        "{err:?}"
+    );
+    host.close().await.unwrap();
+
+    let strict = strict_host().await;
+    let code = "def with_init(cls):\n    def __init__(self, v):\n        self.v = v\n    cls.__init__ = __init__\n    return cls\n\n@with_init\nclass Box:\n    pass\n\nBox(7).v";
+    assert_eq!(value(&strict, code).await, json!(7));
+    assert_eq!(value(&strict, "'{:_>6}'.format(42)").await, json!("____42"));
+    // CPython's own answer for this spec is an error; the rule lets it reach Monty.
+    let outcome = strict
+        .execute("'{:._}'.format(True)", json!({}), &Toolset::new())
+        .await;
+    assert!(
+        !matches!(&outcome, Err(dockhand::Error::Code(f)) if matches!(f.error, CodeError::Validation { .. })),
+        "{outcome:?}"
+    );
+    strict.close().await.unwrap();
+}

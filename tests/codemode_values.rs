@@ -8,7 +8,9 @@ mod common;
 use std::process::Command;
 
 use common::{code_error, code_host};
-use dockhand::codemode::{CodeError, CodeHost, CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::codemode::{
+    BigInt, CodeError, CodeHost, CodeHostConfig, CodeValue, ParamType, Tool, Toolset,
+};
 use dockhand::{Error, Sandbox, Type};
 use serde_json::{json, Value};
 
@@ -133,6 +135,51 @@ async fn plain_values_keep_big_ints_exact() {
         json!([{"$int": "1180591620717411303425"}, "tuple"])
     );
     host.close().await.unwrap();
+}
+
+/// Big ints and class instances reach Rust with their types: a `BigInt`,
+/// and with exact values an instance with its class's name.
+#[tokio::test]
+async fn big_ints_and_instances_are_typed_on_the_rust_side() {
+    let code = "from dataclasses import dataclass\n\n@dataclass\nclass Point:\n    x: int\n    y: int\n\nPoint(1, 2 ** 70)";
+    let tools = Toolset::new();
+    let big: BigInt = "1180591620717411303424".parse().unwrap();
+    let exact = code_host(CodeHostConfig::new().exact_values(true)).await;
+    let done = exact.execute(code, json!({}), &tools).await.unwrap();
+    assert_eq!(
+        done.value,
+        json!({"$instance": {"class": "Point", "attrs": {"x": 1, "y": {"$int": "1180591620717411303424"}}}})
+    );
+    let CodeValue::Instance { class, attrs } = done.typed_value() else {
+        panic!("{:?}", done.typed_value());
+    };
+    assert_eq!(class, "Point");
+    assert_eq!(attrs["x"], CodeValue::Int(1));
+    assert_eq!(attrs["y"], CodeValue::BigInt(big.clone()));
+    // Sent back in, an instance is the dict of its attributes.
+    let back = run(
+        &exact,
+        "[type(p).__name__, p['x']]",
+        json!({"p": done.value}),
+    )
+    .await;
+    assert_eq!(back, json!(["dict", 1]));
+    exact.close().await.unwrap();
+
+    let plain = code_host(CodeHostConfig::new()).await;
+    let done = plain.execute(code, json!({}), &tools).await.unwrap();
+    assert_eq!(
+        done.value,
+        json!({"x": 1, "y": {"$int": "1180591620717411303424"}})
+    );
+    assert_eq!(
+        done.typed_value(),
+        CodeValue::Dict(vec![
+            (CodeValue::Str("x".into()), CodeValue::Int(1)),
+            (CodeValue::Str("y".into()), CodeValue::BigInt(big)),
+        ])
+    );
+    plain.close().await.unwrap();
 }
 
 /// What code mode makes can leave it: a sandbox tool's file comes back as a

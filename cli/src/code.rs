@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use dockhand::codemode::{
-    CodeHost, CodeHostConfig, Decision, Execution, McpServer, SuspensionStore, Toolset,
+    CodeHost, CodeHostConfig, Decision, Execution, McpServer, SkillStore, SuspensionStore, Toolset,
 };
 use dockhand::{CacheMode, Sandbox, Type};
 
@@ -19,7 +19,7 @@ pub const SUSPENDED: u8 = 3;
 #[derive(Args, Debug)]
 pub struct CodeArgs {
     /// The program (the Python subset Monty runs); `-` reads stdin.
-    #[arg(required_unless_present = "resume")]
+    #[arg(required_unless_present_any = ["resume", "list_modules", "read_module"])]
     file: Option<PathBuf>,
     /// Inputs as one JSON object; each key becomes a variable.
     #[arg(long, default_value = "{}")]
@@ -38,6 +38,17 @@ pub struct CodeArgs {
     /// Type-check the program against the tools' stubs before it runs.
     #[arg(long)]
     type_check: bool,
+    /// Keep skills here: the program may save functions with
+    /// `save_skill(fn)` and import the ones kept with `from skills import ...`.
+    #[arg(long, value_name = "DIR", env = "DOCKHAND_SKILLS")]
+    skills: Option<PathBuf>,
+    /// Print the tool modules (`tools`, `tools.<server>`, `skills`) the
+    /// program may import, and exit.
+    #[arg(long, conflicts_with_all = ["file", "resume", "read_module"])]
+    list_modules: bool,
+    /// Print one module's functions (signatures and docstrings), and exit.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["file", "resume"])]
+    read_module: Option<String>,
     /// Go on with a program that stopped for approval (its id).
     #[arg(long, value_name = "ID", conflicts_with = "file")]
     resume: Option<String>,
@@ -71,9 +82,17 @@ pub fn python_tool() -> Result<Sandbox> {
         .build()?)
 }
 
-/// The python tool, the configured MCP servers' tools, and which need approval.
-pub async fn tools(mcp_config: Option<&PathBuf>, approval: &[String]) -> Result<Toolset> {
+/// The python tool, the configured MCP servers' tools, which need
+/// approval, and the skill store.
+pub async fn tools(
+    mcp_config: Option<&PathBuf>,
+    approval: &[String],
+    skills: Option<&PathBuf>,
+) -> Result<Toolset> {
     let mut tools = Toolset::new().sandbox(python_tool()?);
+    if let Some(dir) = skills {
+        tools = tools.skills(SkillStore::at(dir)?);
+    }
     if let Some(path) = mcp_config {
         for server in McpServer::from_config_file(path)? {
             for tool in server.connect().await? {
@@ -119,7 +138,12 @@ pub async fn run(args: CodeArgs, host: Option<String>, json: bool) -> Result<Exi
     if let Some(id) = &args.resume {
         let decision = decision(&args)?;
         let suspended = store.kept(id).await?;
-        let tools = tools(args.mcp_config.as_ref(), &args.require_approval).await?;
+        let tools = tools(
+            args.mcp_config.as_ref(),
+            &args.require_approval,
+            args.skills.as_ref(),
+        )
+        .await?;
         let client = crate::connect(host, json).await?;
         let code_host = client.code_host(config);
         let result = code_host.resume(&suspended, decision, &tools).await;
@@ -130,6 +154,15 @@ pub async fn run(args: CodeArgs, host: Option<String>, json: bool) -> Result<Exi
         }
         return finish(&code_host, &store, result, json).await;
     }
+    if args.list_modules || args.read_module.is_some() {
+        let tools = tools(
+            args.mcp_config.as_ref(),
+            &args.require_approval,
+            args.skills.as_ref(),
+        )
+        .await?;
+        return print_modules(&tools, args.read_module.as_deref(), json);
+    }
     let file = args.file.clone().unwrap_or_default();
     let source = if file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading code from stdin")?
@@ -139,12 +172,42 @@ pub async fn run(args: CodeArgs, host: Option<String>, json: bool) -> Result<Exi
     let inputs: serde_json::Value =
         serde_json::from_str(&args.inputs).context("--inputs is not a JSON object")?;
     anyhow::ensure!(inputs.is_object(), "--inputs must be a JSON object");
-    let tools = tools(args.mcp_config.as_ref(), &args.require_approval).await?;
+    let tools = tools(
+        args.mcp_config.as_ref(),
+        &args.require_approval,
+        args.skills.as_ref(),
+    )
+    .await?;
     let client = crate::connect(host, json).await?;
     let code_host = client.code_host(config);
     code_host.start().await?;
     let result = code_host.execute(&source, inputs, &tools).await;
     finish(&code_host, &store, result, json).await
+}
+
+/// `--list-modules` and `--read-module PATH`.
+fn print_modules(tools: &Toolset, read: Option<&str>, json: bool) -> Result<ExitCode> {
+    if let Some(path) = read {
+        let source = tools.module_source(path).with_context(|| {
+            let paths: Vec<String> = tools.modules().into_iter().map(|m| m.path).collect();
+            format!(
+                "there is no module `{path}`; the modules are {}",
+                paths.join(", ")
+            )
+        })?;
+        if json {
+            println!("{}", serde_json::json!({"path": path, "source": source}));
+        } else {
+            print!("{source}");
+        }
+    } else if json {
+        println!("{}", serde_json::json!(tools.modules()));
+    } else {
+        for m in tools.modules() {
+            println!("{} ({}): {}", m.path, m.tools.join(", "), m.summary);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Closes the host and prints the outcome; a program that stopped for

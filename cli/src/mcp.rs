@@ -138,6 +138,13 @@ struct Execute {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct ReadModule {
+    /// The module, as list_modules names it (`tools`, `tools.time`, `skills`).
+    path: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Resume {
     /// The id `execute` returned in `suspended`.
     id: String,
@@ -556,6 +563,31 @@ impl Server {
                 Err(e) => tool_error(format!("{e:#}")),
             },
         )
+    }
+
+    #[tool(
+        description = "Lists the modules execute's code may import tools from (`tools`, `tools.<server>` for each configured MCP server, `skills` for functions earlier code saved with save_skill): each with its path, what it is for and the names in it. Read one with read_module, then import what you need: `from tools.time import get_current_time`.",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_modules(&self) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.owned.code_mode.list_modules().await {
+            Ok(listing) => CallToolResult::success(vec![text(listing)]),
+            Err(e) => tool_error(format!("{e:#}")),
+        })
+    }
+
+    #[tool(
+        description = "The functions of one module execute's code may import (see list_modules): their signatures and docstrings as Python text.",
+        annotations(read_only_hint = true)
+    )]
+    async fn read_module(
+        &self,
+        Parameters(args): Parameters<ReadModule>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.owned.code_mode.read_module(&args.path).await {
+            Ok(source) => CallToolResult::success(vec![Content::text(source)]),
+            Err(e) => tool_error(format!("{e:#}")),
+        })
     }
 
     #[tool(

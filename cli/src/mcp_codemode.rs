@@ -23,6 +23,10 @@ pub struct CodeModeArgs {
     /// `python` included): the code stops there until `resume`.
     #[arg(long = "require-approval", value_name = "TOOL")]
     require_approval: Vec<String>,
+    /// Keep skills here: `execute`'s code may save functions with
+    /// `save_skill(fn)`, and later code imports them (`from skills import ...`).
+    #[arg(long, value_name = "DIR", env = "DOCKHAND_SKILLS")]
+    skills: Option<PathBuf>,
 }
 
 /// The code host and tools of one MCP connection, made on first use.
@@ -48,13 +52,38 @@ impl CodeMode {
         self.host.get()
     }
 
-    async fn ready(&self, client: &Client) -> anyhow::Result<(&CodeHost, &Toolset)> {
-        let tools = self
-            .tools
+    async fn toolset(&self) -> anyhow::Result<&Toolset> {
+        self.tools
             .get_or_try_init(|| {
-                crate::code::tools(self.args.mcp_config.as_ref(), &self.args.require_approval)
+                crate::code::tools(
+                    self.args.mcp_config.as_ref(),
+                    &self.args.require_approval,
+                    self.args.skills.as_ref(),
+                )
             })
-            .await?;
+            .await
+    }
+
+    /// The modules `execute`'s code may import: a list of `path`,
+    /// `summary` and `tools`.
+    pub async fn list_modules(&self) -> anyhow::Result<Value> {
+        Ok(json!(self.toolset().await?.modules()))
+    }
+
+    /// One module's functions, signatures and docstrings, as Python text.
+    pub async fn read_module(&self, path: &str) -> anyhow::Result<String> {
+        let tools = self.toolset().await?;
+        tools.module_source(path).ok_or_else(|| {
+            let paths: Vec<String> = tools.modules().into_iter().map(|m| m.path).collect();
+            anyhow::anyhow!(
+                "there is no module `{path}`; the modules are {}",
+                paths.join(", ")
+            )
+        })
+    }
+
+    async fn ready(&self, client: &Client) -> anyhow::Result<(&CodeHost, &Toolset)> {
+        let tools = self.toolset().await?;
         let host = self
             .host
             .get_or_try_init(|| async {

@@ -1,6 +1,7 @@
-//! Approvals, suspensions by id and MCP servers from a config file, through
-//! `dockhand code` and `dockhand mcp`'s `execute` and `resume`, driven as
-//! users drive them (the command line; rmcp's client). The MCP server in the
+//! Approvals, suspensions by id, MCP servers from a config file, tool
+//! modules and skills, through `dockhand code` and `dockhand mcp`'s
+//! `execute`, `resume`, `list_modules` and `read_module`, driven as users
+//! drive them (the command line; rmcp's client). The MCP server in the
 //! config is the reference `mcp-server-time` from PyPI.
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,19 @@ fn mcp_config(dir: &Path) -> PathBuf {
     let path = dir.join("servers.json");
     std::fs::write(&path, config.to_string()).unwrap();
     path
+}
+
+/// `dockhand mcp` with the time server configured, and `variable` naming
+/// `dir/sub` (its suspensions' or skills' directory).
+async fn code_mode_server(dir: &Path, variable: &str, sub: &str) -> common::Client {
+    let config = mcp_config(dir);
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
+    command
+        .env(variable, dir.join(sub))
+        .arg("mcp")
+        .arg("--mcp-config")
+        .arg(&config);
+    common::mcp_client_of(command).await
 }
 
 fn json_of(output: &[u8]) -> Value {
@@ -170,14 +184,7 @@ fn dockhand_code_rejections_reach_the_code() {
 #[tokio::test]
 async fn the_mcp_server_executes_with_configured_servers_and_resumes_approved_calls() {
     let dir = tempfile::tempdir().unwrap();
-    let config = mcp_config(dir.path());
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dockhand"));
-    command
-        .env("DOCKHAND_SUSPENSION_DIR", dir.path().join("store"))
-        .arg("mcp")
-        .arg("--mcp-config")
-        .arg(&config);
-    let client = common::mcp_client_of(command).await;
+    let client = code_mode_server(dir.path(), "DOCKHAND_SUSPENSION_DIR", "store").await;
     let ran = call(
         &client,
         "execute",
@@ -220,5 +227,115 @@ async fn the_mcp_server_executes_with_configured_servers_and_resumes_approved_ca
         let done = call(&client, "resume", args).await;
         assert_eq!(body(&done)["value"], expected, "{done:?}");
     }
+    client.cancel().await.unwrap();
+}
+
+#[test]
+fn skills_one_dockhand_code_saves_are_imported_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = mcp_config(dir.path());
+    let skills = dir.path().join("skills");
+    let code = |program: &str| {
+        let path = dir.path().join("program.py");
+        std::fs::write(&path, program).unwrap();
+        let out = dockhand()
+            .env("DOCKHAND_SKILLS", &skills)
+            .args(["--json", "code"])
+            .arg(&path)
+            .arg("--mcp-config")
+            .arg(&config)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        json_of(&out)
+    };
+    let modules = |args: &[&str]| {
+        let out = dockhand()
+            .env("DOCKHAND_SKILLS", &skills)
+            .args(["--json", "code", "--mcp-config"])
+            .arg(&config)
+            .args(args)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        json_of(&out)
+    };
+    let listed = modules(&["--list-modules"]);
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["tools", "tools.time"], "{listed}");
+    let time = modules(&["--read-module", "tools.time"]);
+    assert!(
+        time["source"]
+            .as_str()
+            .unwrap()
+            .contains("def get_current_time(timezone: str)"),
+        "{time}"
+    );
+
+    let saved = code(
+        "async def utc_zone() -> str:\n    \"\"\"The zone the time server calls UTC.\"\"\"\n    \
+         now = await get_current_time(timezone='UTC')\n    return now['timezone']\n\
+         save_skill(utc_zone)",
+    );
+    assert_eq!(saved["value"], json!({"name": "utc_zone", "version": 1}));
+    // Another process imports it.
+    let used = code("from skills import utc_zone\nz = await utc_zone()\nz");
+    assert_eq!(used["value"], "UTC");
+    let listed = modules(&["--list-modules"]);
+    assert_eq!(listed[2]["path"], "skills", "{listed}");
+    assert_eq!(listed[2]["tools"], json!(["utc_zone"]));
+    let read = modules(&["--read-module", "skills"]);
+    assert!(
+        read["source"]
+            .as_str()
+            .unwrap()
+            .contains("The zone the time server calls UTC."),
+        "{read}"
+    );
+    dockhand()
+        .args(["code", "--read-module", "tools.nothing"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "there is no module `tools.nothing`",
+        ));
+}
+
+#[tokio::test]
+async fn the_mcp_server_lists_and_reads_modules() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = code_mode_server(dir.path(), "DOCKHAND_SKILLS", "skills").await;
+    let listed = call(&client, "list_modules", json!({})).await;
+    assert!(!failed(&listed), "{listed:?}");
+    let paths: Vec<String> = body(&listed)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths, ["tools", "tools.time"]);
+    let read = call(&client, "read_module", json!({"path": "tools.time"})).await;
+    assert!(!failed(&read), "{read:?}");
+    let text = format!("{:?}", read.content);
+    assert!(text.contains("def convert_time("), "{text}");
+    let missing = call(&client, "read_module", json!({"path": "nope"})).await;
+    assert!(failed(&missing));
+    // What execute's code imports is what read_module described.
+    let ran = call(
+        &client,
+        "execute",
+        json!({"code": "from tools.time import get_current_time as now\nr = await now(timezone='UTC')\nr['timezone']"}),
+    )
+    .await;
+    assert_eq!(body(&ran)["value"], "UTC", "{ran:?}");
     client.cancel().await.unwrap();
 }

@@ -8,12 +8,15 @@
 //! ```
 //!
 //! `BENCH_CPUS=2` gives the code host's container two CPUs instead of one.
-//! `-- typecheck` measures only what type checking a 50-line snippet costs.
+//! `-- typecheck` measures only what type checking a 50-line snippet costs;
+//! `-- modules` only the prompt sizes of 100 tools listed in full, with
+//! search, and as a module tree, and what importing a module of 50 tools
+//! costs an execution.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dockhand::codemode::{CodeHostConfig, ParamType, Tool, Toolset};
+use dockhand::codemode::{CodeHostConfig, Listing, ParamType, Tool, Toolset};
 use dockhand::Client;
 use serde_json::{json, Map};
 
@@ -76,6 +79,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(1.0);
     if std::env::args().nth(1).as_deref() == Some("typecheck") {
         type_check_cost(&client, cpus, &tools).await?;
+        return Ok(());
+    }
+    if std::env::args().nth(1).as_deref() == Some("modules") {
+        module_figures(&client, cpus).await?;
         return Ok(());
     }
     // A code host on an image spec never built before: the spec's own steps
@@ -296,6 +303,97 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     host.close().await?;
     type_check_cost(&client, cpus, &tools).await?;
+    module_figures(&client, cpus).await?;
+    Ok(())
+}
+
+/// `count` tools like an API's: two parameters each, a one-line summary and
+/// a longer description, `per_module` to a module.
+fn api_tools(count: usize, per_module: usize) -> Toolset {
+    (0..count).fold(Toolset::new(), |tools, i| {
+        let module = format!("service{}", i / per_module);
+        tools.tool(
+            Tool::new(
+                format!("{module}_op{i}"),
+                format!(
+                    "Operation {i} of {module}. Looks up records by id and returns \
+                     the matching ones with their fields, newest first."
+                ),
+            )
+            .param("record_id", ParamType::Str, "the record's id")
+            .optional_param("limit", ParamType::Int, "how many to return")
+            .returns("list[dict]")
+            .in_module(module)
+            .handler(|a| async move { Ok(json!([{"id": a["record_id"]}])) }),
+        )
+    })
+}
+
+/// Prompt sizes for 100 tools three ways, and what importing a module of
+/// 50 tools costs an execution.
+async fn module_figures(client: &Client, cpus: f64) -> Result<(), Box<dyn std::error::Error>> {
+    let tools = api_tools(100, 10);
+    let full = tools.clone().listing(Listing::Full).prompt();
+    let search = tools.clone().listing(Listing::Search).prompt();
+    let modules = tools.clone().listing(Listing::Modules);
+    let tree = modules.prompt();
+    // Before its first call the model also reads one tool's description
+    // (search) or one module (the tree).
+    let one_tool = tools
+        .iter()
+        .next()
+        .map(|t| t.python_signature())
+        .unwrap_or_default();
+    let one_module = modules.module_source("tools.service0").unwrap_or_default();
+    println!("prompt for 100 tools (bytes; then with what is read before the first call):");
+    println!("{:<40} {:>7}", "flat listing, every signature", full.len());
+    println!(
+        "{:<40} {:>7}  {:>7} with describe_tool of one",
+        "names and summaries, search/describe",
+        search.len(),
+        search.len() + one_tool.len()
+    );
+    println!(
+        "{:<40} {:>7}  {:>7} with read_module of one (10 tools)",
+        "module tree",
+        tree.len(),
+        tree.len() + one_module.len()
+    );
+
+    let big = api_tools(50, 50);
+    let host = client.code_host(CodeHostConfig::new().cpus(cpus));
+    host.start().await?;
+    let times = |code: &'static str| {
+        let host = &host;
+        let big = &big;
+        async move {
+            for _ in 0..10 {
+                host.execute(code, Map::new(), big).await?;
+            }
+            let mut samples = Vec::with_capacity(60);
+            for _ in 0..60 {
+                let t = Instant::now();
+                host.execute(code, Map::new(), big).await?;
+                samples.push(t.elapsed());
+            }
+            Ok::<_, dockhand::Error>(samples)
+        }
+    };
+    let base = report("trivial execution, 50 tools offered", times("1 + 1").await?);
+    let imported = report(
+        "  importing their module of 50 tools",
+        times("import tools.service0\n1 + 1").await?,
+    );
+    let called = report(
+        "  importing one of them and calling it",
+        times("from tools.service0 import service0_op7\nservice0_op7('r1')").await?,
+    );
+    host.close().await?;
+    println!(
+        "importing a module of 50 tools costs {:.3} ms; importing one and calling it {:.3} ms",
+        (imported.as_secs_f64() - base.as_secs_f64()) * 1e3,
+        (called.as_secs_f64() - base.as_secs_f64()) * 1e3
+    );
     Ok(())
 }
 

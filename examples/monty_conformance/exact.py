@@ -51,7 +51,8 @@ def to_wire(v, depth=0):
             return {k: to_wire(x, depth + 1) for k, x in v.items()}
         return {"$dict": [[to_wire(k, depth + 1), to_wire(x, depth + 1)] for k, x in v.items()]}
     if CLASS_PROXY is not None and isinstance(v, CLASS_PROXY):
-        return to_wire(v.attributes, depth + 1)
+        attrs = {k: to_wire(x, depth + 1) for k, x in v.attributes.items()}
+        return {"$instance": {"class": v.name, "attrs": attrs}}
     if type(v).__name__ == "Decimal":
         return {"$decimal": str(v)}
     raise NotJson(type(v).__name__)

@@ -8,7 +8,7 @@ import os
 
 import pydantic_monty as pm
 
-# exact.py (prepended) reads Monty's class instances as their attributes.
+# exact.py (prepended) reads Monty's class instances as `$instance`.
 CLASS_PROXY = pm.MontyClassProxy
 
 PRINT_LIMIT = 16 * 1024

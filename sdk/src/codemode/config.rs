@@ -78,6 +78,9 @@ pub struct CodeHostConfig {
 /// | string literals | any size | up to 10,000 characters |
 /// | loops | Monty's time limit | also [`loop_limit`](CodeHostConfig::loop_limit) iterations per loop |
 ///
+/// [`CodePolicy::Rules`] turns each of the strict policy's rules on or off
+/// by itself.
+///
 /// A refused piece of code is a [`CodeError::Validation`](super::CodeError::Validation)
 /// naming the rule, its line and column; nothing of it has run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,14 +91,114 @@ pub enum CodePolicy {
     Default,
     /// Also the import, builtin, dunder and literal rules and the loop guard.
     Strict,
+    /// The strict rules chosen here, the others off.
+    ///
+    /// ```
+    /// use dockhand::codemode::{CodeHostConfig, CodePolicy, StrictRule, StrictRules};
+    /// let rules = StrictRules::ALL.without(StrictRule::Imports);
+    /// let config = CodeHostConfig::new().policy(CodePolicy::Rules(rules));
+    /// assert!(CodePolicy::Rules(rules).rules().contains(StrictRule::LoopGuard));
+    /// # let _ = config;
+    /// ```
+    Rules(StrictRules),
 }
 
 impl CodePolicy {
+    /// The strict rules this policy applies.
+    pub fn rules(self) -> StrictRules {
+        match self {
+            CodePolicy::Default => StrictRules::NONE,
+            CodePolicy::Strict => StrictRules::ALL,
+            CodePolicy::Rules(rules) => rules,
+        }
+    }
+
     fn wire_name(self) -> &'static str {
         match self {
             CodePolicy::Default => "default",
             CodePolicy::Strict => "strict",
+            CodePolicy::Rules(_) => "rules",
         }
+    }
+
+    fn wire_rules(self) -> Vec<&'static str> {
+        match self {
+            CodePolicy::Rules(rules) => StrictRule::ALL
+                .into_iter()
+                .filter(|r| rules.contains(*r))
+                .map(StrictRule::wire_name)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// One rule of the strict policy (see [`CodePolicy`]'s table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StrictRule {
+    /// Imports limited to the modules listed (and `tools`, `skills`).
+    Imports,
+    /// No dunder access that reaches the interpreter's internals.
+    Dunders,
+    /// No `eval`, `exec`, `compile`, `open`, `input` or `breakpoint`.
+    Builtins,
+    /// String and bytes literals up to 10,000 characters.
+    LiteralSize,
+    /// Every loop stops after [`CodeHostConfig::loop_limit`] iterations.
+    LoopGuard,
+}
+
+impl StrictRule {
+    /// Every rule.
+    pub const ALL: [StrictRule; 5] = [
+        StrictRule::Imports,
+        StrictRule::Dunders,
+        StrictRule::Builtins,
+        StrictRule::LiteralSize,
+        StrictRule::LoopGuard,
+    ];
+
+    /// The rule's name, as [`CodeError::Validation`](super::CodeError::Validation)'s
+    /// `rule` says it (`literal_size` for [`StrictRule::LiteralSize`]).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            StrictRule::Imports => "import",
+            StrictRule::Dunders => "dunder",
+            StrictRule::Builtins => "builtin",
+            StrictRule::LiteralSize => "literal_size",
+            StrictRule::LoopGuard => "loop_guard",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of [`StrictRule`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct StrictRules(u8);
+
+impl StrictRules {
+    /// No rule.
+    pub const NONE: StrictRules = StrictRules(0);
+    /// Every rule: [`CodePolicy::Strict`].
+    pub const ALL: StrictRules = StrictRules(0b1_1111);
+
+    /// These rules and `rule`.
+    pub fn with(self, rule: StrictRule) -> Self {
+        StrictRules(self.0 | rule.bit())
+    }
+
+    /// These rules but `rule`.
+    pub fn without(self, rule: StrictRule) -> Self {
+        StrictRules(self.0 & !rule.bit())
+    }
+
+    /// Whether `rule` is one of them.
+    pub fn contains(self, rule: StrictRule) -> bool {
+        self.0 & rule.bit() != 0
     }
 }
 
@@ -422,6 +525,7 @@ impl CodeHostConfig {
             max_tool_calls: self.max_tool_calls,
             max_sessions: self.max_sessions,
             policy: self.policy.wire_name(),
+            rules: self.policy.wire_rules(),
             env: self.env.clone(),
             clock_unix_micros: self.clock.map(unix_micros),
             random_seed: self.random_seed,
@@ -470,6 +574,16 @@ pub struct Execution {
     /// `value` is then `null` and the code goes on only when the
     /// application resumes it ([`CodeHost::resume`](super::CodeHost::resume)).
     pub suspended: Option<super::Suspended>,
+}
+
+impl Execution {
+    /// [`Execution::value`] with its Python types: ints past 64 bits as
+    /// [`BigInt`](super::BigInt) always, and with
+    /// [`CodeHostConfig::exact_values`] tuples, sets, bytes, dates, class
+    /// instances and the rest (see [`CodeValue`](super::CodeValue)).
+    pub fn typed_value(&self) -> super::CodeValue {
+        super::CodeValue::from_json(&self.value)
+    }
 }
 
 /// What [`CodeHost::describe`](super::CodeHost::describe) reports.

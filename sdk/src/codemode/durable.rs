@@ -3,6 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::offer::module_offer;
 use super::protocol::ToRunner;
 use super::suspension::{Body, Decision, Suspended};
 use super::toolset::{ToolCallRecord, Toolset};
@@ -116,6 +117,7 @@ impl CodeHost {
             tools: body.tools.clone(),
             approval: body.approval.clone(),
         };
+        let (_, modules) = module_offer(tools, &body.code, false)?;
         let request = |id: String| ToRunner::Resume {
             id,
             code: body.code.clone(),
@@ -123,6 +125,7 @@ impl CodeHost {
             approval: body.approval.clone(),
             suspended: saved,
             reply,
+            modules,
         };
         self.exchange(request, tools, None, &origin, earlier).await
     }

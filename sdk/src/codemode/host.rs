@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::ready;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use serde::Serialize;
@@ -15,8 +16,11 @@ use super::durable::Origin;
 use super::errors::{finish, CodeError, CodeFailure};
 use super::handles::{run_sandbox_tool, Handles};
 use super::inputs::code_inputs;
+use super::offer::{module_offer, skill_named};
 use super::protocol::{self, ExecResult, FromRunner, ToRunner};
 use super::session::CodeSession;
+use super::skill_runs::{Reply, SkillRuns, Step};
+use super::skills::SAVE_SKILL;
 use super::tools::ToolKind;
 use super::toolset::{ToolCallRecord, Toolset};
 use crate::client::Client;
@@ -330,9 +334,13 @@ impl CodeHost {
         session: Option<&str>,
     ) -> Result<Execution> {
         let inputs = code_inputs(inputs)?;
+        let type_check = self.inner.config.type_check;
+        let (skill_names, modules) = module_offer(tools, code, type_check)?;
+        let mut names = tools.names();
+        names.extend(skill_names);
         let origin = Origin {
             code: code.to_string(),
-            tools: tools.names(),
+            tools: names,
             approval: tools.approval_names(),
         };
         if session.is_some() && !origin.approval.is_empty() {
@@ -345,7 +353,7 @@ impl CodeHost {
                 ),
             ));
         }
-        let type_stubs = self.inner.config.type_check.then(|| tools.stubs());
+        let type_stubs = type_check.then(|| tools.stubs());
         let request = |id: String| ToRunner::Execute {
             id,
             code: code.to_string(),
@@ -354,6 +362,7 @@ impl CodeHost {
             session: session.map(String::from),
             type_stubs,
             approval: origin.approval.clone(),
+            modules,
         };
         self.exchange(request, tools, session, &origin, Vec::new())
             .await
@@ -488,6 +497,11 @@ impl CodeHost {
         scope: &str,
     ) -> Result<(ExecResult, Vec<ToolCallRecord>)> {
         runner.send(request).await?;
+        let main = match request {
+            ToRunner::Execute { id, .. } | ToRunner::Resume { id, .. } => id.as_str(),
+            _ => "",
+        };
+        let mut skills = SkillRuns::new(main);
         let mut pending = FuturesUnordered::new();
         let mut calls = Vec::new();
         loop {
@@ -495,9 +509,36 @@ impl CodeHost {
                 message = runner.next() => match message {
                     None => return Err(Error::CodeHostUnavailable { reason: "the bridge's output ended".into() }),
                     Some(Err(e)) => return Err(e),
-                    Some(Ok(FromRunner::Result(result))) => return Ok((result, calls)),
-                    Some(Ok(FromRunner::ToolCall { call, name, args, kwargs })) => {
-                        pending.push(self.call_tool(tools, scope, call, name, args, kwargs));
+                    Some(Ok(FromRunner::Result(result))) if result.id == main => {
+                        for cancel in skills.cancels() {
+                            runner.send(&cancel).await?;
+                        }
+                        return Ok((result, calls));
+                    }
+                    Some(Ok(FromRunner::Result(result))) => {
+                        // A skill's; anything else is an abandoned
+                        // execution's, which nothing waits for.
+                        if let Some((replies, starts)) = skills.finished(tools, &result) {
+                            for start in &starts {
+                                runner.send(start).await?;
+                            }
+                            for done in replies {
+                                pending.push(ready(done).boxed());
+                            }
+                        }
+                    }
+                    Some(Ok(FromRunner::ToolCall { call, execution, name, args, kwargs })) => {
+                        if let Some(skill) = skill_named(&name) {
+                            match skills.call(tools, execution.as_deref(), call, skill, args, kwargs) {
+                                Step::Start(start) => runner.send(&start).await?,
+                                Step::Queued => {}
+                                Step::Refused(refused) => pending.push(ready(*refused).boxed()),
+                            }
+                        } else if name == SAVE_SKILL {
+                            pending.push(ready(save_skill(tools, call, kwargs)).boxed());
+                        } else {
+                            pending.push(self.call_tool(tools, scope, call, name, args, kwargs).boxed());
+                        }
                     }
                     Some(Ok(_)) => {}
                 },
@@ -584,6 +625,24 @@ impl Drop for FailUnlessDone<'_> {
                 .fail("start was cancelled before it finished".into(), true);
         }
     }
+}
+
+/// Keeps a skill the bridge checked; the reply to the code's `save_skill`.
+fn save_skill(tools: &Toolset, call: u64, kwargs: Map<String, Value>) -> Reply {
+    let started = Instant::now();
+    let outcome = match tools.skill_store() {
+        Some(store) => store.save(&kwargs),
+        None => Err("this toolset keeps no skills".to_string()),
+    };
+    let name = kwargs.get("name").cloned().unwrap_or_default();
+    let record = ToolCallRecord {
+        name: SAVE_SKILL.to_string(),
+        args: serde_json::json!({ "name": name }),
+        duration: started.elapsed(),
+        ok: outcome.is_ok(),
+        error: outcome.as_ref().err().cloned(),
+    };
+    (call, record, outcome)
 }
 
 /// A tool's result, or the error the code gets when it is over the limit.

@@ -329,9 +329,15 @@ impl McpServer {
                 Some(_) => "dict[str, Any]".to_string(),
                 None => "Any".to_string(),
             };
-            let mut tool = Tool::from_json_schema(local, description, &schema)
+            let mut tool = Tool::from_json_schema(local.clone(), description, &schema)
                 .returns(returns)
                 .handler(move |args| call.clone().run(args));
+            // `tools.<server>`, where the tool has the server's own name.
+            let module = self.name.replace(['-', '.'], "_");
+            let attr = remote.replace(['-', '.'], "_");
+            if is_identifier(&module) && is_identifier(&attr) {
+                tool = tool.in_module_as(module, attr);
+            }
             if self.approval.iter().any(|a| a == "*" || *a == remote) {
                 tool = tool.requires_approval();
             }

@@ -63,8 +63,10 @@ mod inputs;
 mod kept;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod modules;
 mod mounts;
 mod native;
+mod offer;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
 #[cfg(feature = "kubernetes")]
@@ -72,25 +74,31 @@ pub(crate) use on_cluster::agent_pool;
 pub(crate) mod protocol;
 mod schema;
 mod session;
+mod skill_runs;
+mod skills;
 mod suspension;
 mod tools;
 mod toolset;
+mod typed;
 
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub use bridge::MONTY_PACKAGE;
 #[cfg(feature = "kubernetes")]
 pub(crate) use bridge::{code_host_image, host_spec, Launch};
-pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription};
+pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription, StrictRule, StrictRules};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use errors::{CodeError, CodeFailure};
 pub use host::CodeHost;
 pub use kept::ResultFile;
 #[cfg(feature = "mcp")]
 pub use mcp::McpServer;
+pub use modules::{ToolModule, LIST_MODULES, READ_MODULE, TOOLS_MODULE};
 pub use mounts::{MountMode, DEFAULT_MOUNTS_SIZE};
 pub use schema::check as check_schema;
 pub use session::CodeSession;
+pub use skills::{Skill, SkillStore, SAVE_SKILL, SKILLS_MODULE};
 pub use suspension::{Decision, Suspended, SuspensionStore, SUSPENSION_DIR_ENV};
 pub use tools::{ParamType, Tool, ToolFuture, ToolParam};
-pub use toolset::{ToolCallRecord, Toolset, LANGUAGE_RULES, STRICT_LANGUAGE_RULES};
+pub use toolset::{Listing, ToolCallRecord, Toolset, LANGUAGE_RULES, STRICT_LANGUAGE_RULES};
+pub use typed::{BigInt, CodeValue, NotAnInt};

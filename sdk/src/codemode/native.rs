@@ -13,7 +13,7 @@
 //! hand-offs.
 
 /// The bridge crate's files, by path inside the crate.
-pub const SOURCES: [(&str, &str); 19] = [
+pub const SOURCES: [(&str, &str); 22] = [
     (
         "Cargo.toml",
         include_str!("../../images/codehost/bridge/Cargo.toml.in"),
@@ -77,6 +77,18 @@ pub const SOURCES: [(&str, &str); 19] = [
     (
         "src/prelude.rs",
         include_str!("../../images/codehost/bridge/src/prelude.rs"),
+    ),
+    (
+        "src/modules.rs",
+        include_str!("../../images/codehost/bridge/src/modules.rs"),
+    ),
+    (
+        "src/skills.rs",
+        include_str!("../../images/codehost/bridge/src/skills.rs"),
+    ),
+    (
+        "src/saving.rs",
+        include_str!("../../images/codehost/bridge/src/saving.rs"),
     ),
     (
         "src/prelude.py",

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 /// The bridge's settings, passed once as its command-line argument: Monty's
 /// limits are fixed per checked-out interpreter, and the bridge checks one out
@@ -30,6 +31,9 @@ pub struct BridgeConfig {
     pub max_sessions: u32,
     /// `"default"` or `"strict"` (see [`CodePolicy`](super::CodePolicy)).
     pub policy: &'static str,
+    /// With the policy `"rules"`: the strict rules on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<&'static str>,
     /// What `os.getenv` and `os.environ` see.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
@@ -85,6 +89,9 @@ pub enum ToRunner {
         /// Tools whose calls stop the execution for approval.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         approval: Vec<String>,
+        /// The modules the code may import tools and skills from.
+        #[serde(flatten)]
+        modules: ModuleOffer,
     },
     /// Goes on with a suspended execution, answering the call it stopped at.
     Resume {
@@ -100,6 +107,9 @@ pub enum ToRunner {
         suspended: Value,
         /// The stopped call's outcome: `{"ok", "value" | "error"}`.
         reply: Value,
+        /// The modules the code may import tools and skills from.
+        #[serde(flatten)]
+        modules: ModuleOffer,
     },
     /// Ends an execution the host no longer waits for.
     Cancel {
@@ -132,6 +142,20 @@ pub enum ToRunner {
     /// after the start, since their in-memory volume keeps only what is
     /// uploaded while the container runs.
     OpenMounts,
+}
+
+/// The host's modules for one execution (see `modules` and `skills`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ModuleOffer {
+    /// Module path -> name in the module -> the tool's name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub modules: BTreeMap<String, BTreeMap<String, String>>,
+    /// Module path -> its stubs, for the type checker.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub module_stubs: BTreeMap<String, String>,
+    /// The tools' stubs a skill is checked against when the code saves one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skill_stubs: Option<String>,
 }
 
 /// An error reported by the bridge.
@@ -192,8 +216,11 @@ pub enum FromRunner {
     },
     /// The code called a tool and waits for its result.
     ToolCall {
-        /// Call number (unique within the execution).
+        /// Call number (unique within the bridge).
         call: u64,
+        /// The execution that made it (the caller's, or a skill's).
+        #[serde(default)]
+        execution: Option<String>,
         /// Tool name.
         name: String,
         /// Positional arguments.
@@ -284,9 +311,19 @@ mod tests {
             session: None,
             type_stubs: None,
             approval: Vec::new(),
+            modules: ModuleOffer {
+                modules: BTreeMap::from([(
+                    "tools".into(),
+                    BTreeMap::from([("t".into(), "t".into())]),
+                )]),
+                ..ModuleOffer::default()
+            },
         });
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["type"], "execute");
+        // Flattened beside the other fields, as the bridge reads them.
+        assert_eq!(v["modules"]["tools"]["t"], "t");
+        assert!(v.get("module_stubs").is_none() && v.get("skill_stubs").is_none());
         assert_eq!(v["tools"], serde_json::json!(["t"]));
         assert_eq!(v["session"], Value::Null);
         assert!(v.get("type_stubs").is_none());

@@ -99,6 +99,9 @@ pub struct Tool {
     pub(crate) returns: String,
     pub(crate) kind: ToolKind,
     pub(crate) approval: bool,
+    /// Where the code imports it from: the module below `tools` and the
+    /// name in it (see [`Tool::in_module`]).
+    pub(crate) module: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Tool {
@@ -120,6 +123,7 @@ impl Tool {
             params: Vec::new(),
             returns: "Any".into(),
             approval: false,
+            module: None,
             kind: ToolKind::Handler(Arc::new(|_| {
                 Box::pin(async { Err("this tool has no handler".to_string()) })
             })),
@@ -160,6 +164,7 @@ impl Tool {
             params,
             returns: "Any".into(),
             approval: false,
+            module: None,
             kind: ToolKind::Handler(Arc::new(move |args| {
                 let f = f.clone();
                 Box::pin(async move {
@@ -235,6 +240,7 @@ impl Tool {
             params,
             returns,
             approval: false,
+            module: None,
             kind: ToolKind::Sandbox(Box::new(sandbox)),
         }
     }
@@ -311,6 +317,39 @@ impl Tool {
         self
     }
 
+    /// Puts the tool in the module `tools.<path>` (dotted for deeper
+    /// modules: `"github.issues"`), where the code imports it from:
+    /// `from tools.github import search_issues`. A tool with no module is in
+    /// `tools` itself. Either way the code may also call it by its name.
+    /// Each part of the path must be a Python identifier;
+    /// [`CodeHost::execute`](super::CodeHost::execute) refuses one that is
+    /// not. Tools from an [`McpServer`](super::McpServer) are in a module named
+    /// after their server.
+    ///
+    /// ```
+    /// use dockhand::codemode::{Tool, Toolset};
+    /// let tools = Toolset::new().tool(Tool::new("search_issues", "Finds issues.").in_module("github"));
+    /// assert!(tools.module_source("tools.github").unwrap().contains("def search_issues()"));
+    /// ```
+    pub fn in_module(mut self, path: impl Into<String>) -> Self {
+        let attr = self.name.clone();
+        self.module = Some((path.into(), attr));
+        self
+    }
+
+    /// Puts the tool in `tools.<path>` under the name `attr` (a server's own
+    /// name for a tool whose name in the code has a prefix).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn in_module_as(mut self, path: impl Into<String>, attr: impl Into<String>) -> Self {
+        self.module = Some((path.into(), attr.into()));
+        self
+    }
+
+    /// The module below `tools` the tool is in, if any (see [`Tool::in_module`]).
+    pub fn module(&self) -> Option<&str> {
+        self.module.as_ref().map(|(path, _)| path.as_str())
+    }
+
     /// Whether calls need approval (see [`Tool::requires_approval`]).
     pub fn needs_approval(&self) -> bool {
         self.approval
@@ -384,6 +423,11 @@ impl Tool {
 
     /// The Python signature with hints and docstring, for prompts.
     pub fn python_signature(&self) -> String {
+        self.python_signature_as(&self.name)
+    }
+
+    /// [`Tool::python_signature`] under another name (its name in a module).
+    pub(crate) fn python_signature_as(&self, name: &str) -> String {
         let params: Vec<String> = self
             .params
             .iter()
@@ -420,7 +464,7 @@ impl Tool {
             .collect();
         format!(
             "def {}({}) -> {}:\n    \"\"\"{}\n    \"\"\"",
-            self.name,
+            name,
             params.join(", "),
             self.returns,
             body.join("\n").trim_start()

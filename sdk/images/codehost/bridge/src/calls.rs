@@ -13,12 +13,23 @@ use crate::rules::thousands;
 use crate::values::{from_wire, wire_args};
 
 impl Execution {
+    /// Whether a tool call at `position` waits for its value (`x = tool(a)`,
+    /// or any call in code `eval` runs) rather than giving a future (awaited
+    /// or gathered).
+    pub(crate) fn is_sync(&self, position: &monty_types::SourceRange) -> bool {
+        position.filename == "<string>"
+            || !self
+                .prepared
+                .as_ref()
+                .is_some_and(|p| p.async_calls.contains(&position.start))
+    }
+
     pub(crate) fn tool_call(
         &mut self,
         name: &str,
         args: &monty_types::CallArgs,
         call_id: u32,
-        at: u32,
+        position: &monty_types::SourceRange,
     ) -> Result<Answer, Outcome> {
         if !self.tools.contains(name) {
             return Ok(Answer::Resume(ResumeValue::Error(MontyException::new(
@@ -34,11 +45,7 @@ impl Execution {
             };
         let number = self.call_host(name, positional, keywords);
         self.hold_or_send();
-        let sync = self
-            .prepared
-            .as_ref()
-            .is_some_and(|p| p.sync_calls.contains(&at));
-        if sync {
+        if self.is_sync(position) {
             return Ok(Answer::Wait(number));
         }
         self.waiting.insert(call_id, Waiting::One(number));
@@ -67,7 +74,7 @@ impl Execution {
                 return Err(Failed::new("crash", "a fan-out call came malformed").into());
             };
             let name = name.as_str().unwrap_or_default().to_string();
-            if !self.tools.contains(&name) {
+            if !self.tools.contains(&name) || name == crate::skills::SAVE_SKILL {
                 return Err(Failed::new("crash", "a fan-out named no tool").into());
             }
             let positional = positional.items().unwrap_or_default();

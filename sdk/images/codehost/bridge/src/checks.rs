@@ -38,6 +38,10 @@ pub const ALLOWED_IMPORTS: &[&str] = &[
     "typing",
     "unicodedata",
 ];
+/// The host's modules (tools and skills, see `modules`): the host answers
+/// their imports, and an import of one it does not offer fails as any
+/// missing module does.
+pub const HOST_MODULES: &[&str] = &["tools", "skills"];
 /// Builtins the strict policy refuses by name.
 const BLOCKED_BUILTINS: &[&str] = &["eval", "exec", "compile", "open", "input", "breakpoint"];
 /// Dunder attributes that reach the interpreter's internals (a class's
@@ -93,8 +97,14 @@ fn format_reaches_underscore(text: &str) -> bool {
     while i < bytes.len() {
         if bytes[i] == b'{' {
             let mut j = i + 1;
+            // After `!` or `:` comes a conversion or a format spec, where
+            // `.` and `_` are options; a nested field starts over at `{`.
+            let mut in_spec = false;
             while j < bytes.len() && bytes[j] != b'{' && bytes[j] != b'}' {
-                if bytes[j] == b'.' || bytes[j] == b'[' {
+                if bytes[j] == b':' || bytes[j] == b'!' {
+                    in_spec = true;
+                }
+                if !in_spec && (bytes[j] == b'.' || bytes[j] == b'[') {
                     let rest = text[j + 1..].trim_start();
                     if rest.starts_with('_') {
                         return true;
@@ -119,9 +129,10 @@ pub fn check(
 ) -> Option<Rejected> {
     let mut checker = Checker {
         lines,
-        strict: policy == Policy::Strict,
+        policy,
         max_literal,
         class_depth: 0,
+        defined_dunders: std::collections::HashSet::new(),
         found: None,
     };
     checker.visit_body(body);
@@ -130,8 +141,11 @@ pub fn check(
 
 struct Checker<'a> {
     lines: &'a Lines<'a>,
-    strict: bool,
+    policy: Policy,
     max_literal: usize,
+    /// Dunder-named functions the code defined (special methods a
+    /// decorator may put into a class).
+    defined_dunders: std::collections::HashSet<String>,
     /// How many class bodies enclose the statement being checked (a
     /// function body starts again at zero).
     class_depth: usize,
@@ -153,7 +167,7 @@ impl Checker<'_> {
 
     fn check_module(&mut self, name: &str, range: TextRange) {
         let top = name.split('.').next().unwrap_or_default();
-        if self.strict && !ALLOWED_IMPORTS.contains(&top) {
+        if self.policy.imports && !ALLOWED_IMPORTS.contains(&top) && !HOST_MODULES.contains(&top) {
             self.reject(
                 "import",
                 format!(
@@ -173,7 +187,7 @@ impl Checker<'_> {
                 format!("names starting with `{RESERVED_PREFIX}` are reserved"),
                 range,
             );
-        } else if self.strict && is_dunder(name) && self.class_depth == 0 {
+        } else if self.policy.dunders && is_dunder(name) && self.class_depth == 0 {
             self.reject(
                 "dunder",
                 format!("dunder names like `{name}` are not allowed"),
@@ -199,20 +213,22 @@ impl Checker<'_> {
             );
             return;
         }
-        if !self.strict {
-            return;
-        }
-        if is_dunder(id) {
+        if is_dunder(id) && self.policy.dunders {
             // A class body may set its special attributes (`__hash__ = None`).
             let class_attribute = self.class_depth > 0 && name.ctx == ExprContext::Store;
-            if !(class_attribute || READABLE_DUNDER_NAMES.contains(&id)) || is_internal(id) {
+            // A special method the code defined, read to put it in a class.
+            let own = name.ctx == ExprContext::Load && self.defined_dunders.contains(id);
+            if !(class_attribute || own || READABLE_DUNDER_NAMES.contains(&id)) || is_internal(id) {
                 self.reject(
                     "dunder",
                     format!("dunder names like `{id}` are not allowed"),
                     name.range,
                 );
             }
-        } else if BLOCKED_BUILTINS.contains(&id) && name.ctx == ExprContext::Load {
+        } else if self.policy.builtins
+            && BLOCKED_BUILTINS.contains(&id)
+            && name.ctx == ExprContext::Load
+        {
             self.reject(
                 "builtin",
                 format!("`{id}` is not available in this sandbox"),
@@ -222,10 +238,7 @@ impl Checker<'_> {
     }
 
     fn check_text(&mut self, text: &str, chars: usize, is_str: bool, range: TextRange) {
-        if !self.strict {
-            return;
-        }
-        if chars > self.max_literal {
+        if self.policy.literal_size && chars > self.max_literal {
             self.reject(
                 "literal_size",
                 format!(
@@ -235,7 +248,7 @@ impl Checker<'_> {
                 ),
                 range,
             );
-        } else if is_str && format_reaches_underscore(text) {
+        } else if self.policy.dunders && is_str && format_reaches_underscore(text) {
             self.reject(
                 "dunder",
                 "format fields may not reach attributes or items starting with `_`".into(),
@@ -260,7 +273,7 @@ impl<'a> Visitor<'a> for Checker<'_> {
                 }
             }
             Stmt::ImportFrom(s) => {
-                if self.strict && s.level > 0 {
+                if self.policy.imports && s.level > 0 {
                     self.reject(
                         "import",
                         "relative imports are not available".into(),
@@ -271,7 +284,9 @@ impl<'a> Visitor<'a> for Checker<'_> {
                 self.check_module(module, s.range);
                 for alias in &s.names {
                     let name = alias.name.id.as_str();
-                    if name.starts_with(RESERVED_PREFIX) || (self.strict && is_internal(name)) {
+                    if name.starts_with(RESERVED_PREFIX)
+                        || (self.policy.dunders && is_internal(name))
+                    {
                         self.reject("dunder", format!("`{name}` cannot be imported"), s.range);
                     }
                     if let Some(asname) = &alias.asname {
@@ -286,8 +301,16 @@ impl<'a> Visitor<'a> for Checker<'_> {
                 self.class_depth -= 1;
             }
             Stmt::FunctionDef(f) => {
-                // Special methods are how classes work: a class body may define them.
-                self.check_binding(f.name.id.as_str(), f.range);
+                // Special methods are how classes work: a class body may
+                // define them, and so may a decorator that puts one into a
+                // class. Naming a function is no way out; the reserved
+                // prefix still applies.
+                let name = f.name.id.as_str();
+                if is_dunder(name) {
+                    self.defined_dunders.insert(name.to_string());
+                } else {
+                    self.check_binding(name, f.range);
+                }
                 self.check_parameters(&f.parameters);
                 let saved = std::mem::replace(&mut self.class_depth, 0);
                 visitor::walk_stmt(self, stmt);
@@ -305,7 +328,7 @@ impl<'a> Visitor<'a> for Checker<'_> {
             Expr::Name(n) => self.check_name(n),
             Expr::Attribute(a) => {
                 let attr = a.attr.id.as_str();
-                if self.strict && is_internal(attr) && !is_super_call(&a.value) {
+                if self.policy.dunders && is_internal(attr) && !is_super_call(&a.value) {
                     self.reject(
                         "dunder",
                         format!("`.{attr}` reaches the interpreter's internals and is not allowed"),

@@ -48,7 +48,10 @@ impl Config {
             max_sessions: int("max_sessions", 8) as usize,
             memory_bytes: int("memory_bytes", 256 << 20) as usize,
             recursion_limit: int("recursion_limit", 200) as usize,
-            policy: rules::Policy::named(v.get("policy").and_then(Value::as_str).unwrap_or("")),
+            policy: rules::Policy::named(
+                v.get("policy").and_then(Value::as_str).unwrap_or(""),
+                v.get("rules"),
+            ),
             encoding: if v.get("exact_values").and_then(Value::as_bool) == Some(true) {
                 values::Encoding::Exact
             } else {

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::calls::Waiting;
 use crate::failures::{frame_of, runtime_error, typing_error, Failed};
 use crate::fanout::FANOUT_FUNCTION;
+use crate::modules::Modules;
 use crate::oscalls::os_call;
 use crate::printed::Printed;
 use crate::rules::{self, thousands, Prepared};
@@ -61,6 +62,11 @@ pub struct Execution {
     /// Tool calls not sent to the host yet, and since when the oldest waits.
     pub(crate) held: Vec<u8>,
     pub(crate) held_since: Option<Instant>,
+    /// The host's modules (`tools`, `skills`; see `modules`).
+    pub(crate) modules: Modules,
+    /// The tools' stubs a skill is checked against when saved; only sent
+    /// when the code may save one.
+    pub(crate) skill_stubs: Option<String>,
 }
 
 /// How long a tool call may wait to go out with the ones after it while the
@@ -108,6 +114,8 @@ impl Execution {
             fan_of: HashMap::new(),
             held: Vec::new(),
             held_since: None,
+            modules: Modules::from_request(request),
+            skill_stubs: request["skill_stubs"].as_str().map(String::from),
         }
     }
 
@@ -124,8 +132,12 @@ impl Execution {
             max_code_bytes: 1 << 20,
             policy: self.bridge.config.policy,
         };
+        // A save goes through the bridge's own check, never straight to
+        // the host as a fanned-out call would.
+        let mut fanned = self.tools.clone();
+        fanned.remove(crate::skills::SAVE_SKILL);
         let prepared =
-            rules::prepare(&self.code, &self.tools, &limits, self.fan_out).map_err(Failed::from)?;
+            rules::prepare(&self.code, &fanned, &limits, self.fan_out).map_err(Failed::from)?;
         let code = prepared.code.clone();
         self.prepared = Some(prepared);
         Ok(code)
@@ -197,7 +209,18 @@ impl Execution {
                     self.send_held();
                     Step::Futures(self.settle(&pending).await?)
                 }
-                Answer::Lookup => Step::Lookup,
+                Answer::Lookup(found) => Step::Lookup(found),
+                Answer::SaveSkill(call) => {
+                    self.send_held();
+                    let number = self.save_skill(&call).await;
+                    if call.sync {
+                        let reply = self.wait_for(number).await?;
+                        Step::Resume(self.result_of(&reply))
+                    } else {
+                        self.waiting.insert(call.call_id, Waiting::One(number));
+                        Step::Resume(ResumeValue::Future)
+                    }
+                }
             };
             event = match answer {
                 Step::Resume(v) => {
@@ -205,9 +228,8 @@ impl Execution {
                     self.sending_held_calls_meanwhile(resumed).await
                 }
                 Step::Futures(results) => session.resume_futures(results, &mut on_print).await,
-                Step::Lookup => {
-                    let resumed =
-                        session.resume_name_lookup(NameLookupResult::Undefined, &mut on_print);
+                Step::Lookup(found) => {
+                    let resumed = session.resume_name_lookup(found, &mut on_print);
                     self.sending_held_calls_meanwhile(resumed).await
                 }
             };
@@ -292,7 +314,25 @@ impl Execution {
 
     pub(crate) fn answer(&mut self, event: TurnEvent) -> Result<Answer, Outcome> {
         match event {
-            TurnEvent::NameLookup { .. } => Ok(Answer::Lookup),
+            // A tool is a value too (`f = tool`, `map(tool, xs)`): a host
+            // function, whose calls are tool calls.
+            TurnEvent::NameLookup {
+                name,
+                object_id: None,
+                ..
+            } if self.tools.contains(&name) => Ok(Answer::Lookup(NameLookupResult::Value(
+                MontyObject::function(name, None),
+            ))),
+            TurnEvent::NameLookup { .. } => Ok(Answer::Lookup(NameLookupResult::Undefined)),
+            TurnEvent::OsCall {
+                function_name,
+                args,
+                ..
+            } if self.modules.answer(&function_name, &args).is_some() => Ok(Answer::Resume(
+                self.modules
+                    .answer(&function_name, &args)
+                    .unwrap_or(ResumeValue::NotHandled),
+            )),
             TurnEvent::ResolveFutures {
                 pending_call_ids, ..
             } => Ok(Answer::Settle(pending_call_ids)),
@@ -319,7 +359,22 @@ impl Execution {
                 call_id,
                 position,
                 ..
-            } => self.tool_call(&function_name, &args, call_id, position.start),
+            } if function_name == crate::skills::SAVE_SKILL
+                && self.tools.contains(&function_name) =>
+            {
+                Ok(Answer::SaveSkill(crate::saving::SaveCall::new(
+                    &args,
+                    call_id,
+                    self.is_sync(&position),
+                )))
+            }
+            TurnEvent::FunctionCall {
+                function_name,
+                args,
+                call_id,
+                position,
+                ..
+            } => self.tool_call(&function_name, &args, call_id, &position),
             TurnEvent::Complete(_) => Err(Failed::new("crash", "completed twice").into()),
         }
     }
@@ -335,14 +390,16 @@ pub(crate) enum Answer {
     Wait(u64),
     /// Every task waits on futures: at least one of them.
     Settle(Vec<u32>),
-    /// An undefined name.
-    Lookup,
+    /// An undefined name: a tool's, or none.
+    Lookup(NameLookupResult),
+    /// `save_skill(fn)` (see `skills`).
+    SaveSkill(crate::saving::SaveCall),
 }
 
 enum Step {
     Resume(ResumeValue),
     Futures(Vec<(u32, ResumeValue)>),
-    Lookup,
+    Lookup(NameLookupResult),
 }
 
 /// A JSON array of names as a set.

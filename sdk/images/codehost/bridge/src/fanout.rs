@@ -218,7 +218,7 @@ mod tests {
         let limits = crate::rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
-            policy: crate::rules::Policy::Strict,
+            policy: crate::rules::Policy::STRICT,
         };
         crate::rules::prepare(code, &tools, &limits, fan_out)
             .unwrap()
@@ -247,7 +247,7 @@ mod tests {
         let limits = crate::rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
-            policy: crate::rules::Policy::Default,
+            policy: crate::rules::Policy::DEFAULT,
         };
         let p = crate::rules::prepare(
             "r = await gather(*[t(i) for i in a])",
@@ -288,7 +288,7 @@ mod tests {
         let limits = crate::rules::Limits {
             max_literal: 10_000,
             max_code_bytes: 1 << 20,
-            policy: crate::rules::Policy::Strict,
+            policy: crate::rules::Policy::STRICT,
         };
         let p = crate::rules::prepare("r = gather(*[t(1/i) for i in a])", &tools, &limits, true)
             .unwrap();

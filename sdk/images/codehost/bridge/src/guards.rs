@@ -42,7 +42,7 @@ pub fn rewrite(
         guard_loops: how.guard_loops,
         bound: bound.as_ref(),
         insertions: Vec::new(),
-        sync_calls: Vec::new(),
+        async_calls: Vec::new(),
         loops: 0,
         gather_depth: 0,
         awaited: HashSet::new(),
@@ -70,7 +70,7 @@ struct Insertion {
     is_close: bool,
 }
 
-/// Collects loop-guard insertions and synchronous tool calls.
+/// Collects loop-guard insertions and the calls that give a future.
 struct Rewriter<'a> {
     lines: &'a Lines<'a>,
     tools: &'a HashSet<String>,
@@ -78,7 +78,8 @@ struct Rewriter<'a> {
     /// The names the code binds; `None`: no fan-out.
     bound: Option<&'a HashSet<String>>,
     insertions: Vec<Insertion>,
-    sync_calls: Vec<usize>,
+    /// Calls awaited or inside `gather(...)`, whatever they call.
+    async_calls: Vec<usize>,
     loops: usize,
     gather_depth: usize,
     awaited: HashSet<usize>,
@@ -211,13 +212,10 @@ impl<'a> Visitor<'a> for Rewriter<'_> {
             }
             Expr::Call(c) => {
                 let start = c.start().to_usize();
-                if let Expr::Name(n) = &*c.func {
-                    if self.tools.contains(n.id.as_str())
-                        && self.gather_depth == 0
-                        && !self.awaited.contains(&start)
-                    {
-                        self.sync_calls.push(start);
-                    }
+                // Any callee: a tool is also reached through an alias, a
+                // module attribute or a variable.
+                if self.gather_depth > 0 || self.awaited.contains(&start) {
+                    self.async_calls.push(start);
                 }
                 if let Some(fan) = self.bound.and_then(|b| fanout::plan(c, self.tools, b)) {
                     self.wrap(fan.gather, "_dh_fan(".into(), ")".into());
@@ -265,8 +263,8 @@ fn apply(code: &str, lines: &Lines<'_>, rewriter: Rewriter<'_>) -> Prepared {
     out.push_str(&code[copied..]);
     // A call's offset in the fed code: everything inserted at or before its
     // start precedes it.
-    let sync_calls = rewriter
-        .sync_calls
+    let async_calls = rewriter
+        .async_calls
         .iter()
         .map(|&start| {
             let shift: usize = insertions
@@ -279,7 +277,7 @@ fn apply(code: &str, lines: &Lines<'_>, rewriter: Rewriter<'_>) -> Prepared {
         .collect();
     Prepared {
         code: out,
-        sync_calls,
+        async_calls,
         inserted,
         newlines,
     }

@@ -5,7 +5,8 @@
 //! `sdk/src/codemode/protocol.rs`):
 //!
 //! ```text
-//! host -> bridge  {"type": "execute", "id", "code", "inputs", "tools", "session", "type_stubs"}
+//! host -> bridge  {"type": "execute", "id", "code", "inputs", "tools", "session", "type_stubs",
+//!                  "modules", "module_stubs", "skill_stubs"}
 //!                 {"type": "tool_result", "call", "ok", "value" | "error"}
 //!                 {"type": "cancel", "id"}
 //!                 {"type": "close_session", "session"}
@@ -13,7 +14,7 @@
 //!                 {"type": "resume", "id", "code", "tools", "approval", "suspended", "reply"}
 //!                 {"type": "hello"}         (answered with another "ready")
 //! bridge -> host  {"type": "ready", "pid"}
-//!                 {"type": "tool_call", "call", "name", "args", "kwargs"}
+//!                 {"type": "tool_call", "call", "execution", "name", "args", "kwargs"}
 //!                 {"type": "result", "id", "ok", "value" | "error" | "suspended", "stdout", "stdout_truncated"}
 //!                 {"type": "session_closed", "session"}
 //!                 {"type": "mounts_opened", "error"}
@@ -55,11 +56,14 @@ mod execution;
 mod failures;
 mod fanout;
 mod guards;
+mod modules;
 mod oscalls;
 mod outbox;
 mod prelude;
 mod printed;
 mod rules;
+mod saving;
+mod skills;
 mod suspend;
 mod tagged;
 mod values;
@@ -135,7 +139,7 @@ impl Bridge {
             .checkout(&self.repl_config(type_stubs))
             .await
             .map_err(|e| Failed::new("crash", format!("no interpreter could be started: {e}")))?;
-        let guards = self.config.policy == rules::Policy::Strict;
+        let guards = self.config.policy.loop_guard;
         let prelude = prelude::text(self.config.loop_limit, guards);
         let mut ignore = on_print_sync(|_, _| {});
         match checkout
@@ -181,7 +185,8 @@ impl Bridge {
     ) -> (u64, Vec<u8>) {
         let number = self.next_call_number();
         lock(&self.owners).insert(number, (execution.to_string(), inbox.clone()));
-        let message = json!({"type": "tool_call", "call": number, "name": name, "args": args, "kwargs": kwargs});
+        // The execution's id lets the host tell a skill's calls from its caller's.
+        let message = json!({"type": "tool_call", "call": number, "execution": execution, "name": name, "args": args, "kwargs": kwargs});
         let mut line = serde_json::to_vec(&message).unwrap_or_default();
         line.push(b'\n');
         (number, line)

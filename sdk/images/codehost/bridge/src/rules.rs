@@ -35,23 +35,61 @@ use crate::{checks, guards};
 
 use ruff_python_ast::{self as ast, Stmt};
 
-/// Which checks `prepare` makes beyond Monty's own.
+/// Which checks `prepare` makes beyond Monty's own: the strict policy's
+/// rules, each on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Policy {
-    /// Monty's own rules, with dockhand's size limits.
-    #[default]
-    Default,
-    /// Also the import, builtin, dunder and literal rules and the loop guard.
-    Strict,
+pub struct Policy {
+    /// Imports limited to the modules offered.
+    pub imports: bool,
+    /// No dunder access that reaches interpreter internals.
+    pub dunders: bool,
+    /// No `eval`, `exec`, `compile`, `open`, `input`, `breakpoint`.
+    pub builtins: bool,
+    /// String and bytes literals up to a set size.
+    pub literal_size: bool,
+    /// Every loop guarded.
+    pub loop_guard: bool,
 }
 
 impl Policy {
-    /// The policy the host names (`"strict"`; anything else is the default).
-    pub fn named(name: &str) -> Self {
-        if name == "strict" {
-            Policy::Strict
-        } else {
-            Policy::Default
+    /// Monty's own rules, with dockhand's size limits.
+    pub const DEFAULT: Policy = Policy {
+        imports: false,
+        dunders: false,
+        builtins: false,
+        literal_size: false,
+        loop_guard: false,
+    };
+    /// Every rule.
+    pub const STRICT: Policy = Policy {
+        imports: true,
+        dunders: true,
+        builtins: true,
+        literal_size: true,
+        loop_guard: true,
+    };
+
+    /// The policy the host names: `"strict"`, or `"rules"` with the list
+    /// of rules on (`import`, `dunder`, `builtin`, `literal_size`,
+    /// `loop_guard`); anything else is the default.
+    pub fn named(name: &str, rules: Option<&serde_json::Value>) -> Self {
+        match name {
+            "strict" => Policy::STRICT,
+            "rules" => {
+                let on = |rule: &str| {
+                    rules
+                        .and_then(serde_json::Value::as_array)
+                        .is_some_and(|list| list.iter().any(|r| r.as_str() == Some(rule)))
+                };
+                Policy {
+                    imports: on("import"),
+                    dunders: on("dunder"),
+                    builtins: on("builtin"),
+                    literal_size: on("literal_size"),
+                    loop_guard: on("loop_guard"),
+                }
+            }
+            _ => Policy::DEFAULT,
         }
     }
 }
@@ -74,9 +112,10 @@ pub struct Rejected {
 #[derive(Debug, Default)]
 pub struct Prepared {
     pub code: String,
-    /// Byte offsets, in `code`, of tool calls made synchronously
-    /// (`x = tool(a)`): answered with a value rather than a future.
-    pub sync_calls: HashSet<u32>,
+    /// Byte offsets, in `code`, of calls awaited or gathered: a tool call
+    /// there is answered with a future, anywhere else (`x = tool(a)`, or
+    /// code run by `eval`) with its value.
+    pub async_calls: HashSet<u32>,
     /// Text inserted by the loop guards: (line, 1-based column in characters
     /// of the user's code, characters inserted).
     pub(crate) inserted: Vec<(usize, usize, usize)>,
@@ -235,7 +274,7 @@ pub fn prepare(
     if let Some(rejected) = checks::check(body, &lines, limits.policy, limits.max_literal) {
         return Err(rejected);
     }
-    let guard_loops = limits.policy == Policy::Strict;
+    let guard_loops = limits.policy.loop_guard;
     Ok(guards::rewrite(
         code,
         &lines,
@@ -316,11 +355,11 @@ mod tests {
     }
 
     fn strict(code: &str) -> Result<Prepared, Rejected> {
-        prep_with(Policy::Strict, code, &[])
+        prep_with(Policy::STRICT, code, &[])
     }
 
     fn default(code: &str) -> Result<Prepared, Rejected> {
-        prep_with(Policy::Default, code, &[])
+        prep_with(Policy::DEFAULT, code, &[])
     }
 
     #[test]
@@ -423,23 +462,23 @@ mod tests {
     }
 
     #[test]
-    fn sync_calls_are_found_at_their_fed_offsets() {
-        for policy in [Policy::Default, Policy::Strict] {
+    fn awaited_and_gathered_calls_are_found_at_their_fed_offsets() {
+        for policy in [Policy::DEFAULT, Policy::STRICT] {
             let p = prep_with(
                 policy,
-                "for i in t(1):\n    x = t(i)\ny = await t(2)\n",
+                "for i in t(1):\n    x = t(i)\ny = await t(2)\nz = await m.u(3)\n",
                 &["t"],
             )
             .unwrap();
-            let mut offsets: Vec<u32> = p.sync_calls.iter().copied().collect();
+            let mut offsets: Vec<u32> = p.async_calls.iter().copied().collect();
             offsets.sort();
             let found: Vec<&str> = offsets
                 .iter()
                 .map(|&o| &p.code[o as usize..o as usize + 4])
                 .collect();
-            assert_eq!(found, vec!["t(1)", "t(i)"], "{policy:?}");
-            let p = prep_with(policy, "r = gather(t(1), t(2))", &["t"]).unwrap();
-            assert!(p.sync_calls.is_empty());
+            assert_eq!(found, vec!["t(2)", "m.u("], "{policy:?}");
+            let p = prep_with(policy, "r = gather(t(1), f(2))", &["t"]).unwrap();
+            assert_eq!(p.async_calls.len(), 2);
         }
     }
 
@@ -497,8 +536,62 @@ mod tests {
 
     #[test]
     fn policies_are_named_by_the_host() {
-        assert_eq!(Policy::named("strict"), Policy::Strict);
-        assert_eq!(Policy::named("default"), Policy::Default);
+        assert_eq!(Policy::named("strict", None), Policy::STRICT);
+        assert_eq!(Policy::named("default", None), Policy::DEFAULT);
+        let rules = serde_json::json!(["dunder", "loop_guard"]);
+        let some = Policy::named("rules", Some(&rules));
+        assert!(some.dunders && some.loop_guard && !some.imports && !some.builtins);
+    }
+
+    #[test]
+    fn each_strict_rule_is_on_or_off_by_itself() {
+        let only = |rules: &[&str], code: &str| {
+            let rules = serde_json::json!(rules);
+            prep_with(Policy::named("rules", Some(&rules)), code, &[])
+        };
+        assert_eq!(
+            only(&["import"], "import os").err().map(|e| e.rule),
+            Some("import")
+        );
+        assert!(only(&["dunder"], "import os").is_ok());
+        assert_eq!(
+            only(&["dunder"], "x = f.__globals__").err().map(|e| e.rule),
+            Some("dunder")
+        );
+        assert!(only(&["import", "builtin"], "x = f.__globals__").is_ok());
+        assert_eq!(
+            only(&["builtin"], "eval('1')").err().map(|e| e.rule),
+            Some("builtin")
+        );
+        assert!(only(&["dunder"], "eval('1')").is_ok());
+        let long = format!("x = '{}'", "a".repeat(10_001));
+        assert_eq!(
+            only(&["literal_size"], &long).err().map(|e| e.rule),
+            Some("literal_size")
+        );
+        assert!(only(&["import"], &long).is_ok());
+        let guarded = only(&["loop_guard"], "for i in x:\n    pass\n").unwrap();
+        assert!(guarded.code.contains("_dh_guard"), "{}", guarded.code);
+        let unguarded = only(&["dunder"], "for i in x:\n    pass\n").unwrap();
+        assert!(!unguarded.code.contains("_dh_guard"));
+    }
+
+    #[test]
+    fn strict_false_positives_are_allowed() {
+        // A format spec, not a field reaching `_`.
+        assert!(strict("'{:._}'.format(True)").is_ok());
+        assert!(strict("'{0:_>10}'.format(1)").is_ok());
+        assert!(strict("'{x!r:_^9}'.format(x=1)").is_ok());
+        assert_eq!(strict("'{0._x}'.format(1)").unwrap_err().rule, "dunder");
+        assert_eq!(
+            strict("'{0:{1._x}}'.format(1, 2)").unwrap_err().rule,
+            "dunder"
+        );
+        // A special method a decorator puts into a class.
+        let injected = "def with_init(cls):\n    def __init__(self, v):\n        self.v = v\n    cls.__init__ = __init__\n    return cls\n";
+        assert!(strict(injected).is_ok(), "{:?}", strict(injected));
+        // Other dunder bindings outside a class stay refused.
+        assert_eq!(strict("__builtins__ = 1").unwrap_err().rule, "dunder");
     }
 
     #[test]

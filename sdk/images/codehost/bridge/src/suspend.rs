@@ -171,11 +171,7 @@ impl Execution {
             self.waiting.insert(id, Waiting::One(number));
         }
         self.count_calls(1)?;
-        let sync = self
-            .prepared
-            .as_ref()
-            .is_some_and(|p| p.sync_calls.contains(&position.start));
-        let value = if sync {
+        let value = if self.is_sync(&position) {
             self.result_of(reply)
         } else {
             let number = self.bridge.next_call_number();

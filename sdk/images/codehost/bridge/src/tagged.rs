@@ -15,7 +15,11 @@
 //! timedelta         {"$timedelta": {"days": 1, "seconds": 2, "microseconds": 3}}
 //! a dict whose keys are not all str, or that looks like a tag
 //!                   {"$dict": [[key, value], ...]}
+//! class instance    {"$instance": {"class": "Point", "attrs": {...}}}
 //! ```
+//!
+//! A `$instance` the host sends is read as the dict of its attributes: the
+//! class is the code's, and the host cannot make one.
 //!
 //! Lists, str-keyed dicts, bools, None, strs, finite floats and ints that
 //! fit in 64 bits (signed or unsigned) are plain JSON in both encodings.
@@ -71,6 +75,14 @@ pub fn encode(
         MontyNode::TimeDelta(d) => json!({"$timedelta": {
             "days": d.days, "seconds": d.seconds, "microseconds": d.microseconds
         }}),
+        MontyNode::ClassInstance { .. } => {
+            let mut attrs = serde_json::Map::new();
+            for (k, v) in value.pairs().unwrap_or_default() {
+                let name = k.as_str().map_or_else(|| k.py_repr(), String::from);
+                attrs.insert(name, convert(v, depth + 1)?);
+            }
+            json!({"$instance": {"class": value.type_name(), "attrs": attrs}})
+        }
         MontyNode::Dict(_) => {
             let pairs = value.pairs().unwrap_or_default();
             let plain_keys = pairs.iter().all(|(k, _)| k.as_str().is_some());
@@ -110,6 +122,10 @@ pub fn decode(
             .map(MontyObject::bigint)
             .ok_or_else(|| format!("{inner} is not an int")),
         "$tuple" => items(inner).map(MontyObject::tuple),
+        "$instance" => match inner.get("attrs") {
+            Some(attrs @ Value::Object(_)) => from_wire(attrs),
+            _ => Err("$instance takes {\"class\", \"attrs\": {...}}".into()),
+        },
         "$set" => items(inner).map(MontyObject::set),
         "$frozenset" => items(inner).map(MontyObject::frozenset),
         "$bytes" => inner
