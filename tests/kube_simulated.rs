@@ -657,6 +657,40 @@ async fn simulated_evictions_are_retried_and_refusals_are_not() {
     );
 }
 
+/// An API server that answers 429 or 503 for a while is asked again by
+/// the client's own retry layer, request by request, with backoff: the run
+/// succeeds without a retry of its own (`.retries(0)`), and the log shows
+/// each refused request made again.
+#[tokio::test]
+async fn simulated_api_server_throttling_is_retried_per_request() {
+    for code in [429, 503] {
+        let mut script = Script::exits(0, "counted\n", counting());
+        script.refuse = Some(("POST", "pods", code));
+        script.refuse_times = Some(2);
+        let (client, fake) = with_script(script).await;
+        let dir = tempfile::tempdir().unwrap();
+        let out = client
+            .run(&count_lines(), [("text", text_file(&dir, "a\nb\nc\n"))])
+            .await
+            .unwrap_or_else(|e| panic!("{code}: {e}"));
+        assert_eq!(out.get::<i64>("lines").unwrap(), 3, "{code}");
+        let (refused, creates) = fake.record(|r| {
+            let creates = r
+                .requests
+                .iter()
+                .filter(|q| {
+                    q.starts_with("POST ")
+                        && q.split('?').next().is_some_and(|p| p.ends_with("/pods"))
+                })
+                .count();
+            (r.refused, creates)
+        });
+        assert_eq!(refused, 2, "{code}");
+        assert_eq!(creates, 3, "{code}: twice refused, then made");
+        assert_no_pods_left(&fake).await;
+    }
+}
+
 /// The attempts and the last error of a `RetriesExhausted`.
 fn attempts_of(err: &Error) -> (&[String], &Error) {
     match err {

@@ -88,6 +88,29 @@ async fn simulated_one_shot_pool_hands_a_waiting_pod_its_job() {
     assert_no_pods_left(&fake).await;
 }
 
+/// A pool bigger than the cluster can place: each fill fails within the
+/// pool's start limit with the scheduler's own reason (no word of Docker),
+/// and the pods it made are removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_pool_the_cluster_cannot_place_says_why() {
+    let script = Script {
+        unschedulable: true,
+        ..Script::exits(0, "counted\n", counting())
+    };
+    let (client, fake) = with_script(script).await;
+    let config = dockhand::pool::PoolConfig::new(2).start_limit(Duration::from_secs(2));
+    let pool = client.pool(&count_lines(), config).await.expect("a pool");
+    assert!(!pool.wait_ready(Duration::from_secs(4)).await);
+    let stats = pool.stats();
+    let why = stats.last_failure.clone().unwrap_or_default();
+    assert!(stats.fill_failures >= 1, "{stats:?}");
+    assert!(why.contains("could not place pod"), "{why}");
+    assert!(why.contains("Insufficient cpu"), "{why}");
+    assert!(!why.to_lowercase().contains("docker"), "{why}");
+    pool.shutdown().await;
+    assert_no_pods_left(&fake).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_pool_of_a_sandbox_with_secrets_runs_cold() {
     let (client, fake) = with_script(Script::exits(0, "", Arc::new(|_| Vec::new()))).await;

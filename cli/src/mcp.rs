@@ -136,6 +136,11 @@ struct Execute {
     inputs: serde_json::Map<String, Value>,
 }
 
+/// No arguments, and no others taken.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArguments {}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadModule {
@@ -569,7 +574,10 @@ impl Server {
         description = "Lists the modules execute's code may import tools from (`tools`, `tools.<server>` for each configured MCP server, `skills` for functions earlier code saved with save_skill): each with its path, what it is for and the names in it. Read one with read_module, then import what you need: `from tools.time import get_current_time`.",
         annotations(read_only_hint = true)
     )]
-    async fn list_modules(&self) -> Result<CallToolResult, ErrorData> {
+    async fn list_modules(
+        &self,
+        Parameters(NoArguments {}): Parameters<NoArguments>,
+    ) -> Result<CallToolResult, ErrorData> {
         Ok(match self.owned.code_mode.list_modules().await {
             Ok(listing) => CallToolResult::success(vec![text(listing)]),
             Err(e) => tool_error(format!("{e:#}")),

@@ -595,3 +595,36 @@ fn kernel_cells_run_in_other_languages() {
         .code(2)
         .stderr(predicate::str::contains("cobol"));
 }
+
+/// The command has the Kubernetes backend: `DOCKHAND_BACKEND=kubernetes`
+/// reaches for the cluster the kubeconfig names (here one that does not
+/// answer) rather than saying the backend is missing.
+#[test]
+fn the_kubernetes_backend_is_chosen_by_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kubeconfig");
+    std::fs::write(
+        &config,
+        "apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n\
+         clusters:\n- name: nowhere\n  cluster:\n    server: https://127.0.0.1:9\n\
+         contexts:\n- name: nowhere\n  context:\n    cluster: nowhere\n    user: nobody\n\
+         users:\n- name: nobody\n  user: {}\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    dockhand()
+        .env("DOCKHAND_BACKEND", "kubernetes")
+        .env("KUBECONFIG", &config)
+        .args(["run", "-c", "print(1)"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("https://127.0.0.1:9"))
+        .stderr(predicate::str::contains("not in this build").not());
+    assert!(started.elapsed() < Duration::from_secs(30));
+    dockhand()
+        .env("DOCKHAND_BACKEND", "nomad")
+        .args(["run", "-c", "print(1)"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("`nomad` is not a backend"));
+}

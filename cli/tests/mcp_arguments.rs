@@ -22,6 +22,8 @@ fn exercised() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("execute", &["code", "inputs"]),
         ("resume", &["decision", "id", "reason", "value"]),
         ("run_code", &["code", "context", "language", "timeout"]),
+        ("list_modules", &[]),
+        ("read_module", &["path"]),
     ]
     .into_iter()
     .map(|(tool, args)| (tool, args.iter().copied().collect()))
@@ -59,6 +61,8 @@ async fn every_advertised_argument_is_checked_and_takes_effect() {
         ("run_python", json!({"code": "1", "timeout_s": 1})),
         ("shell", json!({"command": "true", "timeout_s": 1})),
         ("run_code", json!({"code": "1", "ctx": "a"})),
+        ("list_modules", json!({"path": "tools"})),
+        ("read_module", json!({"path": "tools", "module": "x"})),
     ] {
         let refused = try_call(&client, tool, args).await;
         let refused = match refused {
@@ -68,6 +72,16 @@ async fn every_advertised_argument_is_checked_and_takes_effect() {
         };
         assert!(refused.contains("unknown field"), "{tool}: {refused}");
     }
+
+    // read_module: the module named is the one read.
+    let read = call(&client, "read_module", json!({"path": "tools"})).await;
+    assert!(!failed(&read), "{read:?}");
+    assert!(
+        format!("{:?}", read.content).contains("def python(code: str)"),
+        "{read:?}"
+    );
+    let listed = call(&client, "list_modules", json!({})).await;
+    assert_eq!(body(&listed)[0]["path"], "tools", "{listed:?}");
 
     // run_python: allow_hosts may only narrow the server's allow-list, and
     // this server has none (tests/egress.rs shows it narrowing one).

@@ -200,11 +200,12 @@ impl ClientBuilder {
             std::env::var("DOCKHAND_BACKEND").as_deref(),
             Ok("kubernetes" | "k8s")
         ) {
-            return Err(crate::Error::Unsupported {
-                backend: "kubernetes",
-                feature: "DOCKHAND_BACKEND=kubernetes".into(),
-                hint: "build dockhand with its `kubernetes` feature".into(),
-            });
+            return Err(crate::Error::spec(
+                "DOCKHAND_BACKEND",
+                "`kubernetes` is not in this build of dockhand (compiled without its \
+                 `kubernetes` feature); unset DOCKHAND_BACKEND to use Docker, or build \
+                 with the feature",
+            ));
         }
         let engine = Engine::connect(&self.daemon)
             .await?

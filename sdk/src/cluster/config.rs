@@ -32,6 +32,7 @@ pub struct KubeConfig {
     pub(super) builder: Option<super::images::Builder>,
     pub(super) agent_sandbox: Option<bool>,
     pub(super) agent_image: Option<String>,
+    pub(super) placement: crate::k8s::Placement,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -125,6 +126,23 @@ impl KubeConfig {
     /// used for [`Isolation::Gvisor`](crate::Isolation).
     pub fn gvisor_runtime_class(mut self, class: impl Into<String>) -> Self {
         self.gvisor_runtime_class = Some(class.into());
+        self
+    }
+
+    /// Where every pod goes and what its images are pulled with: node
+    /// selector, tolerations, priority class, a default RuntimeClass and
+    /// image pull secrets (see [`Placement`](crate::k8s::Placement)).
+    ///
+    /// ```
+    /// use dockhand::k8s::Placement;
+    /// use dockhand::KubeConfig;
+    /// let config = KubeConfig::infer().placement(
+    ///     Placement::new().node_selector("pool", "sandboxes").priority_class("sandbox-low"),
+    /// );
+    /// # let _ = config;
+    /// ```
+    pub fn placement(mut self, placement: crate::k8s::Placement) -> Self {
+        self.placement = placement;
         self
     }
 

@@ -62,6 +62,8 @@ pub(crate) struct Cluster {
     agent_image: Option<String>,
     /// Whether the API server serves agent-sandbox's extensions, once asked.
     agent_sandbox_served: tokio::sync::OnceCell<bool>,
+    /// Where pods go (see `KubeConfig::placement`).
+    placement: crate::k8s::Placement,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -110,6 +112,7 @@ impl Cluster {
             agent_sandbox: config.agent_sandbox,
             agent_image: config.agent_image.clone(),
             agent_sandbox_served: tokio::sync::OnceCell::new(),
+            placement: config.placement.clone(),
         })
     }
 
@@ -162,6 +165,7 @@ impl Cluster {
             .name(name)
             .owner(self.owner.id())
             .gvisor_runtime_class(self.gvisor_runtime_class.clone())
+            .placement(self.placement.clone())
     }
 
     /// The reference every object this process makes carries, so the

@@ -97,6 +97,19 @@ impl<'a> PodView<'a> {
             .is_some_and(|s| s.running.is_some())
     }
 
+    /// The scheduler's message while it cannot place the pod
+    /// (`PodScheduled` false for `Unschedulable`: "0/2 nodes are available:
+    /// 2 Insufficient cpu.").
+    pub(crate) fn unschedulable(&self) -> Option<String> {
+        let status = self.pod.status.as_ref()?;
+        status.conditions.iter().flatten().find_map(|c| {
+            (c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable"))
+            .then(|| c.message.clone().unwrap_or_else(|| "Unschedulable".into()))
+        })
+    }
+
     /// `(exit code, reason)` once container `name` has ended.
     pub(crate) fn terminated(&self, name: &str) -> Option<(i32, String)> {
         let ended = self.container(name)?.state.as_ref()?.terminated.as_ref()?;
@@ -200,6 +213,38 @@ impl Cluster {
         decide: impl FnMut(&Pod) -> Option<Result<T>>,
     ) -> Result<T> {
         super::watch::watch_until(&self.pods(), "pods", self.namespace(), name, decide).await
+    }
+
+    /// [`Cluster::wait_pod`] for at most `limit`. Past it, the error says
+    /// what held the pod up: the scheduler's reason when it could not place
+    /// the pod ([`ClusterError::Unschedulable`]), else that it was not ready.
+    pub(crate) async fn wait_pod_within<T>(
+        &self,
+        name: &str,
+        limit: std::time::Duration,
+        mut decide: impl FnMut(&Pod) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let mut unplaced: Option<String> = None;
+        let waiting = self.wait_pod(name, |p| {
+            unplaced = PodView::new(p).unschedulable();
+            decide(p)
+        });
+        let outcome = tokio::time::timeout(limit, waiting).await;
+        match outcome {
+            Ok(done) => done,
+            Err(_) => Err(match unplaced {
+                Some(message) => ClusterError::Unschedulable {
+                    pod: name.to_string(),
+                    message,
+                },
+                None => ClusterError::PodFailed {
+                    pod: name.to_string(),
+                    reason: "NotReady".into(),
+                    message: format!("it was not ready within {limit:?}"),
+                },
+            }
+            .into()),
+        }
     }
 
     /// Waits until container `container` of pod `name` runs. What the

@@ -107,6 +107,17 @@ pub enum ClusterError {
         message: String,
     },
 
+    /// The scheduler could not place the pod on any node within the time
+    /// allowed: the pod asks for more than any node has free, or matches no
+    /// node (its selector, taints, affinity). Nothing ran.
+    #[error("the cluster could not place pod {pod}: {message}\nhint: free room or add nodes, lower what each pod asks (cpus, memory; a pool asks that many times its size), or check the placement (node selector, tolerations)")]
+    Unschedulable {
+        /// The pod.
+        pod: String,
+        /// The scheduler's message ("0/2 nodes are available: 2 Insufficient cpu.").
+        message: String,
+    },
+
     /// The pod failed for a reason of the cluster's before its program could
     /// end (a container that could not be created, a deadline, ...).
     #[error("pod {pod} failed ({reason}): {message}")]

@@ -34,7 +34,8 @@ mod render;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec};
+pub use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{ConfigMap, LocalObjectReference, Pod, PodSpec};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde::Serialize;
 
@@ -60,6 +61,107 @@ pub struct KubeOptions {
     scratch_limit: String,
     owner: Option<String>,
     agent_image: String,
+    placement: Placement,
+}
+
+/// Where the cluster places pods and what it pulls them with: the settings
+/// a cluster's operators give its workloads (node pools, taints, priority,
+/// a default runtime, registry credentials). Every pod dockhand makes gets
+/// them.
+///
+/// ```
+/// use dockhand::k8s::Placement;
+/// let placement = Placement::new()
+///     .node_selector("pool", "sandboxes")
+///     .toleration("sandboxes", "NoSchedule")
+///     .priority_class("sandbox-low")
+///     .image_pull_secret("registry-credentials");
+/// # let _ = placement;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Placement {
+    node_selector: BTreeMap<String, String>,
+    tolerations: Vec<Toleration>,
+    priority_class: Option<String>,
+    runtime_class: Option<String>,
+    image_pull_secrets: Vec<String>,
+}
+
+// Every field compares whole (strings and integers).
+impl Eq for Placement {}
+
+impl Placement {
+    /// No settings: the cluster's defaults.
+    pub fn new() -> Self {
+        Placement::default()
+    }
+
+    /// Only nodes labelled `key=value` (`nodeSelector`; repeatable).
+    pub fn node_selector(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.node_selector.insert(key.into(), value.into());
+        self
+    }
+
+    /// Tolerates the taint `key` with `effect` (`NoSchedule`,
+    /// `PreferNoSchedule` or `NoExecute`), whatever its value (repeatable).
+    pub fn toleration(self, key: impl Into<String>, effect: impl Into<String>) -> Self {
+        self.toleration_of(Toleration {
+            key: Some(key.into()),
+            operator: Some("Exists".into()),
+            effect: Some(effect.into()),
+            ..Toleration::default()
+        })
+    }
+
+    /// Any toleration, as Kubernetes spells it (repeatable).
+    pub fn toleration_of(mut self, toleration: Toleration) -> Self {
+        self.tolerations.push(toleration);
+        self
+    }
+
+    /// The PriorityClass of the pods (`priorityClassName`).
+    pub fn priority_class(mut self, name: impl Into<String>) -> Self {
+        self.priority_class = Some(name.into());
+        self
+    }
+
+    /// The RuntimeClass of pods that ask for no runtime of their own (those
+    /// under gVisor take [`KubeOptions::gvisor_runtime_class`]).
+    pub fn runtime_class(mut self, name: impl Into<String>) -> Self {
+        self.runtime_class = Some(name.into());
+        self
+    }
+
+    /// A Secret of registry credentials the nodes pull images with
+    /// (`imagePullSecrets`; repeatable).
+    pub fn image_pull_secret(mut self, name: impl Into<String>) -> Self {
+        self.image_pull_secrets.push(name.into());
+        self
+    }
+
+    /// Writes the settings into a pod's spec.
+    pub(crate) fn apply(&self, spec: &mut PodSpec) {
+        if !self.node_selector.is_empty() {
+            spec.node_selector = Some(self.node_selector.clone());
+        }
+        if !self.tolerations.is_empty() {
+            spec.tolerations = Some(self.tolerations.clone());
+        }
+        if self.priority_class.is_some() {
+            spec.priority_class_name = self.priority_class.clone();
+        }
+        if spec.runtime_class_name.is_none() {
+            spec.runtime_class_name = self.runtime_class.clone();
+        }
+        if !self.image_pull_secrets.is_empty() {
+            spec.image_pull_secrets = Some(
+                self.image_pull_secrets
+                    .iter()
+                    .map(|name| LocalObjectReference { name: name.clone() })
+                    .collect(),
+            );
+        }
+    }
 }
 
 impl KubeOptions {
@@ -76,7 +178,14 @@ impl KubeOptions {
             scratch_limit: "1Gi".into(),
             owner: None,
             agent_image: crate::image::agent::default_image().to_string(),
+            placement: Placement::default(),
         }
+    }
+
+    /// Where pods go and what they are pulled with (see [`Placement`]).
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
     }
 
     /// The namespace of every object (default `default`).

@@ -233,7 +233,7 @@ pub(super) fn pod_spec(
         "runsc" => opts.gvisor_runtime_class.clone(),
         other => other.to_string(),
     });
-    PodSpec {
+    let mut pod = PodSpec {
         containers,
         init_containers: (!init.is_empty()).then_some(init),
         volumes: Some(volumes),
@@ -259,5 +259,7 @@ pub(super) fn pod_spec(
             ..Default::default()
         }),
         ..Default::default()
-    }
+    };
+    opts.placement.apply(&mut pod);
+    pod
 }

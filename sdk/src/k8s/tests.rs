@@ -241,6 +241,52 @@ fn gvisor_becomes_a_runtime_class() {
 }
 
 #[test]
+fn placement_reaches_every_pod_and_gvisor_keeps_its_class() {
+    use super::{Placement, Toleration};
+    let placement = Placement::new()
+        .node_selector("pool", "sandboxes")
+        .toleration("sandboxes", "NoSchedule")
+        .toleration_of(Toleration {
+            key: Some("spot".into()),
+            operator: Some("Equal".into()),
+            value: Some("yes".into()),
+            effect: Some("NoExecute".into()),
+            toleration_seconds: Some(30),
+        })
+        .priority_class("sandbox-low")
+        .runtime_class("kata")
+        .image_pull_secret("registry-credentials");
+    let with = opts().placement(placement);
+    let inputs = [("path", "p"), ("label", "l")];
+    let plain = one_shot(&job(Network::None, Isolation::Default), inputs, &with).unwrap();
+    let pod = plain.pod_spec().unwrap();
+    assert_eq!(pod.node_selector.as_ref().unwrap()["pool"], "sandboxes");
+    let tolerations = pod.tolerations.as_ref().unwrap();
+    assert_eq!(tolerations.len(), 2);
+    assert_eq!(tolerations[0].operator.as_deref(), Some("Exists"));
+    assert_eq!(tolerations[1].toleration_seconds, Some(30));
+    assert_eq!(pod.priority_class_name.as_deref(), Some("sandbox-low"));
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("kata"));
+    assert_eq!(
+        pod.image_pull_secrets.as_ref().unwrap()[0].name,
+        "registry-credentials"
+    );
+    let yaml = plain.to_yaml().unwrap();
+    assert!(yaml.contains("priorityClassName: sandbox-low"), "{yaml}");
+    assert!(yaml.contains("imagePullSecrets:"), "{yaml}");
+    // Under gVisor the pod keeps gVisor's class; the rest still applies.
+    let gvisor = one_shot(&job(Network::None, Isolation::Gvisor), inputs, &with).unwrap();
+    let pod = gvisor.pod_spec().unwrap();
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("gvisor"));
+    assert_eq!(pod.priority_class_name.as_deref(), Some("sandbox-low"));
+    // Without placement nothing is set.
+    let bare = one_shot(&job(Network::None, Isolation::Default), inputs, &opts()).unwrap();
+    let pod = bare.pod_spec().unwrap();
+    assert!(pod.node_selector.is_none() && pod.tolerations.is_none());
+    assert!(pod.priority_class_name.is_none() && pod.image_pull_secrets.is_none());
+}
+
+#[test]
 fn bad_inputs_and_host_mounts_are_refused() {
     let sandbox = job(Network::None, Isolation::Default);
     assert!(matches!(

@@ -191,6 +191,10 @@ pub struct PoolConfig {
     /// A pool grown past `size` that was not found short for this long
     /// gives the extra items back (default 30 s).
     pub shrink_after: std::time::Duration,
+    /// How long making one item may take before that fill counts as failed
+    /// (default 60 s). On a cluster this is the pod's scheduling, image pull
+    /// and start; a pod the scheduler could not place fails with its reason.
+    pub start_limit: std::time::Duration,
 }
 
 impl PoolConfig {
@@ -201,7 +205,14 @@ impl PoolConfig {
             max_size: size,
             max_starting: size.clamp(2, 16),
             shrink_after: std::time::Duration::from_secs(30),
+            start_limit: std::time::Duration::from_secs(60),
         }
+    }
+
+    /// How long making one item may take (see [`PoolConfig::start_limit`]).
+    pub fn start_limit(mut self, limit: std::time::Duration) -> Self {
+        self.start_limit = limit;
+        self
     }
 
     /// Lets the pool grow to `max` items under sustained demand (not below `size`).

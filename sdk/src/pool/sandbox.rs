@@ -50,9 +50,6 @@ del line, chunk, job
 exec(runner, {'__name__': '__main__', '__builtins__': __builtins__})
 "#;
 
-/// How long making one warm container may take before it counts as failed.
-const FILL_LIMIT: Duration = Duration::from_secs(60);
-
 /// Containers of one sandbox, created and started ahead of need. See the
 /// [module documentation](super) for what a pool fixes in advance.
 pub struct SandboxPool {
@@ -100,7 +97,7 @@ impl Client {
         };
         #[cfg(feature = "kubernetes")]
         let config = super::held_by(&claims, config);
-        let fill = fill(self, sandbox, image.reference);
+        let fill = fill(self, sandbox, image.reference, config.start_limit);
         let name = format!("pool:{}", sandbox.name());
         let warm = WarmPool::new(name, config, fill, discard(), self.reporter().clone());
         Ok(SandboxPool {
@@ -116,17 +113,22 @@ impl Client {
 }
 
 /// Makes one warm container (a pod on a cluster) of `sandbox` from `image`,
-/// within [`FILL_LIMIT`].
-fn fill(client: &Client, sandbox: &Sandbox, image: String) -> Fill<Warm> {
+/// within `limit`.
+fn fill(client: &Client, sandbox: &Sandbox, image: String, limit: Duration) -> Fill<Warm> {
     let (client, sandbox) = (client.clone(), sandbox.clone());
     Arc::new(move || {
         let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
         async move {
-            match tokio::time::timeout(FILL_LIMIT, warm_one(&client, &sandbox, &image)).await {
+            // A pod's own wait names what held it up (see `warm_one`).
+            #[cfg(feature = "kubernetes")]
+            if client.cluster().is_some() {
+                return warm_one(&client, &sandbox, &image, limit).await;
+            }
+            match tokio::time::timeout(limit, warm_one(&client, &sandbox, &image, limit)).await {
                 Ok(made) => made,
                 Err(_) => Err(crate::Error::Docker {
                     operation: "start a warm container",
-                    message: format!("no container within {FILL_LIMIT:?}"),
+                    message: format!("it was not running within {limit:?}"),
                     status: None,
                 }),
             }
@@ -153,14 +155,19 @@ fn discard() -> Discard<Warm> {
 }
 
 /// One container (a pod on a cluster) that waits for its job.
-async fn warm_one(client: &Client, sandbox: &Sandbox, image: &str) -> Result<Warm> {
+async fn warm_one(
+    client: &Client,
+    sandbox: &Sandbox,
+    image: &str,
+    limit: Duration,
+) -> Result<Warm> {
     #[cfg(feature = "kubernetes")]
     if let Some(cluster) = client.cluster() {
         return Ok(Warm::Pod(Box::new(
-            crate::sandbox::warm_pod(cluster, sandbox, image).await?,
+            crate::sandbox::warm_pod(cluster, sandbox, image, limit).await?,
         )));
     }
-    let _ = image;
+    let _ = (image, limit);
     Ok(Warm::Container(Box::new(
         warm_container(client, sandbox).await?,
     )))

@@ -57,14 +57,22 @@ fn plan_warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<Po
 
 /// Makes one of `sandbox`'s pool pods from `image` and waits until its
 /// `inputs` container runs, so a run that takes it sends its inputs at once.
-pub(crate) async fn warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<WarmPod> {
+pub(crate) async fn warm_pod(
+    cluster: &Cluster,
+    sandbox: &Sandbox,
+    image: &str,
+    limit: std::time::Duration,
+) -> Result<WarmPod> {
     let allow = crate::cluster::allow_list(&sandbox.runtime.network).await?;
     let mut plan = plan_warm_pod(cluster, sandbox, image)?;
     if let Some(list) = allow {
         list.apply(&mut plan);
     }
     let (guard, _uid) = cluster.launch_pod(&plan.pod, &plan.companions).await?;
-    match cluster.wait_pod(&plan.name, inputs_ready).await {
+    match cluster
+        .wait_pod_within(&plan.name, limit, inputs_ready)
+        .await
+    {
         Ok(()) => Ok(WarmPod {
             guard: Held::Pod(guard),
             name: plan.name,

@@ -69,10 +69,15 @@ pub struct Script {
     /// The refusal's message, where it is not RBAC's (a quota's, a
     /// webhook's, as the API server words them).
     pub refuse_message: Option<&'static str>,
+    /// Only the first this many matching requests are refused (an API
+    /// server that says 429 or 503 for a while); `None`: all of them.
+    pub refuse_times: Option<usize>,
     /// The first watch ends at once with a 410 `Expired` ERROR event.
     pub expire_first_watch: bool,
     /// The node cannot pull the pod's image.
     pub image_pull_fails: bool,
+    /// No node has room: the scheduler leaves every pod Pending.
+    pub unschedulable: bool,
     /// Long-lived pods (sessions, code hosts) run as real Docker
     /// containers (see `docker_kubelet`) instead of scripted programs.
     pub on_docker: bool,
@@ -89,8 +94,10 @@ impl Script {
         Script {
             refuse: None,
             refuse_message: None,
+            refuse_times: None,
             expire_first_watch: false,
             image_pull_fails: false,
+            unschedulable: false,
             on_docker: false,
             agent_sandbox: false,
             claims_unbound: false,
@@ -141,6 +148,8 @@ pub struct Record {
     events: Vec<(u64, String, &'static str, Value)>,
     /// `METHOD path?query` of every request, in order.
     pub requests: Vec<String>,
+    /// How many requests the scripted refusal answered.
+    pub refused: usize,
     /// Every request a scripted session agent or bridge got: (pod, request).
     pub agent_requests: Vec<(String, Value)>,
     /// Files written through a scripted session agent: (pod, path) -> bytes.
@@ -394,7 +403,14 @@ async fn gate(State(fake): State<Shared>, request: Request, next: Next) -> Respo
     fake.record(|r| r.requests.push(format!("{method} {uri}")));
     if let Some((m, resource, code)) = fake.script.refuse {
         let path = request.uri().path();
-        if m == method && path.rsplit('/').next() == Some(resource) {
+        let matches = m == method && path.rsplit('/').next() == Some(resource);
+        let refusing = matches
+            && fake.record(|r| {
+                let refuse = fake.script.refuse_times.is_none_or(|n| r.refused < n);
+                r.refused += usize::from(refuse);
+                refuse
+            });
+        if refusing {
             let ns = &fake.namespace;
             let (reason, message) = match code {
                 403 if fake.script.refuse_message.is_some() => (
@@ -404,6 +420,8 @@ async fn gate(State(fake): State<Shared>, request: Request, next: Next) -> Respo
                 403 => ("Forbidden", format!("{resource} is forbidden: User \"system:serviceaccount:{ns}:dockhand\" cannot {} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"", verb(&method))),
                 404 => ("NotFound", format!("namespaces \"{ns}\" not found")),
                 409 => ("AlreadyExists", format!("{resource} already exists")),
+                429 => ("TooManyRequests", "the server has received too many requests and has asked us to try again later".to_string()),
+                503 => ("ServiceUnavailable", "the server is currently unable to handle the request".to_string()),
                 _ => ("InternalError", "an error on the server has prevented the request from succeeding".to_string()),
             };
             return status_body(code, reason, &message);

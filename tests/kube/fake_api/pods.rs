@@ -75,6 +75,22 @@ pub(super) fn add_pod(fake: Shared, ns: String, mut pod: Value) -> Response {
         r.rv
     });
     fake.changed.send_replace(rv);
+    // The scheduler finds no node with room: the pod stays Pending, as a
+    // real scheduler leaves it, with its reason.
+    if fake.script.unschedulable {
+        let scheduler = fake.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            scheduler.update(&name, |pod| {
+                pod["status"]["conditions"] = json!([{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "lastTransitionTime": "2026-11-26T12:00:00Z",
+                    "message": "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
+                }]);
+            });
+        });
+        return (StatusCode::CREATED, Json(pod)).into_response();
+    }
     // The scheduler and kubelet: the first container starts, or its image
     // cannot be pulled.
     if long_lived && fake.script.on_docker && !fake.script.image_pull_fails {
