@@ -64,9 +64,8 @@ def preload(modules):
 
 
 def become_kernel(req):
-    """In the forked kernel: its own session, files, signals and seeds; then
-    ipykernel, as `python -m ipykernel_launcher` would run it."""
-    os.setsid()
+    """In the forked kernel (its own session already): its files, signals
+    and seeds; then ipykernel, as `python -m ipykernel_launcher` would run it."""
     prctl(4, 1)  # PR_SET_DUMPABLE: a kernel is an ordinary process again
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -107,18 +106,23 @@ def spawn(req):
             # The kernel's command line is the fork server's: its name says
             # what it is, from its first instant (the relay checks it).
             ctypes.CDLL(None).prctl(15, b"dockhand-kernel", 0, 0, 0)  # PR_SET_NAME
-            kernel = os.fork()
-            if kernel == 0:
-                os.close(w)
+            if os.fork() == 0:
                 try:
+                    # Its own session before the fork server answers: the
+                    # relay takes only a session leader for a kernel, and
+                    # answering first let a busy machine check too soon.
+                    os.setsid()
+                    os.write(w, b"%d" % os.getpid())
+                    os.close(w)
                     become_kernel(req)
                 finally:
                     os._exit(0)
-            os.write(w, b"%d" % kernel)
         except BaseException:
             code = 70
         os._exit(code)
     os.close(w)
+    # The pipe ends once the middle process has exited and the kernel has
+    # written its pid (as a session leader); the kernel is then the relay's.
     with os.fdopen(r, "rb") as f:
         text = f.read()
     os.waitpid(middle, 0)
