@@ -121,7 +121,8 @@ async fn simulated_one_shot_with_file_io_goes_through_attach_streams_and_leaves_
     );
     assert_eq!(spec["automountServiceAccountToken"], json!(false));
     assert_eq!(spec["restartPolicy"], json!("Never"));
-    assert!(spec["activeDeadlineSeconds"].as_i64().unwrap() > 0);
+    // No timeout: a day, plus the pod's default start limit (5 min).
+    assert_eq!(spec["activeDeadlineSeconds"], json!(24 * 3600 + 300));
     let owner = &created["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], json!("Lease"));
     assert_eq!(owner["uid"], lease["metadata"]["uid"]);
@@ -689,6 +690,56 @@ async fn simulated_api_server_throttling_is_retried_per_request() {
         assert_eq!(creates, 3, "{code}: twice refused, then made");
         assert_no_pods_left(&fake).await;
     }
+}
+
+/// A one-shot whose pod the scheduler cannot place fails within the pod's
+/// start limit with the scheduler's reason, not at the run's timeout, and
+/// its pod is deleted.
+#[tokio::test]
+async fn simulated_one_shot_the_cluster_cannot_place_fails_at_its_start_limit() {
+    let script = Script {
+        unschedulable: true,
+        ..Script::exits(0, "counted\n", counting())
+    };
+    let (url, fake) = fake_api::start("sim", script).await;
+    let client = Client::builder()
+        .kubernetes(
+            dockhand::KubeConfig::url(&url)
+                .namespace("sim")
+                .pod_start_limit(Duration::from_secs(2)),
+        )
+        .cache_dir(std::env::temp_dir().join("dockhand-kube-sim-cache"))
+        .connect()
+        .await
+        .unwrap();
+    let job = Sandbox::command("count", "sh")
+        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
+        .input("text", Type::File)
+        .output("lines", Type::Int)
+        .image(ImageSpec::prebuilt(IMAGE))
+        .cache(dockhand::CacheMode::Disable)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let err = client
+        .run(&job, [("text", text_file(&dir, "a\n"))])
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    match &err {
+        Error::Cluster(ClusterError::Unschedulable { message, .. }) => {
+            assert!(message.contains("Insufficient cpu"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("could not place pod"), "{err}");
+    assert_no_pods_left(&fake).await;
 }
 
 /// The attempts and the last error of a `RetriesExhausted`.

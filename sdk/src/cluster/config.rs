@@ -33,6 +33,7 @@ pub struct KubeConfig {
     pub(super) agent_sandbox: Option<bool>,
     pub(super) agent_image: Option<String>,
     pub(super) placement: crate::k8s::Placement,
+    pub(super) pod_start_limit: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -143,6 +144,16 @@ impl KubeConfig {
     /// ```
     pub fn placement(mut self, placement: crate::k8s::Placement) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// How long a one-shot's pod may take to be ready for its inputs
+    /// (scheduling, image pull, start; default 5 min). A run's timeout
+    /// counts from then, as on Docker it counts from the container's start.
+    /// Past it the run fails with the scheduler's reason
+    /// ([`ClusterError::Unschedulable`]) or as not ready.
+    pub fn pod_start_limit(mut self, limit: Duration) -> Self {
+        self.pod_start_limit = Some(limit);
         self
     }
 

@@ -47,6 +47,9 @@ use crate::error::{ClusterError, Result};
 
 /// How long connecting may take by default, the API server's first answer included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a one-shot's pod may take to be ready, by default (an image
+/// pull of a large image included).
+const POD_START_LIMIT: Duration = Duration::from_secs(300);
 
 /// A connection to a cluster, with this process's owner lease.
 pub(crate) struct Cluster {
@@ -64,6 +67,8 @@ pub(crate) struct Cluster {
     agent_sandbox_served: tokio::sync::OnceCell<bool>,
     /// Where pods go (see `KubeConfig::placement`).
     placement: crate::k8s::Placement,
+    /// See `KubeConfig::pod_start_limit`.
+    pod_start_limit: Duration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -113,6 +118,7 @@ impl Cluster {
             agent_image: config.agent_image.clone(),
             agent_sandbox_served: tokio::sync::OnceCell::new(),
             placement: config.placement.clone(),
+            pod_start_limit: config.pod_start_limit.unwrap_or(POD_START_LIMIT),
         })
     }
 
@@ -143,6 +149,11 @@ impl Cluster {
         self.images.code_host(spec).await
     }
 
+    /// How long a one-shot's pod may take to be ready for its inputs.
+    pub(crate) fn pod_start_limit(&self) -> Duration {
+        self.pod_start_limit
+    }
+
     /// The API server's URL.
     pub(crate) fn server(&self) -> &str {
         &self.server
@@ -166,6 +177,7 @@ impl Cluster {
             .owner(self.owner.id())
             .gvisor_runtime_class(self.gvisor_runtime_class.clone())
             .placement(self.placement.clone())
+            .start_allowance(self.pod_start_limit)
     }
 
     /// The reference every object this process makes carries, so the

@@ -62,6 +62,9 @@ pub struct KubeOptions {
     owner: Option<String>,
     agent_image: String,
     placement: Placement,
+    /// Seconds a one-shot's pod may take to be ready before its run's
+    /// timeout starts (the backend's `KubeConfig::pod_start_limit`).
+    start_allowance: i64,
 }
 
 /// Where the cluster places pods and what it pulls them with: the settings
@@ -179,7 +182,15 @@ impl KubeOptions {
             owner: None,
             agent_image: crate::image::agent::default_image().to_string(),
             placement: Placement::default(),
+            start_allowance: 0,
         }
+    }
+
+    /// How long a one-shot's pod may take to be ready before its run's
+    /// timeout starts: added to the pod's `activeDeadlineSeconds`.
+    pub(crate) fn start_allowance(mut self, limit: std::time::Duration) -> Self {
+        self.start_allowance = i64::try_from(limit.as_secs()).unwrap_or(i64::MAX / 4);
+        self
     }
 
     /// Where pods go and what they are pulled with (see [`Placement`]).

@@ -249,11 +249,13 @@ pub(crate) fn one_shot_pod(
     opts: &KubeOptions,
 ) -> Result<Manifests> {
     let (naming, mut spec, egress) = one_shot_parts(sandbox, command, attempt, opts)?;
+    // Counted from the pod's start: its getting ready comes first.
     spec.active_deadline_seconds = Some(
         sandbox
             .runtime()
             .timeout
-            .map_or(24 * 3600, |t| t.as_secs().max(1) as i64 + 60),
+            .map_or(24 * 3600, |t| t.as_secs().max(1) as i64 + 60)
+            .saturating_add(opts.start_allowance),
     );
     let pod = Pod {
         metadata: naming.meta(""),

@@ -99,6 +99,26 @@ pub(crate) async fn agent_pool(
     AgentPool::open(cluster, plan.pod, plan.companions, (egress, "inputs"), size).await
 }
 
+/// A step of getting the pod ready, within the pod's start limit: running
+/// out of it is the cluster's failure, not the run's timeout.
+async fn starting<T>(
+    pod: &str,
+    limit: std::time::Duration,
+    step: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match step.await {
+        Err(Error::Timeout { .. }) => Err(crate::error::ClusterError::PodFailed {
+            pod: format!("{pod}-*"),
+            reason: "NotReady".into(),
+            message: format!(
+                "no pod was ready for the run within {limit:?} (KubeConfig::pod_start_limit)"
+            ),
+        }
+        .into()),
+        other => other,
+    }
+}
+
 /// Whether a one-shot pod's `inputs` container runs, i.e. takes its inputs.
 fn inputs_ready(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Result<()>> {
     let view = PodView::new(pod);
@@ -176,9 +196,10 @@ pub(super) async fn attempt(
             "a cluster run takes its job as an archive",
         ));
     };
-    let deadline = rt
-        .timeout
-        .map(|limit| (tokio::time::Instant::now() + limit, limit));
+    // Getting the pod ready for its inputs (scheduling, image pull, start)
+    // has a limit of its own; the run's timeout starts with the program.
+    let start_limit = cluster.pod_start_limit();
+    let start = Some((tokio::time::Instant::now() + start_limit, start_limit));
 
     let secrets: Arc<[(String, String)]> = prepared.redactions.clone().into();
     let handler = options.on_output.clone();
@@ -187,12 +208,19 @@ pub(super) async fn attempt(
 
     // A pool's pod takes the attempt number before the archive; a pod
     // made now has it in its spec.
-    let (guard, name, attempt_line) = match take_warm(cluster, pool, deadline).await? {
+    let pods = format!("dockhand-{}", sandbox.name);
+    let taken = starting(&pods, start_limit, take_warm(cluster, pool, start)).await?;
+    let (guard, name, attempt_line) = match taken {
         Some(pod) => (pod.guard, pod.name, format!("{number}\n")),
         None => {
-            let allow = within(deadline, crate::cluster::allow_list(&rt.network)).await?;
+            let allow = starting(
+                &pods,
+                start_limit,
+                within(start, crate::cluster::allow_list(&rt.network)),
+            )
+            .await?;
             let mut plan = cluster.plan_pod(
-                &format!("dockhand-{}", sandbox.name),
+                &pods,
                 &prepared.image.reference,
                 &prepared.secrets,
                 rt.network == Network::None,
@@ -202,14 +230,29 @@ pub(super) async fn attempt(
                 list.apply(&mut plan);
             }
             // The values travel in a Secret object only, never in the pod spec.
-            let (guard, _uid) =
-                within(deadline, cluster.launch_pod(&plan.pod, &plan.companions)).await?;
+            let (guard, _uid) = starting(
+                &pods,
+                start_limit,
+                within(start, cluster.launch_pod(&plan.pod, &plan.companions)),
+            )
+            .await?;
             (Held::Pod(guard), plan.name, String::new())
         }
     };
+    // Inputs first: until they are in, nothing of the program runs.
+    let left = start.map_or(start_limit, |(at, _)| {
+        at.saturating_duration_since(tokio::time::Instant::now())
+    });
+    if let Err(e) = cluster.wait_pod_within(&name, left, inputs_ready).await {
+        if let Err(removal) = guard.remove().await {
+            tracing::warn!(error = %removal, "deleting a pod that never took its inputs");
+        }
+        return Err(e);
+    }
+    let deadline = rt
+        .timeout
+        .map(|limit| (tokio::time::Instant::now() + limit, limit));
     let ran = async {
-        // Inputs first: until they are in, nothing of the program runs.
-        cluster.wait_pod(&name, inputs_ready).await?;
         let inputs = tokio::io::AsyncReadExt::chain(
             std::io::Cursor::new(attempt_line.into_bytes()),
             tar.reader().await?,
