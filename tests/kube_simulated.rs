@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use dockhand::error::ForbiddenBy;
 use dockhand::{Client, ClusterError, Error, ImageSpec, Sandbox, Secret, Type};
-use serde_json::json;
+use serde_json::{json, Value};
 use sim::fake_api::{self, Outcome, Script, Shared};
 use sim::{
     assert_no_pods_left, connect, count_lines, counting, position, text_file, with_script, IMAGE,
@@ -524,6 +524,55 @@ async fn simulated_reap_removes_pods_of_a_lapsed_owner_and_keeps_its_own() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the owner lease outlived its client");
+}
+
+/// A client of this process that was dropped as its runtime ended could
+/// not delete its lease: once that lease lapses, a live client's sweep in
+/// the same process removes it and the pods it owns, and keeps its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_reap_removes_a_dropped_clients_lapsed_lease_in_the_same_process() {
+    let (client, fake) = with_script(Script::exits(0, "", counting())).await;
+    let (own_name, own) = fake.record(|r| {
+        let lease = r.leases.values().next().unwrap().clone();
+        (lease["metadata"]["name"].clone(), lease)
+    });
+    let process = own["metadata"]["labels"]["dev.dockhand.owner"].clone();
+    let lapsed = format!("dockhand-owner-{}-dropped1", process.as_str().unwrap());
+    let pod = |name: &str, lease: &Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "1",
+                "labels": {"dev.dockhand.managed": "true", "dev.dockhand.owner": process},
+                "ownerReferences": [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "name": lease["metadata"]["name"], "uid": lease["metadata"]["uid"]}]},
+            "spec": {"containers": [{"name": "program", "image": IMAGE}]}
+        })
+    };
+    let dropped = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": lapsed, "uid": "dropped-lease",
+            "labels": {"dev.dockhand.managed": "true", "dev.dockhand.kind": "owner-lease",
+                       "dev.dockhand.owner": process}},
+        "spec": {"holderIdentity": "here/1", "leaseDurationSeconds": 30,
+            "renewTime": "2026-01-01T00:00:00.000000Z"}
+    });
+    fake.seed(
+        Some(dropped.clone()),
+        Some(pod("dockhand-count-orphan", &dropped)),
+    );
+    fake.seed(None, Some(pod("dockhand-count-mine", &own)));
+    let report = client.reap().await.unwrap();
+    assert_eq!(report.containers, vec!["dockhand-count-orphan".to_string()]);
+    let (leases, pods) = fake.record(|r| (r.leases.clone(), r.pods.clone()));
+    assert!(!leases.contains_key(&lapsed), "{leases:?}");
+    assert!(
+        leases.contains_key(own_name.as_str().unwrap()),
+        "{leases:?}"
+    );
+    assert!(
+        pods.contains_key("dockhand-count-mine"),
+        "a live client's pod stays"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

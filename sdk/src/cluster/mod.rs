@@ -191,7 +191,13 @@ impl Cluster {
     /// Deletes the objects of owners whose lease has lapsed (dead processes),
     /// and the lapsed leases. Returns the removed pods' names.
     pub(crate) async fn reap(&self) -> Result<Vec<String>> {
-        owner::reap(&self.client, &self.namespace, self.owner.id()).await
+        owner::reap(
+            &self.client,
+            &self.namespace,
+            self.owner.id(),
+            self.owner.lease_name(),
+        )
+        .await
     }
 
     /// Names of the pods this process made that still exist.

@@ -105,6 +105,11 @@ impl Owner {
         &self.id
     }
 
+    /// This connection's lease.
+    pub(super) fn lease_name(&self) -> &str {
+        &self.name
+    }
+
     pub(super) fn reference(&self) -> OwnerReference {
         OwnerReference {
             api_version: "coordination.k8s.io/v1".into(),
@@ -153,7 +158,7 @@ async fn renew(client: kube::Client, namespace: String, name: String, id: String
         }
         sweeps += 1;
         if sweeps.is_multiple_of(6) {
-            if let Err(e) = reap(&client, &namespace, &id).await {
+            if let Err(e) = reap(&client, &namespace, &id, &name).await {
                 tracing::debug!(error = %e, "sweeping lapsed owner leases failed");
             }
         }
@@ -175,12 +180,17 @@ fn lapsed(lease: &Lease, at: k8s_openapi::jiff::Timestamp) -> bool {
     }
 }
 
-/// Deletes the pods and leases of owners (other than `live`) whose lease
-/// lapsed or is gone. Returns the pods' names.
+/// Deletes lapsed owner leases and their pods: those of dead processes, and
+/// those of this process's dropped clients (their leases were to be deleted
+/// as they dropped, which a runtime that was ending could not do), never
+/// `own_lease`. Pods are found by their process's label (a process with no
+/// live lease) and by their owner reference (a lapsed lease of a process
+/// that lives on). Returns the pods' names.
 pub(super) async fn reap(
     client: &kube::Client,
     namespace: &str,
     live: &str,
+    own_lease: &str,
 ) -> Result<Vec<String>> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -196,6 +206,7 @@ pub(super) async fn reap(
     let at = now();
     let mut alive = std::collections::HashSet::from([live.to_string()]);
     let mut dead = Vec::new();
+    let mut dead_uids = std::collections::HashSet::new();
     for lease in listed.items {
         let owner = lease
             .metadata
@@ -204,8 +215,10 @@ pub(super) async fn reap(
             .and_then(|l| l.get(OWNER_LABEL))
             .cloned()
             .unwrap_or_default();
-        if owner != live && lapsed(&lease, at) {
-            dead.push((lease.metadata.name.clone().unwrap_or_default(), owner));
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        if name != own_lease && lapsed(&lease, at) {
+            dead_uids.extend(lease.metadata.uid.clone());
+            dead.push((name, owner));
         } else {
             alive.insert(owner);
         }
@@ -223,7 +236,13 @@ pub(super) async fn reap(
             .and_then(|l| l.get(OWNER_LABEL));
         // Pods of no dockhand process (rendered by hand) are not ours to judge.
         let Some(owner) = owner else { continue };
-        if alive.contains(owner) {
+        let of_dead_lease = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.kind == "Lease" && dead_uids.contains(&r.uid));
+        if alive.contains(owner) && !of_dead_lease {
             continue;
         }
         let name = pod.metadata.name.unwrap_or_default();
