@@ -308,8 +308,12 @@ impl Client {
     ) -> Result<RunOutput> {
         #[cfg(feature = "kubernetes")]
         if let Some(cluster) = self.cluster() {
-            return super::on_cluster::attempt(cluster, sandbox, prepared, number, options, pool)
-                .await;
+            // Boxed: inline, the cluster's attempt would make every run's
+            // future (the Docker one's too) as large as it is.
+            return Box::pin(super::on_cluster::attempt(
+                cluster, sandbox, prepared, number, options, pool,
+            ))
+            .await;
         }
         let started = Instant::now();
         let engine = self.engine()?;
