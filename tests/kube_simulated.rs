@@ -686,14 +686,7 @@ async fn simulated_evictions_are_retried_and_refusals_are_not() {
         matches!(last, Error::Cluster(ClusterError::Evicted { .. })),
         "{last:?}"
     );
-    let creates = fake.record(|r| {
-        r.requests
-            .iter()
-            .filter(|q| {
-                q.starts_with("POST ") && q.split('?').next().is_some_and(|p| p.ends_with("/pods"))
-            })
-            .count()
-    });
+    let creates = pod_creates(&fake);
     assert_eq!(creates, 3, "one pod per attempt");
 
     let mut script = Script::exits(0, "", counting());
@@ -724,17 +717,7 @@ async fn simulated_api_server_throttling_is_retried_per_request() {
             .await
             .unwrap_or_else(|e| panic!("{code}: {e}"));
         assert_eq!(out.get::<i64>("lines").unwrap(), 3, "{code}");
-        let (refused, creates) = fake.record(|r| {
-            let creates = r
-                .requests
-                .iter()
-                .filter(|q| {
-                    q.starts_with("POST ")
-                        && q.split('?').next().is_some_and(|p| p.ends_with("/pods"))
-                })
-                .count();
-            (r.refused, creates)
-        });
+        let (refused, creates) = (fake.record(|r| r.refused), pod_creates(&fake));
         assert_eq!(refused, 2, "{code}");
         assert_eq!(creates, 3, "{code}: twice refused, then made");
         assert_no_pods_left(&fake).await;
@@ -789,6 +772,18 @@ async fn simulated_one_shot_the_cluster_cannot_place_fails_at_its_start_limit() 
     }
     assert!(err.to_string().contains("could not place pod"), "{err}");
     assert_no_pods_left(&fake).await;
+}
+
+/// How many pod creations the simulated server was asked for.
+fn pod_creates(fake: &Shared) -> usize {
+    fake.record(|r| {
+        r.requests
+            .iter()
+            .filter(|q| {
+                q.starts_with("POST ") && q.split('?').next().is_some_and(|p| p.ends_with("/pods"))
+            })
+            .count()
+    })
 }
 
 /// The attempts and the last error of a `RetriesExhausted`.

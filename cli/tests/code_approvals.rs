@@ -63,6 +63,11 @@ async fn code_mode_server(dir: &Path, variable: &str, sub: &str) -> common::Clie
     common::mcp_client_of(command).await
 }
 
+/// The JSON a command that must succeed printed.
+fn succeeded(command: &mut assert_cmd::Command) -> Value {
+    json_of(&command.assert().success().get_output().stdout)
+}
+
 fn json_of(output: &[u8]) -> Value {
     serde_json::from_slice(output)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(output)))
@@ -99,23 +104,19 @@ fn dockhand_code_stops_for_approval_and_resumes_by_id() {
     let id = stopped["suspended"]["id"].as_str().unwrap().to_string();
 
     // Another process goes on with it, as the user decided.
-    let out = dockhand()
-        .env("DOCKHAND_SUSPENSION_DIR", &store)
-        .args([
-            "--json",
-            "code",
-            "--resume",
-            &id,
-            "--approve",
-            "--mcp-config",
-        ])
-        .arg(&config)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let done = json_of(&out);
+    let done = succeeded(
+        dockhand()
+            .env("DOCKHAND_SUSPENSION_DIR", &store)
+            .args([
+                "--json",
+                "code",
+                "--resume",
+                &id,
+                "--approve",
+                "--mcp-config",
+            ])
+            .arg(&config),
+    );
     assert_eq!(done["value"], json!({"tz": "UTC", "at": "08:30"}));
     assert_eq!(done["stdout"], "before\nafter\n");
 
@@ -238,31 +239,23 @@ fn skills_one_dockhand_code_saves_are_imported_by_the_next() {
     let code = |program: &str| {
         let path = dir.path().join("program.py");
         std::fs::write(&path, program).unwrap();
-        let out = dockhand()
-            .env("DOCKHAND_SKILLS", &skills)
-            .args(["--json", "code"])
-            .arg(&path)
-            .arg("--mcp-config")
-            .arg(&config)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        json_of(&out)
+        succeeded(
+            dockhand()
+                .env("DOCKHAND_SKILLS", &skills)
+                .args(["--json", "code"])
+                .arg(&path)
+                .arg("--mcp-config")
+                .arg(&config),
+        )
     };
     let modules = |args: &[&str]| {
-        let out = dockhand()
-            .env("DOCKHAND_SKILLS", &skills)
-            .args(["--json", "code", "--mcp-config"])
-            .arg(&config)
-            .args(args)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        json_of(&out)
+        succeeded(
+            dockhand()
+                .env("DOCKHAND_SKILLS", &skills)
+                .args(["--json", "code", "--mcp-config"])
+                .arg(&config)
+                .args(args),
+        )
     };
     let listed = modules(&["--list-modules"]);
     let paths: Vec<&str> = listed

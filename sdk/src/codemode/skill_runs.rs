@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use super::offer::module_offer;
-use super::protocol::{ExecResult, ToRunner};
+use super::protocol::{ExecResult, ModuleOffer, ToRunner};
 use super::skills::SAVE_SKILL;
 use super::toolset::{ToolCallRecord, Toolset};
 
@@ -50,6 +50,8 @@ pub(crate) struct SkillRuns {
     running: HashMap<String, Call>,
     waiting: VecDeque<Call>,
     started: u64,
+    /// See `child_offer`.
+    offer: Option<(Vec<String>, ModuleOffer)>,
 }
 
 impl SkillRuns {
@@ -60,6 +62,7 @@ impl SkillRuns {
             running: HashMap::new(),
             waiting: VecDeque::new(),
             started: 0,
+            offer: None,
         }
     }
 
@@ -111,17 +114,10 @@ impl SkillRuns {
                 return refusal(call, why);
             }
         };
-        let (skill_names, modules) = match module_offer(tools, "", false) {
-            Ok(offer) => offer,
-            Err(e) => return refusal(call, e.to_string()),
+        let (names, modules) = match self.child_offer(tools) {
+            Ok(offer) => offer.clone(),
+            Err(e) => return refusal(call, e),
         };
-        let approval = tools.approval_names();
-        let mut names: Vec<String> = tools
-            .names()
-            .into_iter()
-            .filter(|n| n != SAVE_SKILL && !approval.contains(n))
-            .collect();
-        names.extend(skill_names);
         self.started += 1;
         let id = format!("{}.skill{}", self.main, self.started);
         let code = format!(
@@ -145,6 +141,27 @@ impl SkillRuns {
             approval: Vec::new(),
             modules,
         }))
+    }
+
+    /// The tools and modules every skill execution of this execution is
+    /// offered, read (the store's skills included) once.
+    fn child_offer(
+        &mut self,
+        tools: &Toolset,
+    ) -> std::result::Result<&(Vec<String>, ModuleOffer), String> {
+        if self.offer.is_none() {
+            let (skill_names, modules) =
+                module_offer(tools, "", false).map_err(|e| e.to_string())?;
+            let approval = tools.approval_names();
+            let mut names: Vec<String> = tools
+                .names()
+                .into_iter()
+                .filter(|n| n != SAVE_SKILL && !approval.contains(n))
+                .collect();
+            names.extend(skill_names);
+            self.offer = Some((names, modules));
+        }
+        Ok(self.offer.get_or_insert_with(Default::default))
     }
 
     /// A result of one of the skill executions: the reply for its call,

@@ -324,15 +324,6 @@ impl Execution {
                 MontyObject::function(name, None),
             ))),
             TurnEvent::NameLookup { .. } => Ok(Answer::Lookup(NameLookupResult::Undefined)),
-            TurnEvent::OsCall {
-                function_name,
-                args,
-                ..
-            } if self.modules.answer(&function_name, &args).is_some() => Ok(Answer::Resume(
-                self.modules
-                    .answer(&function_name, &args)
-                    .unwrap_or(ResumeValue::NotHandled),
-            )),
             TurnEvent::ResolveFutures {
                 pending_call_ids, ..
             } => Ok(Answer::Settle(pending_call_ids)),
@@ -345,7 +336,11 @@ impl Execution {
             } => Ok(match system_sleep {
                 // `asyncio.sleep` may sit in a gather: always a future.
                 Some(delay) => self.sleep(delay, call_id, function_name == "system.async_sleep"),
-                None => Answer::Os(os_call(&function_name, &args, &self.bridge.config.env)),
+                // The host's modules (`import tools`) before anything else.
+                None => match self.modules.answer(&function_name, &args) {
+                    Some(module) => Answer::Resume(module),
+                    None => Answer::Os(os_call(&function_name, &args, &self.bridge.config.env)),
+                },
             }),
             TurnEvent::FunctionCall {
                 function_name,
