@@ -52,7 +52,12 @@ fn image() -> String {
 }
 
 async fn client() -> Client {
-    let mut config = KubeConfig::infer();
+    connect(KubeConfig::infer()).await
+}
+
+/// A client of the cluster from `config`, with the settings the
+/// environment gives (context, namespace, registry, agent image).
+async fn connect(mut config: KubeConfig) -> Client {
     if let Ok(context) = std::env::var("DOCKHAND_KUBE_CONTEXT") {
         config = config.context(context);
     }
@@ -353,18 +358,8 @@ async fn cluster_owner_child() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    let mut config = KubeConfig::infer().lease_duration(Duration::from_secs(10));
-    if let Ok(context) = std::env::var("DOCKHAND_KUBE_CONTEXT") {
-        config = config.context(context);
-    }
-    if let Ok(namespace) = std::env::var("DOCKHAND_KUBE_NAMESPACE") {
-        config = config.namespace(namespace);
-    }
-    let client = Client::builder()
-        .kubernetes(config)
-        .connect()
-        .await
-        .unwrap();
+    // The environment's registry and agent image, as every test's client.
+    let client = connect(KubeConfig::infer().lease_duration(Duration::from_secs(10))).await;
     let session = client.session(
         SessionConfig::new()
             .image(ImageSpec::prebuilt(python_image()))
@@ -436,4 +431,114 @@ async fn cluster_kernel_with_a_chart() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     kernel.session().close().await.unwrap();
     assert_nothing_left(&client).await;
+}
+
+/// A pool bigger than the cluster can hold says why it cannot fill (the
+/// scheduler's reason), and once shut down leaves the CPU it held free: a
+/// session asking the same right after starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_pool_larger_than_the_nodes_says_why() {
+    use dockhand::pool::PoolConfig;
+    use dockhand::session::{SessionApi, SessionConfig};
+    if !enabled("cluster_pool_larger_than_the_nodes_says_why") {
+        return;
+    }
+    let client = client().await;
+    let config = SessionConfig::new()
+        .image(ImageSpec::prebuilt(python_image()))
+        .cpus(1.0)
+        .start_timeout(Duration::from_secs(300));
+    // Each pod asks a CPU; no cluster of a few 2-CPU nodes holds 12.
+    let pool = client
+        .session_pool(
+            config.clone(),
+            PoolConfig::new(12)
+                .max_starting(12)
+                .start_limit(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let why = loop {
+        if let Some(why) = pool.stats().last_failure {
+            break why;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failure: {:?}",
+            pool.stats()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    eprintln!("the pool says: {why}; {:?}", pool.stats());
+    assert!(why.contains("Insufficient cpu"), "{why}");
+    assert!(!why.contains("docker"), "{why}");
+    pool.shutdown().await;
+    assert_nothing_left(&client).await;
+    let session = client.session(config);
+    session
+        .start()
+        .await
+        .expect("the freed CPU takes a session");
+    assert_eq!(
+        session.exec("echo placed").await.unwrap().stdout,
+        "placed\n"
+    );
+    session.close().await.unwrap();
+    assert_nothing_left(&client).await;
+}
+
+/// In a process that goes on running, a client whose runtime ended under
+/// it (a test's runtime, a crashed task's) leaves its lease and pod behind:
+/// another client's sweep removes the lease once it lapses, with the pod;
+/// the sweeping client's own session is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_dropped_client_leaves_nothing_in_a_running_process() {
+    use dockhand::session::{SessionApi, SessionConfig};
+    if !enabled("cluster_dropped_client_leaves_nothing_in_a_running_process") {
+        return;
+    }
+    let config = || {
+        SessionConfig::new()
+            .image(ImageSpec::prebuilt(python_image()))
+            .start_timeout(Duration::from_secs(300))
+    };
+    let keeper = client().await;
+    let kept = keeper.session(config());
+    kept.start().await.unwrap();
+    // The process's pods are listed together (one owner label per process).
+    let keepers = keeper.live_containers().await.unwrap();
+    let pod = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let (pod, session, client) = runtime.block_on(async {
+            let client = connect(KubeConfig::infer().lease_duration(Duration::from_secs(15))).await;
+            let session = client.session(config());
+            session.start().await.unwrap();
+            let mut pods = client.live_containers().await.unwrap();
+            pods.retain(|p| !keepers.contains(p));
+            assert_eq!(pods.len(), 1, "{pods:?}");
+            (pods[0].clone(), session, client)
+        });
+        // The runtime ends first: nothing of the client can run any more.
+        runtime.shutdown_background();
+        drop((session, client));
+        pod
+    })
+    .join()
+    .expect("dropping a client outside its runtime does not panic");
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let report = keeper.reap().await.unwrap();
+        if report.containers.contains(&pod) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped client's pod {pod} was not reaped"
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    assert_eq!(kept.exec("echo kept").await.unwrap().stdout, "kept\n");
+    kept.close().await.unwrap();
+    assert_nothing_left(&keeper).await;
 }

@@ -77,6 +77,11 @@ async fn simulated_one_shot_with_file_io_goes_through_attach_streams_and_leaves_
         !requests.iter().any(|r| r.contains("/exec")),
         "nothing is exec'd: {requests:#?}"
     );
+    // The `outputs` container lost its first answer (as containerd's attach
+    // can): the backend pinged again before it said `go`.
+    let pings = fake.record(|r| r.output_pings.clone());
+    assert_eq!(pings.len(), 2, "{pings:?}");
+    assert!(pings.iter().all(|(_, n)| *n >= 2), "{pings:?}");
 
     // What the backend sent: the inputs archive, and a hardened pod owned by the lease.
     let (created, inputs, lease) = fake.record(|r| {
@@ -792,4 +797,67 @@ fn attempts_of(err: &Error) -> (&[String], &Error) {
         Error::RetriesExhausted { attempts, last } => (attempts, last),
         other => panic!("expected RetriesExhausted, got {other:?}"),
     }
+}
+
+/// Twelve runs at once on one client share one watch of the client's pods
+/// (by its owner label), instead of a watch each; each run's own requests
+/// are its create, two attaches, its log and its delete.
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_concurrent_runs_share_one_watch_of_the_clients_pods() {
+    let (client, fake) = with_script(Script::exits(0, "counted\n", counting())).await;
+    let job = count_lines();
+    let before = fake.record(|r| r.requests.len());
+    let runs = (0..12).map(|i| {
+        let (client, job) = (client.clone(), job.clone());
+        async move {
+            let dir = tempfile::tempdir().unwrap();
+            let text = "x\n".repeat(i + 1);
+            let out = client
+                .run(&job, [("text", text_file(&dir, &text))])
+                .await
+                .expect("the run");
+            assert_eq!(out.get::<i64>("lines").unwrap(), i as i64 + 1);
+        }
+    });
+    futures::future::join_all(runs).await;
+    assert_no_pods_left(&fake).await;
+
+    let requests: Vec<String> = fake.record(|r| r.requests[before..].to_vec());
+    let watches: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.starts_with("GET /api/v1/namespaces/sim/pods?") && r.contains("watch=true"))
+        .collect();
+    assert!(
+        watches
+            .iter()
+            .all(|w| w.contains("labelSelector=dev.dockhand.owner")),
+        "no watch by pod name: {watches:#?}"
+    );
+    // One watch, and the list it starts from (a server ending a watch may
+    // make it two).
+    assert!(
+        (1..=2).contains(&watches.len()),
+        "one shared watch: {watches:#?}"
+    );
+    let gets = requests
+        .iter()
+        .filter(|r| r.starts_with("GET /api/v1/namespaces/sim/pods/") && !r.contains('?'))
+        .count();
+    assert_eq!(gets, 0, "no pod read one by one: {requests:#?}");
+    let per_run = |wanted: &dyn Fn(&str) -> bool| requests.iter().filter(|r| wanted(r)).count();
+    assert_eq!(
+        per_run(&|r| r.starts_with("POST /api/v1/namespaces/sim/pods")),
+        12
+    );
+    assert_eq!(per_run(&|r| r.contains("/attach?")), 24);
+    assert_eq!(per_run(&|r| r.contains("/log?")), 12);
+    assert_eq!(
+        per_run(&|r| r.starts_with("DELETE /api/v1/namespaces/sim/pods/")),
+        12
+    );
+    let pod_requests = requests.iter().filter(|r| r.contains("/pods")).count();
+    eprintln!(
+        "12 runs: {pod_requests} pod requests in all ({} per run, the shared watch's included)",
+        pod_requests as f64 / 12.0
+    );
 }

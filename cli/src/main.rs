@@ -34,6 +34,23 @@ struct Cli {
     /// A Docker context by name (`docker context ls`), over DOCKER_HOST.
     #[arg(long, global = true, conflicts_with = "host")]
     context: Option<String>,
+    /// Where sandboxes run: `docker` (a daemon, the default) or
+    /// `kubernetes` (the cluster of the current kubeconfig context, as
+    /// pods; docs/scale-out.md says what runs there).
+    #[arg(long, global = true, value_enum, env = "DOCKHAND_BACKEND")]
+    backend: Option<Backend>,
+    /// The kubeconfig context to use on `--backend kubernetes` (default: the current one).
+    #[arg(long, global = true, env = "DOCKHAND_KUBE_CONTEXT")]
+    kube_context: Option<String>,
+    /// The namespace pods are made in on `--backend kubernetes` (default: the context's).
+    #[arg(long, global = true, env = "DOCKHAND_KUBE_NAMESPACE")]
+    kube_namespace: Option<String>,
+    /// On `--backend kubernetes`: a repository (`registry.example.com/team/sandboxes`)
+    /// the images dockhand builds are pushed to, built by the Docker daemon
+    /// (`--host`, or chosen as usual), pulled by the nodes by digest. Without it only prebuilt
+    /// images run on the cluster.
+    #[arg(long, global = true, env = "DOCKHAND_KUBE_REGISTRY")]
+    kube_registry: Option<String>,
     /// How log lines are written to stderr: `text`, or `json` (one object
     /// a line, for a log collector). DOCKHAND_LOG sets what is logged.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -79,6 +96,13 @@ enum Command {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Docker,
+    #[value(alias = "k8s")]
+    Kubernetes,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum LogFormat {
     Text,
     Json,
@@ -91,6 +115,23 @@ fn main() -> ExitCode {
     if let Some(context) = &cli.context {
         std::env::set_var("DOCKER_CONTEXT", context);
         std::env::remove_var("DOCKER_HOST");
+    }
+    // The SDK reads its backend from these when connecting.
+    if let Some(backend) = cli.backend {
+        let name = match backend {
+            Backend::Docker => "docker",
+            Backend::Kubernetes => "kubernetes",
+        };
+        std::env::set_var("DOCKHAND_BACKEND", name);
+    }
+    for (name, value) in [
+        ("DOCKHAND_KUBE_CONTEXT", &cli.kube_context),
+        ("DOCKHAND_KUBE_NAMESPACE", &cli.kube_namespace),
+        ("DOCKHAND_KUBE_REGISTRY", &cli.kube_registry),
+    ] {
+        if let Some(value) = value {
+            std::env::set_var(name, value);
+        }
     }
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -138,6 +179,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS),
     };
+    close_clients().await;
     match result {
         Ok(code) => code,
         Err(e) => outcome::fail(&e, json),
@@ -145,13 +187,79 @@ async fn dispatch(cli: Cli) -> ExitCode {
 }
 
 /// A client for `host`, with progress bars for slow image work on a terminal.
+/// On `--backend kubernetes`, a client of the kubeconfig's cluster; with
+/// `--kube-registry`, images are built by the local Docker daemon and pushed.
 async fn connect(host: Option<String>, json: bool) -> anyhow::Result<dockhand::Client> {
     let mut builder = dockhand::Client::builder();
-    if let Some(host) = host {
+    if let Some(host) = &host {
         builder = builder.endpoint(host);
     }
     if !json {
         builder = builder.on_progress(progress::bars());
     }
-    Ok(builder.connect().await?)
+    if let Some(config) = kube_config(host, json).await? {
+        builder = builder.kubernetes(config);
+    }
+    let client = builder.connect().await?;
+    lock_clients().push(client.clone());
+    Ok(client)
+}
+
+/// The clients this command connected, closed when it ends (see `close_clients`).
+static CLIENTS: std::sync::Mutex<Vec<dockhand::Client>> = std::sync::Mutex::new(Vec::new());
+
+fn lock_clients() -> std::sync::MutexGuard<'static, Vec<dockhand::Client>> {
+    CLIENTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends the command's clients while the runtime still runs: on a cluster
+/// their owner leases go now, with anything they still own, instead of
+/// lapsing for a later sweep.
+async fn close_clients() {
+    let clients = std::mem::take(&mut *lock_clients());
+    for client in clients {
+        if let Err(e) = client.close().await {
+            tracing::warn!(error = %e, "ending the connection to the backend");
+        }
+    }
+}
+
+/// Whether `--backend kubernetes` (or `DOCKHAND_BACKEND`) picks a cluster.
+fn kube_chosen() -> bool {
+    let backend = std::env::var("DOCKHAND_BACKEND").unwrap_or_default();
+    matches!(backend.trim(), "kubernetes" | "k8s")
+}
+
+/// The cluster `--backend kubernetes` (or `DOCKHAND_BACKEND`) names, if any.
+async fn kube_config(
+    host: Option<String>,
+    json: bool,
+) -> anyhow::Result<Option<dockhand::KubeConfig>> {
+    if !kube_chosen() {
+        return Ok(None);
+    }
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let mut config = dockhand::KubeConfig::infer();
+    if let Some(context) = env("DOCKHAND_KUBE_CONTEXT") {
+        config = config.context(context);
+    }
+    if let Some(namespace) = env("DOCKHAND_KUBE_NAMESPACE") {
+        config = config.namespace(namespace);
+    }
+    if let Some(registry) = env("DOCKHAND_KUBE_REGISTRY") {
+        // The builder is a Docker client: the backend is chosen here, not
+        // from the environment it would read again.
+        let mut docker = dockhand::Client::builder().docker();
+        if let Some(host) = host {
+            docker = docker.endpoint(host);
+        }
+        if !json {
+            docker = docker.on_progress(progress::bars());
+        }
+        config = config.push_images(
+            docker.connect().await?,
+            dockhand::image::Registry::new(registry),
+        );
+    }
+    Ok(Some(config))
 }

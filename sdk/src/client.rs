@@ -53,6 +53,8 @@ pub struct ClientBuilder {
     egress: crate::egress::GatewaySettings,
     #[cfg(feature = "kubernetes")]
     kubernetes: Option<crate::cluster::KubeConfig>,
+    /// Docker whatever `DOCKHAND_BACKEND` says.
+    docker_chosen: bool,
 }
 
 impl ClientBuilder {
@@ -74,6 +76,27 @@ impl ClientBuilder {
     #[cfg(feature = "kubernetes")]
     pub fn kubernetes(mut self, config: crate::cluster::KubeConfig) -> Self {
         self.kubernetes = Some(config);
+        self.docker_chosen = false;
+        self
+    }
+
+    /// Runs on a Docker daemon whatever `DOCKHAND_BACKEND` says: for the
+    /// Docker client that builds and pushes a cluster's images
+    /// ([`KubeConfig::push_images`](crate::KubeConfig::push_images)) in a
+    /// process whose environment picks Kubernetes.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// let docker = dockhand::Client::builder().docker().connect().await?;
+    /// assert_eq!(docker.backend(), "docker");
+    /// # Ok(()) }
+    /// ```
+    pub fn docker(mut self) -> Self {
+        self.docker_chosen = true;
+        #[cfg(feature = "kubernetes")]
+        {
+            self.kubernetes = None;
+        }
         self
     }
 
@@ -188,6 +211,7 @@ impl ClientBuilder {
         {
             let chosen = match self.kubernetes.clone() {
                 Some(config) => Some(config),
+                None if self.docker_chosen => None,
                 None => crate::cluster::KubeConfig::from_env()?,
             };
             if let Some(config) = chosen {
@@ -196,10 +220,12 @@ impl ClientBuilder {
             }
         }
         #[cfg(not(feature = "kubernetes"))]
-        if matches!(
-            std::env::var("DOCKHAND_BACKEND").as_deref(),
-            Ok("kubernetes" | "k8s")
-        ) {
+        if !self.docker_chosen
+            && matches!(
+                std::env::var("DOCKHAND_BACKEND").as_deref(),
+                Ok("kubernetes" | "k8s")
+            )
+        {
             return Err(crate::Error::spec(
                 "DOCKHAND_BACKEND",
                 "`kubernetes` is not in this build of dockhand (compiled without its \
@@ -366,6 +392,32 @@ impl Client {
         Ok(report)
     }
 
+    /// Ends this client before the program exits. On Kubernetes it deletes
+    /// the connection's owner lease now and waits for the answer, so the
+    /// cluster removes whatever the lease still owns (pods of sessions left
+    /// open) at once. Without it a drop at exit cannot reach the API server
+    /// any more (the runtime is ending), and the lease lapses instead: any
+    /// client's next sweep removes it, within about two minutes by
+    /// default. On Docker there is nothing to end: the containers' guards
+    /// and the watchdog remove them.
+    ///
+    /// The client and its clones must not start anything after it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// let client = dockhand::Client::connect().await?;
+    /// // ... runs, sessions ...
+    /// client.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&self) -> Result<()> {
+        #[cfg(feature = "kubernetes")]
+        if let Some(cluster) = &self.inner.cluster {
+            return cluster.release().await;
+        }
+        Ok(())
+    }
+
     /// Ids of the containers this process created that still exist (its
     /// watchdog aside); on Kubernetes, the names of its pods.
     pub async fn live_containers(&self) -> Result<Vec<String>> {
@@ -460,7 +512,7 @@ impl Client {
 fn docker_only() -> crate::Error {
     crate::Error::Unsupported {
         backend: "kubernetes",
-        feature: "sessions, code hosts, kernels, pools, image builds and snapshots".into(),
-        hint: "run one-shots on the cluster and the rest on a Docker client (`Client::connect()`); docs/scale-out.md says what runs where".into(),
+        feature: "this (pause, resume, fork, snapshots, usage readings, volumes, image listing and pruning, local image builds)".into(),
+        hint: "these need a Docker daemon: run such sandboxes on a Docker client (`Client::connect()`); docs/scale-out.md says what runs where".into(),
     }
 }

@@ -4,6 +4,12 @@
 //! internal network of the test's own. The gateway reaches them through that
 //! network; nothing leaves the machine.
 
+// Its own copy: the examples that include this file have no `common`.
+#[allow(clippy::duplicate_mod)]
+#[path = "docker_cli.rs"]
+mod docker_cli;
+use docker_cli::docker;
+
 use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
@@ -212,20 +218,6 @@ impl Drop for TestServers {
             }
         }
     }
-}
-
-/// Runs the docker CLI; panics with its stderr when it fails.
-fn docker(args: &[&str]) -> String {
-    let out = std::process::Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn uuid_like() -> String {

@@ -4,6 +4,10 @@
 
 use dockhand::{Client, ImageSpec};
 
+mod docker_cli;
+#[allow(unused_imports)] // each test binary uses some helpers
+pub use docker_cli::{containers_with_label, docker};
+
 /// A client on the local daemon; build progress goes to the test's output.
 /// Its output cache is private to this test process, so results cached by an
 /// earlier run (or by the user) never stand in for a real run.
@@ -26,15 +30,6 @@ pub async fn client() -> Client {
 /// intercepted by a proxy (as on CI), and pip fails without it.
 pub fn with_host_ca(spec: ImageSpec) -> ImageSpec {
     spec.trust_host_certificates()
-}
-
-/// How many containers (running or not) carry `label` (`key=value`).
-pub fn containers_with_label(label: &str) -> usize {
-    let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label={label}")])
-        .output()
-        .expect("docker CLI");
-    String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
 /// Runs `python3 -c code` in `image` with the docker CLI; returns stdout.
@@ -88,21 +83,6 @@ pub fn code_error(
         Err(dockhand::Error::Code(failure)) => failure.error,
         other => panic!("expected a code error, got {other:?}"),
     }
-}
-
-/// Runs the docker CLI with `args`, asserts it succeeded (pause, rm -f,
-/// inspect, ...) and returns its stdout.
-pub fn docker(args: &[&str]) -> String {
-    let out = std::process::Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Whether a container with this id exists (running or not).

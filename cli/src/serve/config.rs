@@ -185,13 +185,14 @@ struct ConfigFile {
 /// A login shell runs once as each container starts (in the pool, before
 /// anyone waits): the SDKs run every command with `bash -l`, and the first
 /// one in a fresh container otherwise pays for the files it opens.
-pub fn serve_session(session: SessionConfig) -> SessionConfig {
+/// `pausable`: E2B's pause needs the container to outlive its stopped
+/// agent (a cluster's pods cannot pause: there it is refused instead).
+pub fn serve_session(session: SessionConfig, pausable: bool) -> SessionConfig {
     session
         .workspace(HOME)
         .env("HOME", HOME)
         .no_timeout()
-        // E2B's pause: the container must outlive its stopped agent.
-        .pausable(true)
+        .pausable(pausable)
         .setup_command("bash -l -c true >/dev/null 2>&1 || true")
 }
 
@@ -205,10 +206,11 @@ pub fn templates(
     kept_as: Option<String>,
     gvisor: bool,
     languages: &[Language],
+    on_cluster: bool,
 ) -> anyhow::Result<BTreeMap<String, Template>> {
     // With a state directory, containers outlive the server, named as its.
     let prepare = move |session: SessionConfig| {
-        let mut session = serve_session(session).read_limit(transfer_limit);
+        let mut session = serve_session(session, !on_cluster).read_limit(transfer_limit);
         if gvisor {
             session = session.isolation(dockhand::Isolation::Gvisor);
         }
@@ -321,7 +323,7 @@ mod tests {
 
     #[test]
     fn the_built_in_templates_are_the_sdks_defaults() {
-        let t = templates(None, 3, 1 << 20, None, false, &[]).unwrap();
+        let t = templates(None, 3, 1 << 20, None, false, &[], false).unwrap();
         assert!(matches!(t[CODE_INTERPRETER].kind, TemplateKind::Kernel(_)));
         assert!(matches!(t[BASE].kind, TemplateKind::Session(_)));
         assert_eq!(t[BASE].pool, 3);
@@ -335,7 +337,7 @@ mod tests {
                 "base": {"apt": ["jq"], "cpus": 4}
             }}"#,
         );
-        let t = templates(Some(f.path()), 2, 1 << 20, None, false, &[]).unwrap();
+        let t = templates(Some(f.path()), 2, 1 << 20, None, false, &[], false).unwrap();
         assert!(matches!(t["analysis"].kind, TemplateKind::Kernel(_)));
         assert_eq!(t["analysis"].pool, 0);
         assert_eq!((t["base"].cpus, t["base"].pool), (4, 2));
@@ -348,14 +350,14 @@ mod tests {
     #[test]
     fn bad_template_files_are_refused_with_the_reason() {
         let kind = file(r#"{"templates": {"x": {"kind": "vm"}}}"#);
-        let e = templates(Some(kind.path()), 1, 1 << 20, None, false, &[])
+        let e = templates(Some(kind.path()), 1, 1 << 20, None, false, &[], false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("kind `vm`"), "{e}");
         let unknown = file(r#"{"templates": {"x": {"packages": ["a"]}}}"#);
         let e = format!(
             "{:#}",
-            templates(Some(unknown.path()), 1, 1 << 20, None, false, &[]).unwrap_err()
+            templates(Some(unknown.path()), 1, 1 << 20, None, false, &[], false).unwrap_err()
         );
         assert!(e.contains("packages"), "{e}");
     }

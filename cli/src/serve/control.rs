@@ -24,6 +24,16 @@ pub fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
+/// The answer for a failure of the SDK: what the backend cannot do
+/// (`Unsupported`, say pausing on a cluster) is 501 with its hint, the rest 500.
+pub fn sdk_failure(context: impl std::fmt::Display, e: &dockhand::Error) -> Response {
+    let status = match e {
+        dockhand::Error::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    api_error(status, format!("{context}: {e}"))
+}
+
 /// The answer for a sandbox the key cannot see (missing or another's).
 pub fn not_found(id: &str) -> Response {
     api_error(
@@ -308,10 +318,7 @@ async fn create_sandbox(
         Err(e) => {
             return Err(Refused(
                 Failure::StartFailed,
-                api_error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("starting a `{}` sandbox: {e}", template.name),
-                ),
+                sdk_failure(format!("starting a `{}` sandbox", template.name), &e),
             ))
         }
     };
@@ -557,10 +564,7 @@ pub async fn pause(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Res
             StatusCode::CONFLICT,
             format!("sandbox {id} is busy (a command or run is under way): {e}"),
         ),
-        Err(e) => api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("pausing sandbox {id}: {e}"),
-        ),
+        Err(e) => sdk_failure(format!("pausing sandbox {id}"), &e),
     }
 }
 

@@ -408,6 +408,20 @@ pub fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) ->
 
 /// Runs the server until SIGINT or SIGTERM, then kills every sandbox.
 pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
+    // A cluster's pods are owned by this process's lease: they end with it,
+    // so no later server could adopt them.
+    let on_cluster = crate::kube_chosen();
+    if on_cluster
+        && matches!(
+            args.on_shutdown,
+            Some(restore::OnShutdown::Keep | restore::OnShutdown::Pause)
+        )
+    {
+        anyhow::bail!(
+            "--on-shutdown {} is not available on the kubernetes backend: a sandbox's pod is owned by this server's lease and ends with it; use --on-shutdown kill (the default there)",
+            format!("{:?}", args.on_shutdown.unwrap_or(restore::OnShutdown::Kill)).to_lowercase()
+        );
+    }
     let client = crate::connect(host, true).await?;
     let keys = Keys::load(args.api_keys.as_deref(), args.api_keys_file.as_deref())?;
     let store = match &args.state_dir {
@@ -416,8 +430,8 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
     };
     let on_shutdown = match (args.on_shutdown, &store) {
         (Some(mode), _) => mode,
-        (None, Some(_)) => restore::OnShutdown::Keep,
-        (None, None) => restore::OnShutdown::Kill,
+        (None, Some(_)) if !on_cluster => restore::OnShutdown::Keep,
+        (None, _) => restore::OnShutdown::Kill,
     };
     if store.is_none() && on_shutdown != restore::OnShutdown::Kill {
         anyhow::bail!("--on-shutdown keep or pause needs --state-dir: without one no later server could find the sandboxes");
@@ -426,9 +440,14 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
         args.templates.as_deref(),
         args.pool,
         args.max_upload as u64,
-        store.as_deref().map(restore::owner_name),
+        // A cluster's pods are not kept for a later server (see above).
+        store
+            .as_deref()
+            .filter(|_| !on_cluster)
+            .map(restore::owner_name),
         args.gvisor,
         &args.languages.concat(),
+        on_cluster,
     )?;
     let pools = templates
         .keys()
@@ -479,7 +498,8 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
     }
     let reaper = tokio::spawn(registry::reap_forever(server.registry.clone()));
     let helpers = tokio::spawn(volume_content::close_idle_forever(server.clone()));
-    let sampler = (args.metrics_interval > 0).then(|| {
+    // A cluster's pods have no usage readings here (no Docker stats).
+    let sampler = (args.metrics_interval > 0 && !on_cluster).then(|| {
         tokio::spawn(registry::sample_forever(
             server.registry.clone(),
             Duration::from_secs(args.metrics_interval),

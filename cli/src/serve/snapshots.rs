@@ -251,9 +251,9 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
                 return api_error(StatusCode::NOT_IMPLEMENTED, e.to_string())
             }
             Err(e) => {
-                return api_error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("snapshotting sandbox {id}'s memory: {e}"),
+                return super::control::sdk_failure(
+                    format!("snapshotting sandbox {id}'s memory"),
+                    &e,
                 )
             }
         },
@@ -264,10 +264,7 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
             if let Some(frozen) = &frozen {
                 frozen.close().await;
             }
-            return api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("snapshotting sandbox {id}: {e}"),
-            );
+            return super::control::sdk_failure(format!("snapshotting sandbox {id}"), &e);
         }
     };
     let snapshot_id = format!("snap-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);

@@ -10,8 +10,12 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 
+#[path = "../../../tests/common/docker_cli.rs"]
+mod docker_cli;
 #[path = "../../../tests/common/venv.rs"]
 mod venv;
+#[allow(unused_imports)] // each test binary uses some helpers
+pub use docker_cli::{containers_with_label, docker};
 #[allow(unused_imports)] // each test binary uses some helpers
 pub use venv::venv_python;
 

@@ -27,6 +27,7 @@ mod images;
 mod owned;
 mod owner;
 mod plan;
+mod pod_watch;
 mod pods;
 #[cfg(test)]
 mod tests;
@@ -69,6 +70,8 @@ pub(crate) struct Cluster {
     placement: crate::k8s::Placement,
     /// See `KubeConfig::pod_start_limit`.
     pod_start_limit: Duration,
+    /// One watch over this process's pods, shared by every wait.
+    pod_watch: pod_watch::PodWatch,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -104,7 +107,10 @@ impl Cluster {
         }
         let owner = owner::Owner::start(client.clone(), &namespace, config.lease_duration).await?;
         ensure_offline_policy(&client, &namespace).await?;
+        let pod_watch =
+            pod_watch::PodWatch::new(Api::namespaced(client.clone(), &namespace), owner.id());
         Ok(Cluster {
+            pod_watch,
             client,
             namespace,
             server,
@@ -198,6 +204,11 @@ impl Cluster {
             self.owner.lease_name(),
         )
         .await
+    }
+
+    /// Deletes this connection's owner lease now (see `Client::close`).
+    pub(crate) async fn release(&self) -> Result<()> {
+        self.owner.release().await
     }
 
     /// Names of the pods this process made that still exist.

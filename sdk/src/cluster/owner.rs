@@ -110,6 +110,19 @@ impl Owner {
         &self.name
     }
 
+    /// Stops renewing and deletes the lease now, waiting for the answer:
+    /// what it owns goes with it (the garbage collector). For an exit,
+    /// where a drop's delete could not run any more.
+    pub(super) async fn release(&self) -> Result<()> {
+        self.heartbeat.abort();
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        match leases.delete(&self.name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(Call::new("delete", "leases", &self.namespace, &self.name).error(e)),
+        }
+    }
+
     pub(super) fn reference(&self) -> OwnerReference {
         OwnerReference {
             api_version: "coordination.k8s.io/v1".into(),

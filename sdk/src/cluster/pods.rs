@@ -187,6 +187,11 @@ impl<'a> PodView<'a> {
     }
 }
 
+/// How often `start_printing` pings until the container answers, and how
+/// many times (10 s in all).
+const PING_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+const PINGS: u32 = 40;
+
 impl Cluster {
     /// Creates `pod`, owned by a guard made before the request.
     pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<(PodGuard, String)> {
@@ -205,14 +210,34 @@ impl Cluster {
         Ok((guard, made.metadata.uid.unwrap_or_default()))
     }
 
-    /// Watches pod `name` until `decide` answers (see `watch::watch_until`);
-    /// a deleted pod is [`Error::ContainerGone`].
+    /// Waits until `decide` answers for pod `name`, on the shared watch of
+    /// this process's pods (see `pod_watch`); a deleted pod is
+    /// [`Error::ContainerGone`].
     pub(crate) async fn wait_pod<T>(
         &self,
         name: &str,
         decide: impl FnMut(&Pod) -> Option<Result<T>>,
     ) -> Result<T> {
-        super::watch::watch_until(&self.pods(), "pods", self.namespace(), name, decide).await
+        self.pod_watch.wait(self.namespace(), name, decide).await
+    }
+
+    /// Why pod `name` did not start in time: the scheduler's reason when it
+    /// could not place the pod ([`ClusterError::Unschedulable`]), else
+    /// `otherwise`. Read from the shared watch, else from the pod; call it
+    /// while the pod still exists.
+    pub(crate) async fn why_not_started(&self, name: &str, otherwise: Error) -> Error {
+        let pod = match self.pod_watch.latest(name) {
+            Some(pod) => Some(pod),
+            None => self.pods().get(name).await.ok().map(std::sync::Arc::new),
+        };
+        match pod.and_then(|p| PodView::new(&p).unschedulable()) {
+            Some(message) => ClusterError::Unschedulable {
+                pod: name.to_string(),
+                message,
+            }
+            .into(),
+            None => otherwise,
+        }
     }
 
     /// [`Cluster::wait_pod`] for at most `limit`. Past it, the error says
@@ -295,29 +320,69 @@ impl Cluster {
             .map_err(|e| lost(&call, &e.to_string()))
     }
 
-    /// Writes `line` to container `container`'s stdin and streams what it
-    /// prints on stdout until it ends.
-    pub(crate) async fn ask(
+    /// Has container `container` (a one-shot's `outputs`) start printing,
+    /// and streams what it prints on stdout until it ends.
+    ///
+    /// An attach wires the container's stdin before its stdout (containerd
+    /// copies stdin first), so what it prints right after a line arrives
+    /// can reach its log and not the stream. So the backend pings with
+    /// numbered lines, each answered `ready <n>`, until an answer arrives
+    /// (stdout is then on the stream), reads the answers to the pings
+    /// still in flight, and only then says `go`.
+    pub(crate) async fn start_printing(
         &self,
         name: &str,
         container: &str,
-        line: &'static [u8],
     ) -> Result<impl Stream<Item = Result<Bytes>> + Send + Unpin + 'static> {
+        use tokio::io::AsyncBufReadExt;
         let call = Call::new("attach", "pods/attach", self.namespace(), name);
         let mut attached = self.attach_to(&call, container, true, false).await?;
         let mut stdin = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
         let stdout = attached.stdout().ok_or_else(|| lost(&call, "no stdout"))?;
-        stdin
-            .write_all(line)
-            .await
-            .map_err(|e| lost(&call, &e.to_string()))?;
-        stdin
-            .shutdown()
-            .await
-            .map_err(|e| lost(&call, &e.to_string()))?;
+        let mut reader = tokio::io::BufReader::new(stdout);
+        let broken = |e: std::io::Error| lost(&call, &e.to_string());
+        let answer = |line: &str| -> Result<u32> {
+            line.trim_end()
+                .strip_prefix("ready ")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| lost(&call, &format!("it answered {line:?}, not `ready <n>`")))
+        };
+        let mut sent = 0u32;
+        let mut line = String::new();
+        let got = {
+            let read = reader.read_line(&mut line);
+            let mut read = std::pin::pin!(read);
+            let mut ping = tokio::time::interval(PING_EVERY);
+            loop {
+                tokio::select! {
+                    got = &mut read => break got.map_err(broken)?,
+                    _ = ping.tick() => {
+                        if sent == PINGS {
+                            return Err(lost(&call, "it never answered on stdout"));
+                        }
+                        sent += 1;
+                        stdin.write_all(format!("{sent}\n").as_bytes()).await.map_err(broken)?;
+                    }
+                }
+            }
+        };
+        if got == 0 {
+            return Err(lost(&call, "it ended before it answered"));
+        }
+        let mut answered = answer(&line)?;
+        // Each ping sent after the one answered is answered before `go`.
+        while answered < sent {
+            line.clear();
+            if reader.read_line(&mut line).await.map_err(broken)? == 0 {
+                return Err(lost(&call, "it ended before it answered every ping"));
+            }
+            answered = answer(&line)?;
+        }
+        stdin.write_all(b"go\n").await.map_err(broken)?;
+        stdin.shutdown().await.map_err(broken)?;
         let failed = stream_failed(&call);
         // The attached process lives as long as its output is read.
-        let stream = tokio_util::io::ReaderStream::new(stdout).map(move |chunk| {
+        let stream = tokio_util::io::ReaderStream::new(reader).map(move |chunk| {
             let _keep = (&attached, &stdin);
             chunk.map_err(&failed)
         });

@@ -66,14 +66,21 @@ async fn ready(
             }
         }
     };
-    match tokio::time::timeout(limit, started).await {
-        Ok(Ok(runner)) => Ok((runner, reference)),
+    // Kept until the scheduler's reason is read: dropping it deletes the pod.
+    let mut started = std::pin::pin!(started);
+    match tokio::time::timeout(limit, &mut started).await {
+        Ok(Ok(runner)) => Ok((runner, reference.clone())),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(Error::CodeHostUnavailable {
-            reason: format!(
-                "the code host's pod did not become ready within {limit:?} (is the image pullable? are the namespace's quotas full? `CodeHostConfig::start_timeout` allows more)"
-            ),
-        }),
+        Err(_) => Err(cluster
+            .why_not_started(
+                &name,
+                Error::CodeHostUnavailable {
+                    reason: format!(
+                        "the code host's pod did not become ready within {limit:?} (is the image pullable? are the namespace's quotas full? `CodeHostConfig::start_timeout` allows more)"
+                    ),
+                },
+            )
+            .await),
     }
 }
 

@@ -345,8 +345,12 @@ fn one_shot_parts(
         &[
             "sh",
             "-c",
-            // The same layout as Docker's archive of /var/outputs: one `outputs/` top.
-            "read -r _ || true; exec tar -c -f - -C /var outputs",
+            // Each line but `go` is answered `ready <line>`: an attach wires
+            // stdin before stdout (containerd), so what the container prints
+            // at once can miss the stream; the backend pings until an
+            // answer arrives, then says `go`. The tar has the same layout
+            // as Docker's archive of /var/outputs: one `outputs/` top.
+            "while read -r line; do if [ \"$line\" = go ]; then exec tar -c -f - -C /var outputs; fi; echo \"ready $line\"; done",
         ],
         vec![mount(OUTPUTS, true)],
         &spec,

@@ -59,7 +59,13 @@ impl Client {
         #[cfg(feature = "kubernetes")]
         let pool = super::held_by(&claims, pool);
         let fill: Fill<Kernel> = {
-            let (client, config) = (self.clone(), config.clone());
+            // The pod's start has the pool's start limit (see `session_pool`).
+            let limit = pool.start_limit;
+            let config = config.clone().session(|s| {
+                let within = s.start_timeout.min(limit);
+                s.start_timeout(within)
+            });
+            let (client, config) = (self.clone(), config);
             Arc::new(move || {
                 let kernel = client.kernel(config.clone());
                 async move {

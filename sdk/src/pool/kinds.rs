@@ -82,7 +82,10 @@ impl Client {
         #[cfg(feature = "kubernetes")]
         let pool = super::held_by(&claims, pool);
         let fill: Fill<Session> = {
-            let (client, config) = (self.clone(), config.clone());
+            // A fill has the pool's start limit: on a cluster, a pod the
+            // scheduler cannot place then fails it with the scheduler's reason.
+            let limit = config.start_timeout.min(pool.start_limit);
+            let (client, config) = (self.clone(), config.clone().start_timeout(limit));
             Arc::new(move || {
                 let session = client.session(config.clone());
                 async move {

@@ -193,7 +193,11 @@ pub struct PoolConfig {
     pub shrink_after: std::time::Duration,
     /// How long making one item may take before that fill counts as failed
     /// (default 60 s). On a cluster this is the pod's scheduling, image pull
-    /// and start; a pod the scheduler could not place fails with its reason.
+    /// and start; a pod the scheduler could not place fails with its reason
+    /// ([`ClusterError::Unschedulable`](crate::ClusterError::Unschedulable),
+    /// in [`PoolStats::last_failure`]). A session's or kernel's own
+    /// `start_timeout` still applies when shorter; a code host's is its own
+    /// (its first start may build its image).
     pub start_limit: std::time::Duration,
 }
 

@@ -301,7 +301,7 @@ pub(super) async fn attempt(
             oom_killed: reason == "OOMKilled",
             gone: false,
         };
-        let tar = cluster.ask(&name, "outputs", b"\n").await?;
+        let tar = cluster.start_printing(&name, "outputs").await?;
         let collected = collect_streamed(tar, &sandbox.outputs, rt.outputs_limit).await?;
         Ok::<_, Error>((status, collected))
     };

@@ -174,9 +174,10 @@ pub(super) async fn list_or_watch(
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let changed = fake.changed.subscribe();
+    let wanted = key(&plural, name);
     Body::from_stream(events_after(
         fake.clone(),
-        key(&plural, name),
+        move |n: &str, _: &serde_json::Value| n == wanted,
         since,
         changed,
     ))

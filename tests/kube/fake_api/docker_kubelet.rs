@@ -81,6 +81,10 @@ fn run_args(
     .map(|s| s.to_string())
     .collect();
     args.push(name.to_string());
+    // A kubelet names a pod's host after the pod.
+    if let Some(pod_name) = pod["metadata"]["name"].as_str() {
+        args.extend(["--hostname".into(), pod_name.to_string()]);
+    }
     if let Some(uid) = security["runAsUser"].as_i64() {
         let gid = security["runAsGroup"].as_i64().unwrap_or(uid);
         args.extend(["--user".into(), format!("{uid}:{gid}")]);

@@ -141,8 +141,33 @@ pub(super) async fn take_inputs(fake: Shared, name: String, mut socket: WebSocke
     }
 }
 
+/// The `outputs` container: each line but `go` answered `ready <line>`,
+/// then the tar. As containerd can, it loses what it prints at first (the
+/// answer to the first line): stdout is wired after stdin.
 pub(super) async fn give_outputs(fake: Shared, name: String, mut socket: WebSocket) {
-    read_stdin(&mut socket, true).await;
+    let mut pending = Vec::new();
+    let mut lines = 0;
+    'go: loop {
+        let more = read_stdin(&mut socket, true).await;
+        if more.is_empty() {
+            return;
+        }
+        pending.extend_from_slice(&more);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).to_string();
+            if line == "go" {
+                break 'go;
+            }
+            lines += 1;
+            if lines > 1 {
+                let mut frame = vec![1u8];
+                frame.extend_from_slice(format!("ready {line}\n").as_bytes());
+                let _ = socket.send(Message::Binary(frame.into())).await;
+            }
+        }
+    }
+    fake.record(|r| r.output_pings.push((name.clone(), lines)));
     let files = fake
         .record(|r| r.inputs.get(&format!("{name}/outputs")).cloned())
         .unwrap_or_default();

@@ -148,6 +148,8 @@ pub struct Record {
     events: Vec<(u64, String, &'static str, Value)>,
     /// `METHOD path?query` of every request, in order.
     pub requests: Vec<String>,
+    /// The pings each pod's `outputs` container got before `go`.
+    pub output_pings: Vec<(String, usize)>,
     /// How many requests the scripted refusal answered.
     pub refused: usize,
     /// Every request a scripted session agent or bridge got: (pod, request).

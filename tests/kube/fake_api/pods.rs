@@ -164,11 +164,13 @@ pub(super) async fn list_or_watch_pods(
         });
         return list("PodList", items, rv).into_response();
     }
+    // A watch names one pod (`fieldSelector`), or every pod its labels
+    // select (the shared watch of a client's pods).
     let name = q
         .get("fieldSelector")
         .and_then(|f| f.strip_prefix("metadata.name="))
-        .unwrap_or("")
-        .to_string();
+        .map(str::to_string);
+    let selector = q.get("labelSelector").cloned();
     let since: u64 = q
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
@@ -184,26 +186,31 @@ pub(super) async fn list_or_watch_pods(
         return Body::from(format!("{line}\n")).into_response();
     }
     let changed = fake.changed.subscribe();
-    Body::from_stream(events_after(fake.clone(), name, since, changed)).into_response()
+    let wanted = move |n: &str, pod: &serde_json::Value| match &name {
+        Some(name) => n == name,
+        None => matches_labels(pod, selector.as_ref()),
+    };
+    Body::from_stream(events_after(fake.clone(), wanted, since, changed)).into_response()
 }
 
-/// The watch's events for `name` after version `since`, then each new one.
+/// The watch's events of the pods `wanted` picks after version `since`,
+/// then each new one.
 pub(super) fn events_after(
     fake: Shared,
-    name: String,
+    wanted: impl Fn(&str, &serde_json::Value) -> bool + Clone + Send + 'static,
     since: u64,
     changed: tokio::sync::watch::Receiver<u64>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
     futures::stream::unfold(
         (fake, since, changed),
         move |(fake, mut seen, mut changed)| {
-            let name = name.clone();
+            let wanted = wanted.clone();
             async move {
                 loop {
                     let next = fake.record(|r| {
                         r.events
                             .iter()
-                            .find(|(rv, n, _, _)| *rv > seen && *n == name)
+                            .find(|(rv, n, _, pod)| *rv > seen && wanted(n, pod))
                             .map(|(rv, _, kind, pod)| (*rv, json!({"type": kind, "object": pod})))
                     });
                     if let Some((rv, event)) = next {

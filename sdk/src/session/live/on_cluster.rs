@@ -127,14 +127,21 @@ impl Session {
             };
             connect(held, input, attached.output, exited, None, None).await
         };
-        match tokio::time::timeout(c.start_timeout, started).await {
+        // Kept until the scheduler's reason is read: dropping it deletes the pod.
+        let mut started = std::pin::pin!(started);
+        match tokio::time::timeout(c.start_timeout, &mut started).await {
             Ok(result) => result,
-            Err(_) => Err(Error::SessionUnavailable {
-                reason: format!(
-                    "the session's pod did not start within {:?} (is the image pullable? are the namespace's quotas full? `SessionConfig::start_timeout` allows more for a first pull)",
-                    c.start_timeout
-                ),
-            }),
+            Err(_) => Err(cluster
+                .why_not_started(
+                    &name,
+                    Error::SessionUnavailable {
+                        reason: format!(
+                            "the session's pod did not start within {:?} (is the image pullable? are the namespace's quotas full? `SessionConfig::start_timeout` allows more for a first pull)",
+                            c.start_timeout
+                        ),
+                    },
+                )
+                .await),
         }
     }
 }

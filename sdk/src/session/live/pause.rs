@@ -123,6 +123,8 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub async fn pause(&self, mode: PauseMode) -> Result<Paused> {
+        // A cluster's pods cannot pause: said first, whatever else is asked.
+        let engine = self.inner.client.engine()?.clone();
         let _one_at_a_time = self.inner.start_lock.lock().await;
         let state = self.state();
         if state != State::Idle {
@@ -139,7 +141,6 @@ impl Session {
                  lets its container outlive a stopped agent",
             ));
         }
-        let engine = self.inner.client.engine()?.clone();
         let conn = self.conn()?;
         let id = conn.container_id.clone();
         if mode == PauseMode::Memory {

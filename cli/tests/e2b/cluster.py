@@ -1,0 +1,89 @@
+"""The E2B SDKs against `dockhand serve --backend kubernetes`: sandboxes are
+pods. What a cluster runs works as on Docker; what it cannot do (pause,
+snapshots, volumes) is refused with 501, saying so, and the sandbox runs on.
+
+Run by cli/tests/serve_kubernetes.rs (against the simulated API server) and
+by hand against a real cluster (docs/scale-out.md), with E2B_API_URL,
+E2B_SANDBOX_URL and E2B_API_KEY set. Argument `interpreter` also runs code
+through the code interpreter's template. Prints one JSON object.
+"""
+
+import json
+import os
+import sys
+import time
+
+import httpx
+from e2b import Sandbox as BaseSandbox
+from e2b_code_interpreter import Sandbox
+
+report = {}
+api = os.environ["E2B_API_URL"]
+key = {"X-API-KEY": os.environ["E2B_API_KEY"]}
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+def session():
+    sbx = BaseSandbox.create(template="base", timeout=120)
+    report["listed"] = sbx.sandbox_id in [s.sandbox_id for s in BaseSandbox.list().next_items()]
+    run = sbx.commands.run("echo hi from $(hostname) && echo err >&2 && python3 -c 'print(6*7)'")
+    report["stdout_lines"] = run.stdout.splitlines()[1:]
+    report["stderr"] = run.stderr
+    report["hostname_is_pod"] = run.stdout.split()[2].startswith("dockhand-")
+    try:
+        sbx.commands.run("exit 3")
+        report["exit_3"] = None
+    except Exception as e:  # CommandExitException
+        report["exit_3"] = getattr(e, "exit_code", str(e))
+    sbx.files.write("notes/a.txt", "hello pod")
+    report["read"] = sbx.files.read("notes/a.txt")
+    report["ls"] = sorted(e.name for e in sbx.files.list("notes"))
+    streamed = []
+    sbx.commands.run("for i in 1 2 3; do echo $i; done", on_stdout=streamed.append)
+    report["streamed"] = "".join(streamed).split()
+
+    # A port inside the pod, through the server as `get_host(port)` names it.
+    sbx.files.write("/tmp/site/index.html", "served from the pod")
+    sbx.commands.run("cd /tmp/site && exec python3 -m http.server 8000 --bind 127.0.0.1",
+                     background=True)
+    served = None
+    for _ in range(100):
+        r = httpx.get(api + "/", headers={"Host": sbx.get_host(8000),
+                                          "e2b-traffic-access-token": sbx.traffic_access_token})
+        if r.status_code == 200:
+            served = r.text
+            break
+        time.sleep(0.2)
+    report["port"] = served
+
+    # What a cluster cannot do: refused with 501 and why, the sandbox runs on.
+    r = httpx.post(api + f"/sandboxes/{sbx.sandbox_id}/pause", headers=key)
+    report["pause"] = [r.status_code, "kubernetes" in r.json()["message"]]
+    report["running_after_pause"] = sbx.is_running()
+    r = httpx.post(api + f"/sandboxes/{sbx.sandbox_id}/snapshots", headers=key, json={})
+    report["snapshot"] = [r.status_code, "kubernetes" in r.json()["message"]]
+    r = httpx.post(api + "/volumes", headers=key, json={"name": "data"})
+    report["volume"] = [r.status_code, "kubernetes" in r.json().get("message", "")]
+    report["after_refusals"] = sbx.commands.run("cat notes/a.txt").stdout
+    sbx.kill()
+    report["killed"] = sbx.sandbox_id not in [s.sandbox_id for s in BaseSandbox.list().next_items()]
+
+
+def interpreter():
+    sbx = Sandbox.create(timeout=120)
+    ex = sbx.run_code("x = 20\nx + 22")
+    report["run_code"] = ex.text
+    ex = sbx.run_code("print('printed'); 1/0")
+    report["printed"] = ex.logs.stdout
+    report["error"] = ex.error.name if ex.error else None
+    sbx.kill()
+
+
+session()
+if "interpreter" in sys.argv[1:]:
+    interpreter()
+print(json.dumps(report))

@@ -1,0 +1,148 @@
+//! `dockhand serve --backend kubernetes` driven by the E2B SDKs, against
+//! the SIMULATED Kubernetes API server of tests/kube, whose kubelet runs
+//! the pods as real Docker containers: the real session agent and a real
+//! ipykernel behind the kernel's relay, reached through attach WebSockets
+//! as on a cluster. The server builds its templates on the local Docker
+//! daemon and pushes them to a registry of the test's own
+//! (`--kube-registry`); the simulated nodes pull them from there by digest.
+//! The same script runs against a real cluster by hand (docs/scale-out.md).
+
+mod common;
+#[path = "../../tests/common/registry.rs"]
+mod registry;
+#[path = "common/serve_server.rs"]
+mod serve_server;
+#[path = "../../tests/kube/mod.rs"]
+mod sim;
+
+use std::time::Duration;
+
+use serve_server::{json_output, Server};
+use sim::fake_api::Script;
+
+/// A kubeconfig naming the simulated server, namespace `sim`.
+fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: sim\n\
+         clusters:\n- name: sim\n  cluster:\n    server: {url}\n\
+         users:\n- name: sim\n  user: {{}}\n\
+         contexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: sim\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluster_cannot_do() {
+    let docker = dockhand::Client::builder()
+        .docker()
+        .connect()
+        .await
+        .expect("the Docker daemon");
+    let registry = registry::TestRegistry::open(&docker).await;
+    let (url, fake) = sim::fake_api::start("sim", Script::on_docker()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), &url);
+    let repository = format!("{}/serve", registry.host);
+    let args = [
+        "--backend",
+        "kubernetes",
+        "--kube-registry",
+        repository.as_str(),
+    ];
+    let kubeconfig = config.to_str().unwrap().to_string();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let (server, report) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = Server::start_with_env(1, &args, &[("KUBECONFIG", &kubeconfig)]);
+        let report = json_output(server.python("cluster.py", &["interpreter"]));
+        (server, report)
+    })
+    .await
+    .unwrap();
+
+    // Commands, files and streaming, in a pod.
+    assert_eq!(report["listed"], true, "{report}");
+    assert_eq!(report["stdout_lines"], serde_json::json!(["42"]));
+    assert_eq!(report["stderr"], "err\n");
+    assert_eq!(report["hostname_is_pod"], true, "{report}");
+    assert_eq!(report["exit_3"], 3);
+    assert_eq!(report["read"], "hello pod");
+    assert_eq!(report["ls"], serde_json::json!(["a.txt"]));
+    assert_eq!(report["streamed"], serde_json::json!(["1", "2", "3"]));
+    assert_eq!(report["port"], "served from the pod");
+    // What a cluster cannot do: 501 naming the backend, and the sandbox runs on.
+    assert_eq!(report["pause"], serde_json::json!([501, true]), "{report}");
+    assert_eq!(report["running_after_pause"], true);
+    assert_eq!(
+        report["snapshot"],
+        serde_json::json!([501, true]),
+        "{report}"
+    );
+    assert_eq!(report["volume"], serde_json::json!([501, true]), "{report}");
+    assert_eq!(report["after_refusals"], "hello pod");
+    assert_eq!(report["killed"], true);
+    // The code interpreter: a real kernel in a pod.
+    assert_eq!(report["run_code"], "42");
+    assert_eq!(report["printed"], serde_json::json!(["printed\n"]));
+    assert_eq!(report["error"], "ZeroDivisionError");
+
+    // Every pod came from an image pushed here, by digest, and carried the
+    // server's owner label.
+    let created = fake.record(|r| r.created.clone());
+    assert!(created.len() >= 3, "the pools' pods and the sandboxes'");
+    let pushed = format!("{repository}/");
+    for pod in &created {
+        assert!(
+            pod["metadata"]["labels"]["dev.dockhand.owner"].is_string(),
+            "{pod}"
+        );
+        for container in pod["spec"]["containers"].as_array().unwrap() {
+            let image = container["image"].as_str().unwrap();
+            assert!(
+                image.starts_with(&pushed) && image.contains("@sha256:"),
+                "{image}"
+            );
+        }
+    }
+
+    // A shutdown deletes every pod, the pools' too, and the server's lease.
+    drop(server);
+    sim::assert_no_pods_left(&fake).await;
+    assert!(
+        fake.record(|r| r.leases.is_empty()),
+        "the owner lease goes at exit, not when it lapses"
+    );
+    for _ in 0..100 {
+        if common::containers_with_label("dev.dockhand.kube-sim=true") == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        common::containers_with_label("dev.dockhand.kube-sim=true"),
+        0,
+        "the simulated kubelet's containers were left behind"
+    );
+}
+
+#[test]
+fn serve_on_kubernetes_refuses_keeping_sandboxes_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    // Refused before connecting: no cluster needed.
+    let out = common::dockhand()
+        .args(["serve", "--backend", "kubernetes", "--on-shutdown", "keep"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env("KUBECONFIG", kubeconfig(dir.path(), "http://127.0.0.1:9"))
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--on-shutdown keep is not available on the kubernetes backend"),
+        "{stderr}"
+    );
+}
