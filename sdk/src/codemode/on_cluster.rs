@@ -37,6 +37,9 @@ pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner
 
 /// Waits for the bridge of pod `name` (made by `held`, or already held),
 /// attaches to it and waits for its `ready`, all within the start timeout.
+/// How long the backend waits for the bridge's `ready` before greeting it again.
+const REGREET_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 async fn ready(
     cluster: &Cluster,
     how: &Launch<'_>,
@@ -58,7 +61,13 @@ async fn ready(
         let mut runner = Runner::attached(held, attached.input, attached.output);
         runner.send(&ToRunner::Hello).await?;
         loop {
-            match runner.next().await {
+            // The attach wires stdout after stdin (containerd): an answer
+            // can miss the stream, so the hello is repeated until one arrives.
+            let Ok(next) = tokio::time::timeout(REGREET_EVERY, runner.next()).await else {
+                runner.send(&ToRunner::Hello).await?;
+                continue;
+            };
+            match next {
                 Some(Ok(FromRunner::Ready { .. })) => return Ok(runner),
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Err(e),

@@ -221,8 +221,13 @@ pub(super) async fn converse_lines(
                     let Ok(request) = serde_json::from_slice::<Value>(&line) else {
                         continue;
                     };
-                    fake.record(|r| r.agent_requests.push((pod.to_string(), request.clone())));
-                    if let Some(reply) = answer(&request) {
+                    let first = fake.record(|r| {
+                        r.agent_requests.push((pod.to_string(), request.clone()));
+                        r.agent_requests.iter().filter(|(p, _)| p == pod).count() == 1
+                    });
+                    // As containerd's attach can, the first answer is lost
+                    // (stdout is wired after stdin).
+                    if let Some(reply) = answer(&request).filter(|_| !first) {
                         let mut frame = vec![1u8];
                         frame.extend_from_slice(format!("{reply}\n").as_bytes());
                         if socket

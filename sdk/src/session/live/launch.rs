@@ -157,7 +157,17 @@ pub(super) async fn connect_container(
             let _ = engine.wait_container(&id).await;
         }
     };
-    connect(held, attached.input, attached.output, exited, egress, carry).await
+    // Docker attaches before the container starts: no answer is lost.
+    connect(
+        held,
+        attached.input,
+        attached.output,
+        exited,
+        egress,
+        carry,
+        None,
+    )
+    .await
 }
 
 impl Session {
@@ -213,6 +223,7 @@ pub(super) async fn connect(
     exited: impl std::future::Future<Output = ()> + Send + 'static,
     egress: Option<crate::egress::Lease>,
     carry: Option<Carry>,
+    regreet: Option<std::time::Duration>,
 ) -> Result<Arc<Conn>> {
     let greet = carry.is_some();
     let (routes, next_id) = match carry {
@@ -248,7 +259,29 @@ pub(super) async fn connect(
         egress: tokio::sync::Mutex::new(egress),
         parking,
     });
-    match ready_rx.recv().await {
+    // On a cluster the attach wires stdout after stdin, so the answer to a
+    // hello can miss the stream: greet again until one arrives.
+    let ready = loop {
+        let Some(every) = regreet else {
+            break ready_rx.recv().await;
+        };
+        match tokio::time::timeout(every, ready_rx.recv()).await {
+            Ok(ready) => break ready,
+            Err(_) => {
+                let mut writer = conn.writer.lock().await;
+                let greeted = async {
+                    writer.write_all(b"{\"type\":\"hello\"}\n").await?;
+                    writer.flush().await
+                };
+                if let Err(e) = greeted.await {
+                    return Err(Error::SessionUnavailable {
+                        reason: format!("the session agent's stdin closed: {e}"),
+                    });
+                }
+            }
+        }
+    };
+    match ready {
         Some(Ok(next_id)) => {
             // An agent an earlier host used says where its ids end.
             conn.next_id.fetch_max(next_id, Ordering::SeqCst);

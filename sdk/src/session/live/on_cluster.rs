@@ -6,8 +6,13 @@
 //! A container on a cluster starts before anyone can attach to it, so the
 //! agent's first `ready` line goes to the kubelet's log. The backend asks
 //! again with a `hello` once attached; the agent answers it with `ready`.
+//! An attach wires stdin before stdout (containerd), so that answer too can
+//! miss the stream: the hello is repeated until a `ready` arrives.
 
 use super::launch::connect;
+
+/// How long the backend waits for the agent's `ready` before greeting it again.
+const REGREET_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 use super::*;
 use crate::cluster::{Cluster, PodView};
 
@@ -125,7 +130,16 @@ impl Session {
                     }
                 }
             };
-            connect(held, input, attached.output, exited, None, None).await
+            connect(
+                held,
+                input,
+                attached.output,
+                exited,
+                None,
+                None,
+                Some(REGREET_EVERY),
+            )
+            .await
         };
         // Kept until the scheduler's reason is read: dropping it deletes the pod.
         let mut started = std::pin::pin!(started);
