@@ -93,6 +93,13 @@ async fn assert_nothing_left(client: &Client) {
     );
 }
 
+/// Nothing of the test left, then the client ended: its lease goes now,
+/// not when it lapses after the test's runtime is gone.
+async fn finish(client: &Client) {
+    assert_nothing_left(client).await;
+    client.close().await.expect("the lease is deleted");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_one_shot_with_file_io() {
     if !enabled("cluster_one_shot_with_file_io") {
@@ -125,7 +132,7 @@ async fn cluster_one_shot_with_file_io() {
         std::fs::read_to_string(copy.join("text")).unwrap(),
         "one\n\ntwo\nthree\n"
     );
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -152,7 +159,7 @@ async fn cluster_exit_code_and_timeout() {
         .unwrap();
     let err = client.run(&hang, dockhand::NO_INPUTS).await.unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 /// An image the nodes can pull with python3 for the session test's script
@@ -193,7 +200,7 @@ async fn cluster_session_exec_and_edit() {
     // Offline by default: the namespace's policy (where the cluster's
     // network plugin enforces NetworkPolicy).
     session.close().await.unwrap();
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -227,7 +234,7 @@ async fn cluster_code_host_with_a_tool() {
     assert_eq!(done.value, serde_json::json!(10));
     assert_eq!(done.stdout, "total 5\n");
     host.close().await.unwrap();
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -259,7 +266,7 @@ async fn cluster_session_pool_handover() {
     eprintln!("handover took {handover:?}");
     pool.shutdown().await;
     session.close().await.unwrap();
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -273,6 +280,8 @@ async fn cluster_one_shot_pool_handover() {
         .args(["-c", "echo \"attempt $DOCKHAND_ATTEMPT: $(cat {{name}})\""])
         .input("name", Type::File)
         .image(ImageSpec::prebuilt(image()))
+        // Two such pods fit on one 2-CPU node (with the default CPU, one).
+        .cpus(0.5)
         .cache(CacheMode::Disable)
         .timeout(Duration::from_secs(300))
         .build()
@@ -290,7 +299,7 @@ async fn cluster_one_shot_pool_handover() {
     assert_eq!(out.stdout.text, "attempt 1: pooled\n");
     assert!(pool.stats().handed_over >= 1, "{:?}", pool.stats());
     pool.shutdown().await;
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 /// An egress allow-list enforced by the cluster's CNI: with
@@ -344,7 +353,7 @@ async fn cluster_egress_allow_list() {
         "{}",
         out.stdout.text
     );
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 const CHILD_ENV: &str = "DOCKHAND_KUBE_OWNER_CHILD";
@@ -405,7 +414,7 @@ async fn cluster_owner_death() {
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -430,7 +439,7 @@ async fn cluster_kernel_with_a_chart() {
     let png = chart.results.iter().find_map(|r| r.png()).expect("a chart");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     kernel.session().close().await.unwrap();
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 /// A pool bigger than the cluster can hold says why it cannot fill (the
@@ -485,7 +494,7 @@ async fn cluster_pool_larger_than_the_nodes_says_why() {
         "placed\n"
     );
     session.close().await.unwrap();
-    assert_nothing_left(&client).await;
+    finish(&client).await;
 }
 
 /// In a process that goes on running, a client whose runtime ended under
@@ -540,5 +549,5 @@ async fn cluster_dropped_client_leaves_nothing_in_a_running_process() {
     }
     assert_eq!(kept.exec("echo kept").await.unwrap().stdout, "kept\n");
     kept.close().await.unwrap();
-    assert_nothing_left(&keeper).await;
+    finish(&keeper).await;
 }
