@@ -626,5 +626,6 @@ fn the_kubernetes_backend_is_chosen_by_the_environment() {
         .args(["run", "-c", "print(1)"])
         .assert()
         .failure()
-        .stderr(predicate::str::contains("`nomad` is not a backend"));
+        .stderr(predicate::str::contains("invalid value 'nomad'"))
+        .stderr(predicate::str::contains("possible values: docker, kubernetes"));
 }

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::engine::{labels, Engine};
+use crate::backend::Backend;
+pub use crate::backend::ReapReport;
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::image::{ImageResolver, ImageSpec, ResolvedImage};
 use crate::paths;
@@ -23,11 +25,7 @@ pub struct Client {
 }
 
 struct Inner {
-    /// The Docker engine; `None` on the Kubernetes backend.
-    engine: Option<Engine>,
-    images: Option<ImageResolver>,
-    #[cfg(feature = "kubernetes")]
-    cluster: Option<crate::cluster::Cluster>,
+    backend: Backend,
     reporter: Reporter,
     cache_dir: PathBuf,
     cache_limit: u64,
@@ -216,7 +214,7 @@ impl ClientBuilder {
             };
             if let Some(config) = chosen {
                 let cluster = crate::cluster::Cluster::connect(&config).await?;
-                return Ok(self.finish(None, Some(cluster)));
+                return Ok(self.finish(|_| Backend::Kubernetes(cluster)));
             }
         }
         #[cfg(not(feature = "kubernetes"))]
@@ -236,29 +234,15 @@ impl ClientBuilder {
         let engine = Engine::connect(&self.daemon)
             .await?
             .with_watchdog(|engine| Box::pin(crate::image::watchdog::ensure(engine)));
-        Ok(self.finish(
-            Some(engine),
-            #[cfg(feature = "kubernetes")]
-            None,
-        ))
+        Ok(self.finish(|reporter| Backend::docker(engine, reporter.clone())))
     }
 
-    fn finish(
-        self,
-        engine: Option<Engine>,
-        #[cfg(feature = "kubernetes")] cluster: Option<crate::cluster::Cluster>,
-    ) -> Client {
+    fn finish(self, backend: impl FnOnce(&Reporter) -> Backend) -> Client {
         let cache_dir = self.cache_dir.unwrap_or_else(paths::default_cache_dir);
         let reporter = Reporter::new(self.progress);
-        let images = engine
-            .as_ref()
-            .map(|engine| ImageResolver::new(engine.clone(), reporter.clone()));
         Client {
             inner: Arc::new(Inner {
-                engine,
-                images,
-                #[cfg(feature = "kubernetes")]
-                cluster,
+                backend: backend(&reporter),
                 reporter,
                 cache_dir,
                 cache_limit: self
@@ -268,21 +252,6 @@ impl ClientBuilder {
             }),
         }
     }
-}
-
-/// What [`Client::reap`] removed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReapReport {
-    /// Ids of the containers removed.
-    pub containers: Vec<String>,
-    /// Names of the volumes removed (left by containers removed without them).
-    pub volumes: Vec<String>,
-    /// Names of the egress networks removed.
-    pub networks: Vec<String>,
-    /// Ids of snapshot images removed: untagged (their snapshot was removed
-    /// while a session from it ran) and no longer used.
-    pub images: Vec<String>,
 }
 
 impl Client {
@@ -298,20 +267,12 @@ impl Client {
 
     /// The daemon endpoint in use, or the Kubernetes API server's URL.
     pub fn endpoint(&self) -> &str {
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = &self.inner.cluster {
-            return cluster.server();
-        }
-        self.inner.engine.as_ref().map_or("", |e| e.endpoint())
+        self.inner.backend.endpoint()
     }
 
     /// `"docker"` or `"kubernetes"`: the backend this client runs on.
     pub fn backend(&self) -> &'static str {
-        if self.inner.engine.is_some() {
-            "docker"
-        } else {
-            "kubernetes"
-        }
+        self.inner.backend.name()
     }
 
     /// The output cache: its size, and a way to clear it.
@@ -331,11 +292,7 @@ impl Client {
     /// passed on as it is, and a spec to build is refused
     /// ([`Error::Unsupported`](crate::Error::Unsupported)).
     pub async fn resolve_image(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = &self.inner.cluster {
-            return cluster.resolve_image(spec).await;
-        }
-        self.images()?.resolve(spec).await
+        self.inner.backend.resolve_image(spec, None).await
     }
 
     /// [`Client::resolve_image`], with the build's progress (each log line
@@ -358,13 +315,10 @@ impl Client {
         spec: &ImageSpec,
         on_progress: impl Fn(&crate::Progress) + Send + Sync + 'static,
     ) -> Result<ResolvedImage> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = &self.inner.cluster {
-            return cluster.resolve_image(spec).await;
-        }
-        let images = self.images()?;
-        let reporter = images.reporter().and(std::sync::Arc::new(on_progress));
-        images.resolve_reporting(spec, &reporter).await
+        self.inner
+            .backend
+            .resolve_image(spec, Some(Arc::new(on_progress)))
+            .await
     }
 
     /// Removes what dockhand processes left behind when they died (killed,
@@ -373,23 +327,7 @@ impl Client {
     /// owners whose lease lapsed, and the leases. Objects of live
     /// processes, this one included, are left alone.
     pub async fn reap(&self) -> Result<ReapReport> {
-        let mut report = ReapReport::default();
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = &self.inner.cluster {
-            report.containers = cluster.reap().await?;
-            return Ok(report);
-        }
-        let engine = self.engine()?;
-        for (id, labels) in engine.list_managed_containers().await? {
-            if labels::owner_is_gone(&labels) {
-                engine.remove_container(&id, &labels).await?;
-                report.containers.push(id);
-            }
-        }
-        report.volumes = engine.reap_volumes().await?;
-        report.networks = engine.reap_networks().await?;
-        report.images = engine.prune_untagged("snapshot").await?;
-        Ok(report)
+        self.inner.backend.reap().await
     }
 
     /// Ends this client before the program exits. On Kubernetes it deletes
@@ -411,42 +349,24 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn close(&self) -> Result<()> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = &self.inner.cluster {
-            return cluster.release().await;
-        }
-        Ok(())
+        self.inner.backend.close().await
     }
 
     /// Ids of the containers this process created that still exist (its
     /// watchdog aside); on Kubernetes, the names of its pods.
     pub async fn live_containers(&self) -> Result<Vec<String>> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = &self.inner.cluster {
-            return cluster.live_pods().await;
-        }
-        Ok(self
-            .engine()?
-            .list_managed_containers()
-            .await?
-            .into_iter()
-            .filter(|(_, l)| {
-                l.get(labels::SESSION).map(String::as_str) == Some(labels::session_id())
-                    && l.get(labels::KIND).map(String::as_str) != Some(labels::WATCHDOG)
-            })
-            .map(|(id, _)| id)
-            .collect())
+        self.inner.backend.live().await
     }
 
     /// The Docker engine; on the Kubernetes backend, the typed refusal of
     /// whatever needed it.
     pub(crate) fn engine(&self) -> Result<&Engine> {
-        self.inner.engine.as_ref().ok_or_else(docker_only)
+        self.inner.backend.engine().ok_or_else(docker_only)
     }
 
     #[cfg(feature = "kubernetes")]
     pub(crate) fn cluster(&self) -> Option<&crate::cluster::Cluster> {
-        self.inner.cluster.as_ref()
+        self.inner.backend.cluster()
     }
 
     /// The daemon's version, API version, storage driver and registered
@@ -504,7 +424,7 @@ impl Client {
     }
 
     pub(crate) fn images(&self) -> Result<&ImageResolver> {
-        self.inner.images.as_ref().ok_or_else(docker_only)
+        self.inner.backend.images().ok_or_else(docker_only)
     }
 }
 

@@ -134,6 +134,7 @@
 //! ```
 
 pub(crate) mod archive;
+mod backend;
 mod client;
 #[cfg(feature = "kubernetes")]
 mod cluster;

@@ -13,14 +13,6 @@ use super::Cluster;
 use crate::engine::LogChunk;
 use crate::error::{ClusterError, Error, Result};
 
-/// A conversation with a container over its attach stream.
-pub(crate) struct Interactive {
-    /// The container's stdin.
-    pub(crate) input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
-    /// Its stdout and stderr, chunk by chunk.
-    pub(crate) output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
-}
-
 /// Owns a pod from before its create request: dropping it deletes the pod
 /// (in the background, without a grace period) unless it was removed.
 pub(crate) struct PodGuard {
@@ -396,7 +388,7 @@ impl Cluster {
         &self,
         name: &str,
         container: &str,
-    ) -> Result<Interactive> {
+    ) -> Result<crate::engine::Attached> {
         let call = Call::new("attach", "pods/attach", self.namespace(), name);
         let mut attached = self.attach_to(&call, container, true, true).await?;
         let input = attached.stdin().ok_or_else(|| lost(&call, "no stdin"))?;
@@ -414,7 +406,7 @@ impl Cluster {
             let _keep = &attached;
             chunk
         });
-        Ok(Interactive {
+        Ok(crate::engine::Attached {
             input: Box::pin(input),
             output: Box::pin(output),
         })
