@@ -627,5 +627,7 @@ fn the_kubernetes_backend_is_chosen_by_the_environment() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("invalid value 'nomad'"))
-        .stderr(predicate::str::contains("possible values: docker, kubernetes"));
+        .stderr(predicate::str::contains(
+            "possible values: docker, kubernetes",
+        ));
 }

@@ -119,7 +119,8 @@ fn memory_volume_options(size: u64) -> String {
     format!("size={size},nr_inodes={files},mode=0755")
 }
 
-/// A container's attached standard streams.
+/// A container's attached standard streams: a Docker container's, or a
+/// container's of a pod on a cluster (`Cluster::attach_interactive`).
 pub struct Attached {
     /// stdout and stderr chunks as they come.
     pub output: std::pin::Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
