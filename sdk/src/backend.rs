@@ -8,6 +8,8 @@ use crate::image::{ImageResolver, ImageSpec, ResolvedImage};
 use crate::progress::Reporter;
 
 /// A Docker daemon, or a cluster.
+// One per client, inside the client's `Arc`: the variants' sizes cost nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Backend {
     Docker {
         engine: Engine,
@@ -17,7 +19,7 @@ pub(crate) enum Backend {
     Kubernetes(crate::cluster::Cluster),
 }
 
-/// What [`Backend::reap`] removed (see `Client::reap`).
+/// What [`Client::reap`](crate::Client::reap) removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReapReport {
