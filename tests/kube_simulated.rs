@@ -20,7 +20,8 @@ use dockhand::{Client, ClusterError, Error, ImageSpec, Sandbox, Secret, Type};
 use serde_json::{json, Value};
 use sim::fake_api::{self, Outcome, Script, Shared};
 use sim::{
-    assert_no_pods_left, connect, count_lines, counting, position, text_file, with_script, IMAGE,
+    assert_no_pods_left, connect, count_lines, count_lines_with, counting, position, text_file,
+    with_script, IMAGE,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -675,15 +676,7 @@ async fn simulated_quota_refusal_is_told_apart_from_rbac() {
 /// A refusal is not retried. Simulated: the fake kubelet evicts every pod.
 #[tokio::test(flavor = "multi_thread")]
 async fn simulated_evictions_are_retried_and_refusals_are_not() {
-    let job = Sandbox::command("count", "sh")
-        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
-        .input("text", Type::File)
-        .output("lines", Type::Int)
-        .image(ImageSpec::prebuilt(IMAGE))
-        .cache(dockhand::CacheMode::Disable)
-        .retries(2)
-        .build()
-        .unwrap();
+    let job = count_lines_with(|b| b.retries(2));
     let (err, fake) = failing_run(Script::ending(Outcome::Evicted), &job).await;
     let (attempts, last) = attempts_of(&err);
     assert_eq!(attempts.len(), 3, "{attempts:?}");
@@ -749,15 +742,7 @@ async fn simulated_one_shot_the_cluster_cannot_place_fails_at_its_start_limit() 
         .connect()
         .await
         .unwrap();
-    let job = Sandbox::command("count", "sh")
-        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
-        .input("text", Type::File)
-        .output("lines", Type::Int)
-        .image(ImageSpec::prebuilt(IMAGE))
-        .cache(dockhand::CacheMode::Disable)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let job = count_lines_with(|b| b.timeout(Duration::from_secs(60)));
     let dir = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
     let err = client

@@ -224,28 +224,16 @@ async fn close_clients() {
     }
 }
 
-/// Whether `--backend kubernetes` (or `DOCKHAND_BACKEND`) picks a cluster.
-fn kube_chosen() -> bool {
-    let backend = std::env::var("DOCKHAND_BACKEND").unwrap_or_default();
-    matches!(backend.trim(), "kubernetes" | "k8s")
-}
-
-/// The cluster `--backend kubernetes` (or `DOCKHAND_BACKEND`) names, if any.
+/// The cluster `--backend kubernetes` (or `DOCKHAND_BACKEND`) names, if any,
+/// with `--kube-registry`'s builder.
 async fn kube_config(
     host: Option<String>,
     json: bool,
 ) -> anyhow::Result<Option<dockhand::KubeConfig>> {
-    if !kube_chosen() {
+    let Some(mut config) = dockhand::KubeConfig::from_env()? else {
         return Ok(None);
-    }
+    };
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let mut config = dockhand::KubeConfig::infer();
-    if let Some(context) = env("DOCKHAND_KUBE_CONTEXT") {
-        config = config.context(context);
-    }
-    if let Some(namespace) = env("DOCKHAND_KUBE_NAMESPACE") {
-        config = config.namespace(namespace);
-    }
     if let Some(registry) = env("DOCKHAND_KUBE_REGISTRY") {
         // The builder is a Docker client: the backend is chosen here, not
         // from the environment it would read again.

@@ -45,16 +45,10 @@ async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluste
     let dir = tempfile::tempdir().unwrap();
     let config = kubeconfig(dir.path(), &url);
     let repository = format!("{}/serve", registry.host);
-    let args = [
-        "--backend",
-        "kubernetes",
-        "--kube-registry",
-        repository.as_str(),
-    ];
     let kubeconfig = config.to_str().unwrap().to_string();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let pushed_to = repository.clone();
     let (server, report) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args = ["--backend", "kubernetes", "--kube-registry", &pushed_to];
         let server = Server::start_with_env(1, &args, &[("KUBECONFIG", &kubeconfig)]);
         let report = json_output(server.python("cluster.py", &["interpreter"]));
         (server, report)

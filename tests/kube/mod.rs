@@ -7,7 +7,7 @@ pub mod fake_api;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dockhand::{CacheMode, Client, ImageSpec, KubeConfig, Sandbox, Type, Value};
+use dockhand::{CacheMode, Client, ImageSpec, KubeConfig, Sandbox, SandboxBuilder, Type, Value};
 use fake_api::{Files, Script, Shared};
 
 /// The image the simulated pods "run" (nothing is pulled).
@@ -70,14 +70,21 @@ pub fn add_tool() -> dockhand::codemode::Toolset {
 
 /// Counts the non-empty lines of its File input, as `grep -c .` would.
 pub fn count_lines() -> Sandbox {
-    Sandbox::command("count", "sh")
-        .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
-        .input("text", Type::File)
-        .output("lines", Type::Int)
-        .image(ImageSpec::prebuilt(IMAGE))
-        .cache(CacheMode::Disable)
-        .build()
-        .unwrap()
+    count_lines_with(|b| b)
+}
+
+/// [`count_lines`] with more settings (retries, a timeout).
+pub fn count_lines_with(more: impl FnOnce(SandboxBuilder) -> SandboxBuilder) -> Sandbox {
+    more(
+        Sandbox::command("count", "sh")
+            .args(["-c", "grep -c . {{text}} > /var/outputs/lines"])
+            .input("text", Type::File)
+            .output("lines", Type::Int)
+            .image(ImageSpec::prebuilt(IMAGE))
+            .cache(CacheMode::Disable),
+    )
+    .build()
+    .unwrap()
 }
 
 /// The scripted program: what `count_lines` would write, from the inputs it got.

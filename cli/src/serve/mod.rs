@@ -410,7 +410,7 @@ pub fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) ->
 pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> {
     // A cluster's pods are owned by this process's lease: they end with it,
     // so no later server could adopt them.
-    let on_cluster = crate::kube_chosen();
+    let on_cluster = dockhand::KubeConfig::from_env()?.is_some();
     if on_cluster
         && matches!(
             args.on_shutdown,

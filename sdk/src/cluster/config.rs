@@ -201,8 +201,21 @@ impl KubeConfig {
     }
 
     /// The backend `DOCKHAND_BACKEND` asks for: `None` for Docker (unset,
-    /// empty or `docker`), a config for `kubernetes`.
-    pub(crate) fn from_env() -> Result<Option<KubeConfig>> {
+    /// empty or `docker`), a config for `kubernetes` (or `k8s`) with the
+    /// context and namespace of `DOCKHAND_KUBE_CONTEXT` and
+    /// `DOCKHAND_KUBE_NAMESPACE`; any other value is
+    /// [`Error::InvalidSpec`](crate::Error::InvalidSpec). What
+    /// `Client::connect` does without a config, for a caller that adds to it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// if let Some(config) = dockhand::KubeConfig::from_env()? {
+    ///     let config = config.pod_start_limit(std::time::Duration::from_secs(60));
+    ///     let client = dockhand::Client::builder().kubernetes(config).connect().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn from_env() -> Result<Option<KubeConfig>> {
         backend_choice(&std::env::var("DOCKHAND_BACKEND").unwrap_or_default())
     }
 

@@ -239,28 +239,21 @@ impl Cluster {
         &self,
         name: &str,
         limit: std::time::Duration,
-        mut decide: impl FnMut(&Pod) -> Option<Result<T>>,
+        decide: impl FnMut(&Pod) -> Option<Result<T>>,
     ) -> Result<T> {
-        let mut unplaced: Option<String> = None;
-        let waiting = self.wait_pod(name, |p| {
-            unplaced = PodView::new(p).unschedulable();
-            decide(p)
-        });
-        let outcome = tokio::time::timeout(limit, waiting).await;
-        match outcome {
+        match tokio::time::timeout(limit, self.wait_pod(name, decide)).await {
             Ok(done) => done,
-            Err(_) => Err(match unplaced {
-                Some(message) => ClusterError::Unschedulable {
-                    pod: name.to_string(),
-                    message,
-                },
-                None => ClusterError::PodFailed {
-                    pod: name.to_string(),
-                    reason: "NotReady".into(),
-                    message: format!("it was not ready within {limit:?}"),
-                },
-            }
-            .into()),
+            Err(_) => Err(self
+                .why_not_started(
+                    name,
+                    ClusterError::PodFailed {
+                        pod: name.to_string(),
+                        reason: "NotReady".into(),
+                        message: format!("it was not ready within {limit:?}"),
+                    }
+                    .into(),
+                )
+                .await),
         }
     }
 
