@@ -29,7 +29,7 @@ struct Inner {
     reporter: Reporter,
     cache_dir: PathBuf,
     cache_limit: u64,
-    gateways: crate::egress::Gateways,
+    gateways: crate::gateway::Gateways,
 }
 
 impl std::fmt::Debug for Client {
@@ -48,7 +48,7 @@ pub struct ClientBuilder {
     progress: Option<ProgressHandler>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
-    egress: crate::egress::GatewaySettings,
+    egress: crate::gateway::GatewaySettings,
     #[cfg(feature = "kubernetes")]
     kubernetes: Option<crate::cluster::KubeConfig>,
     /// Docker whatever `DOCKHAND_BACKEND` says.
@@ -248,7 +248,7 @@ impl ClientBuilder {
                 cache_limit: self
                     .cache_limit
                     .unwrap_or(crate::sandbox::DEFAULT_CACHE_LIMIT),
-                gateways: crate::egress::Gateways::new(self.egress),
+                gateways: crate::gateway::Gateways::new(self.egress),
             }),
         }
     }
@@ -415,12 +415,17 @@ impl Client {
         self.inner.gateways.stats().await
     }
 
-    pub(crate) fn gateways(&self) -> &crate::egress::Gateways {
-        &self.inner.gateways
-    }
-
     pub(crate) fn reporter(&self) -> &Reporter {
         &self.inner.reporter
+    }
+
+    /// What an egress lease is opened with (Docker only).
+    pub(crate) fn gateway_access(&self) -> Result<crate::gateway::Access<'_>> {
+        Ok(crate::gateway::Access {
+            gateways: &self.inner.gateways,
+            engine: self.engine()?,
+            reporter: &self.inner.reporter,
+        })
     }
 
     pub(crate) fn images(&self) -> Result<&ImageResolver> {

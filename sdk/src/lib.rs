@@ -142,6 +142,7 @@ pub mod codemode;
 mod egress;
 pub(crate) mod engine;
 pub mod error;
+mod gateway;
 mod held;
 pub mod image;
 #[cfg(feature = "kubernetes")]

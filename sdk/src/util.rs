@@ -75,6 +75,28 @@ pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> crate::
     Ok(())
 }
 
+/// Splits a byte stream into lines; partial lines wait for the rest.
+#[derive(Debug, Default)]
+pub(crate) struct LineBuffer {
+    pending: Vec<u8>,
+}
+
+impl LineBuffer {
+    /// Adds bytes; returns the complete lines they finish (without newlines).
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        self.pending.extend_from_slice(bytes);
+        let mut lines = Vec::new();
+        while let Some(nl) = self.pending.iter().position(|&b| b == b'\n') {
+            let mut line: Vec<u8> = self.pending.drain(..=nl).collect();
+            line.pop();
+            if !line.is_empty() {
+                lines.push(line);
+            }
+        }
+        lines
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{is_identifier, push_tail};

@@ -16,7 +16,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::channel::{Channel, Offer};
 use super::native;
-use super::protocol::{self, BridgeConfig, FromRunner, LineBuffer, ToRunner};
+use super::protocol::{self, BridgeConfig, FromRunner, ToRunner};
 use crate::client::Client;
 use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
@@ -24,6 +24,7 @@ use crate::held::Held;
 use crate::image::ImageSpec;
 use crate::sandbox::{confine, Hardening, Network, Resources};
 use crate::util::push_tail;
+use crate::util::LineBuffer;
 
 /// The Monty release code hosts install (pinned: the bridge is written
 /// against its API, and the image tag follows it).

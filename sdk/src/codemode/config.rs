@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::protocol::BridgeConfig;
-use super::toolset::ToolCallRecord;
+use crate::error::ToolCallRecord;
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
 use crate::lifecycle::State;

@@ -6,8 +6,9 @@ use serde_json::{json, Map, Value};
 use super::offer::module_offer;
 use super::protocol::ToRunner;
 use super::suspension::{Body, Decision, Suspended};
-use super::toolset::{ToolCallRecord, Toolset};
+use super::toolset::Toolset;
 use super::{CodeHost, Execution};
+use crate::error::ToolCallRecord;
 use crate::error::{Error, Result};
 
 /// What an execution was started with, kept in its suspension.

@@ -81,6 +81,7 @@ mod tools;
 mod toolset;
 mod typed;
 
+pub use crate::error::{CodeError, CodeFailure, ToolCallRecord};
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 pub use bridge::MONTY_PACKAGE;
@@ -88,7 +89,6 @@ pub use bridge::MONTY_PACKAGE;
 pub(crate) use bridge::{code_host_image, host_spec, Launch};
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription, StrictRule, StrictRules};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
-pub use errors::{CodeError, CodeFailure};
 pub use host::CodeHost;
 pub use kept::ResultFile;
 #[cfg(feature = "mcp")]
@@ -100,5 +100,5 @@ pub use session::CodeSession;
 pub use skills::{Skill, SkillStore, SAVE_SKILL, SKILLS_MODULE};
 pub use suspension::{Decision, Suspended, SuspensionStore, SUSPENSION_DIR_ENV};
 pub use tools::{ParamType, Tool, ToolFuture, ToolParam};
-pub use toolset::{Listing, ToolCallRecord, Toolset, LANGUAGE_RULES, STRICT_LANGUAGE_RULES};
+pub use toolset::{Listing, Toolset, LANGUAGE_RULES, STRICT_LANGUAGE_RULES};
 pub use typed::{BigInt, CodeValue, NotAnInt};

@@ -252,28 +252,6 @@ pub fn encode(message: &ToRunner) -> Vec<u8> {
     line
 }
 
-/// Splits a byte stream into lines; partial lines wait for the rest.
-#[derive(Debug, Default)]
-pub struct LineBuffer {
-    pending: Vec<u8>,
-}
-
-impl LineBuffer {
-    /// Adds bytes; returns the complete lines they finish (without newlines).
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
-        self.pending.extend_from_slice(bytes);
-        let mut lines = Vec::new();
-        while let Some(nl) = self.pending.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.pending.drain(..=nl).collect();
-            line.pop();
-            if !line.is_empty() {
-                lines.push(line);
-            }
-        }
-        lines
-    }
-}
-
 /// Parses one line from the bridge.
 pub fn decode(line: &[u8]) -> Result<FromRunner, String> {
     serde_json::from_slice(line).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(line)))
@@ -282,6 +260,7 @@ pub fn decode(line: &[u8]) -> Result<FromRunner, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::LineBuffer;
     use serde_json::json;
 
     #[test]

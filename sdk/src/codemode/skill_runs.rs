@@ -13,7 +13,8 @@ use serde_json::{json, Map, Value};
 use super::offer::module_offer;
 use super::protocol::{ExecResult, ModuleOffer, ToRunner};
 use super::skills::SAVE_SKILL;
-use super::toolset::{ToolCallRecord, Toolset};
+use super::toolset::Toolset;
+use crate::error::ToolCallRecord;
 
 /// How deep skills may call skills.
 pub(crate) const MAX_SKILL_DEPTH: u32 = 4;

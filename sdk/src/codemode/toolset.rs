@@ -3,30 +3,10 @@
 
 use super::config::{CodePolicy, StrictRule, StrictRules};
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-use serde::Serialize;
-use serde_json::Value;
 
 use super::skills::{SkillStore, SAVE_SKILL};
 use super::tools::Tool;
 use crate::sandbox::Sandbox;
-
-/// A record of one tool call made by the code.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct ToolCallRecord {
-    /// The tool.
-    pub name: String,
-    /// Its arguments, by name (as given when they could not be bound).
-    pub args: Value,
-    /// How long the host took.
-    pub duration: Duration,
-    /// Whether it succeeded.
-    pub ok: bool,
-    /// The error message, when it failed.
-    pub error: Option<String>,
-}
 
 /// The tools an execution may call.
 ///

@@ -36,18 +36,11 @@
 //! # Ok::<(), dockhand::Error>(())
 //! ```
 
-mod control;
-mod gateway;
-mod lease;
 pub(crate) mod rules;
-mod spares;
-
-pub(crate) use gateway::{GatewaySettings, Gateways};
-pub(crate) use lease::{HostSecret, Lease};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// What a client's egress gateway has done since it started
 /// ([`crate::Client::egress_stats`]).
@@ -68,7 +61,7 @@ pub struct EgressStats {
 }
 
 impl EgressStats {
-    fn from_answer(answer: &serde_json::Value) -> EgressStats {
+    pub(crate) fn from_answer(answer: &serde_json::Value) -> EgressStats {
         let n = |key: &str| answer[key].as_u64().unwrap_or(0);
         EgressStats {
             sandboxes: n("sandboxes"),
@@ -172,71 +165,4 @@ impl Egress {
             "deny": deny.iter().map(Rule::to_json).collect::<Vec<_>>(),
         }))
     }
-}
-
-/// Checks a policy's entries, and that secrets bound to hosts have a
-/// policy to go through.
-pub(crate) fn check(network: &crate::Network, secrets: &[crate::Secret]) -> Result<()> {
-    if let crate::Network::Egress(policy) = network {
-        policy.check()?;
-    }
-    check_secrets(network, secrets)
-}
-
-/// Checks that secrets bound to hosts have a policy to go through.
-pub(crate) fn check_secrets(network: &crate::Network, secrets: &[crate::Secret]) -> Result<()> {
-    for secret in secrets {
-        let Some(hosts) = secret.hosts() else {
-            continue;
-        };
-        if !matches!(network, crate::Network::Egress(_)) {
-            return Err(Error::spec(
-                "secret",
-                format!(
-                    "secret `{}` is bound to hosts, so it needs an egress policy that allows them \
-                     (`.network(Egress::allow([...]))`): only the gateway can put its value in",
-                    secret.name()
-                ),
-            ));
-        }
-        for host in hosts {
-            Rule::parse(host)?;
-        }
-    }
-    Ok(())
-}
-
-/// For a sandbox with a policy: its lease, and its secrets with the values
-/// of those bound to hosts replaced by their placeholders (which are all the
-/// container ever gets). Others get no lease and their secrets as they are.
-pub(crate) async fn open_for(
-    client: &crate::Client,
-    network: &crate::Network,
-    declared: &[crate::Secret],
-    resolved: Vec<(String, String)>,
-) -> Result<(Option<Lease>, Vec<(String, String)>)> {
-    let crate::Network::Egress(policy) = network else {
-        check_secrets(network, declared)?;
-        return Ok((None, resolved));
-    };
-    let bound: Vec<HostSecret> = declared
-        .iter()
-        .zip(&resolved)
-        .filter_map(|(s, (name, value))| {
-            Some(HostSecret {
-                name: name.clone(),
-                value: value.clone(),
-                hosts: s.hosts()?.to_vec(),
-            })
-        })
-        .collect();
-    let lease = Lease::open(client, policy, bound).await?;
-    let secrets = resolved
-        .into_iter()
-        .map(|(name, value)| match lease.placeholder(&name) {
-            Some(placeholder) => (name, placeholder.to_string()),
-            None => (name, value),
-        })
-        .collect();
-    Ok((Some(lease), secrets))
 }

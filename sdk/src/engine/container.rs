@@ -17,6 +17,9 @@ use futures::{Stream, StreamExt};
 use super::{docker_err, is_not_found, labels, ContainerGuard, Engine};
 use crate::error::Result;
 
+/// The unprivileged user sandboxes run as (`nobody`).
+pub const UNPRIVILEGED_USER: &str = "65534:65534";
+
 /// A host path made visible inside a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {

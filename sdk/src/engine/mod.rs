@@ -21,7 +21,9 @@ mod volume;
 mod watchdog;
 
 pub(crate) use checkpoint::{checkpoint_name, copy_checkpoint, mark_unique, seal, Seal};
-pub use container::{Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE};
+pub use container::{
+    Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE, UNPRIVILEGED_USER,
+};
 pub use daemon::{DaemonInfo, ManagedImage};
 pub use endpoint::TlsFiles;
 pub(crate) use endpoint::{Choice, Environment, Target};

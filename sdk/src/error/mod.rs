@@ -8,15 +8,21 @@ use std::fmt;
 use std::time::Duration;
 
 mod cluster;
+mod code;
 mod describe;
+pub(crate) mod edit;
 mod helpers;
+mod kernel;
 #[cfg(test)]
 mod tests;
 pub use cluster::{ClusterError, ForbiddenBy};
+pub use code::{CodeError, CodeFailure, ToolCallRecord};
 pub(crate) use describe::offline_hint;
 use describe::{
     describe_exit, describe_index, hint_suffix, list_names, signal_name, stderr_suffix, suggest,
 };
+pub use edit::EditError;
+pub use kernel::{KernelError, Language};
 
 /// Shorthand for `Result<T, dockhand::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -486,7 +492,7 @@ pub enum Error {
     /// or a tool failed. [`CodeFailure::feedback`](crate::codemode::CodeFailure::feedback)
     /// is a short text meant to be given back to the model.
     #[error("{0}")]
-    Code(Box<crate::codemode::CodeFailure>),
+    Code(Box<CodeFailure>),
 
     /// A file operation inside a session failed.
     #[error("{path}: {message}")]
@@ -501,7 +507,7 @@ pub enum Error {
 
     /// An edit could not be applied; nothing was changed.
     #[error("edit failed, file unchanged: {0}")]
-    Edit(crate::session::edits::EditError),
+    Edit(EditError),
 
     /// The session's container or agent is gone; `start` it again.
     #[error("the session is not available: {reason}")]
@@ -558,7 +564,7 @@ pub enum Error {
 
     /// A kernel, context or relay failure (see [`KernelError`](crate::kernel::KernelError)).
     #[error(transparent)]
-    Kernel(#[from] crate::kernel::KernelError),
+    Kernel(#[from] KernelError),
 
     /// The Kubernetes backend failed: the API server refused or could not
     /// be reached, or a pod ended for a reason of the cluster's (see
@@ -621,8 +627,8 @@ pub enum Error {
     },
 }
 
-impl From<crate::session::edits::EditError> for Error {
-    fn from(e: crate::session::edits::EditError) -> Self {
+impl From<EditError> for Error {
+    fn from(e: EditError) -> Self {
         Error::Edit(e)
     }
 }

@@ -2,8 +2,8 @@
 //! it from `source()`, never both, so reporters that print the whole chain
 //! (anyhow's `{:#}`, eyre, the CLI) say each thing once.
 
+use super::EditError;
 use super::Error;
-use crate::session::edits::EditError;
 
 fn wrapping_errors() -> Vec<Error> {
     let io = || Error::io("reading /tmp/x", std::io::Error::other("disk on fire"));
@@ -20,7 +20,7 @@ fn wrapping_errors() -> Vec<Error> {
             ],
             last: Box::new(io()),
         },
-        Error::from(crate::kernel::KernelError::Unavailable {
+        Error::from(super::KernelError::Unavailable {
             reason: "the relay exited".into(),
         }),
     ]

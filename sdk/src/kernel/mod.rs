@@ -41,7 +41,6 @@
 //! ```
 
 mod config;
-mod error;
 mod execution;
 mod language;
 mod link;
@@ -51,12 +50,12 @@ mod options;
 mod takeover;
 mod wire;
 
+pub use crate::error::KernelError;
+pub use crate::error::Language;
 pub use config::KernelConfig;
-pub use error::KernelError;
 pub use execution::{
     Chart, Execution, ExecutionError, KernelEvent, RichResult, CHART_MIME, DATAFRAME_MIME,
 };
-pub use language::Language;
 pub use link::{KERNEL_STARTUP, KERNEL_ZYGOTE, RELAY};
 pub use live::{Kernel, DEFAULT_CONTEXT};
 pub use options::{ContextOptions, RunOptions};

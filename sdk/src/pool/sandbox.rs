@@ -194,7 +194,8 @@ async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContai
     // with it, so that its run starts with its way out ready.
     let egress = match &sandbox.runtime().network {
         crate::Network::Egress(policy) => {
-            let lease = crate::egress::Lease::open(client, policy, Vec::new()).await?;
+            let lease =
+                crate::gateway::Lease::open(client.gateway_access()?, policy, Vec::new()).await?;
             lease.apply(&mut spec);
             Some(lease)
         }

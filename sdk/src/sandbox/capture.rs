@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::secret::{lookahead, redact, redact_cut, Cut};
+use crate::settings::{lookahead, redact, redact_cut, Cut};
 
 /// Which stream a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,7 +38,7 @@ pub(super) fn conclude(
     // A secret the program was given (or that a bound host echoed back)
     // leaves in its typed outputs no more than in its printed text.
     for value in outputs.values_mut() {
-        super::secret::redact_value(value, &prepared.redactions);
+        super::value::redact_value(value, &prepared.redactions);
     }
     Ok(RunOutput {
         outputs,

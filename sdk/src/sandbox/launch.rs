@@ -4,18 +4,18 @@
 use super::inputs::INLINE_JOB_ENV;
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::run::{JobDelivery, Prepared, SECRETS_DIR};
-use super::runtime::confine;
-use super::secret::SecretMount;
 use super::spec::Sandbox;
 use crate::engine::{Attached, ContainerGuard, ContainerSpec, Engine, LogChunk};
 use crate::error::{Error, Result};
+use crate::settings::confine;
+use crate::settings::SecretMount;
 
 /// The container of a cold attempt: the command itself, the attempt number
 /// and secrets in its environment.
 pub(super) fn cold_spec(
     sandbox: &Sandbox,
     prepared: &Prepared,
-    lease: Option<&crate::egress::Lease>,
+    lease: Option<&crate::gateway::Lease>,
     number: u32,
 ) -> ContainerSpec {
     let rt = &sandbox.runtime;
@@ -78,7 +78,7 @@ pub(crate) struct WarmContainer {
     pub(crate) attached: Attached,
     /// Its network and registration with the egress gateway, made with it
     /// (a sandbox with a policy): the run starts with its way out ready.
-    pub(crate) egress: Option<crate::egress::Lease>,
+    pub(crate) egress: Option<crate::gateway::Lease>,
 }
 
 /// What a pool holds: a started container on Docker, a pod waiting for

@@ -41,8 +41,6 @@ pub(crate) mod preamble;
 mod quick;
 mod retries;
 mod run;
-mod runtime;
-mod secret;
 mod spec;
 mod traceback;
 mod value;
@@ -53,6 +51,13 @@ pub use crate::settings::{parse_memory, Memory};
 #[cfg(feature = "kubernetes")]
 pub(crate) use inputs::{command_line, validate as validate_inputs};
 
+pub(crate) use crate::settings::confine;
+pub(crate) use crate::settings::{redact, redact_cut, Cut};
+pub use crate::settings::{
+    CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
+    DEFAULT_PIDS, UNPRIVILEGED_USER,
+};
+pub use crate::settings::{Secret, SecretMount};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind, LINE_PIECE};
@@ -69,12 +74,5 @@ pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;
 pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
-pub(crate) use runtime::confine;
-pub use runtime::{
-    CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
-    DEFAULT_PIDS, UNPRIVILEGED_USER,
-};
-pub(crate) use secret::{redact, redact_cut, Cut};
-pub use secret::{Secret, SecretMount};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

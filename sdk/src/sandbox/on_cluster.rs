@@ -12,13 +12,13 @@ use super::capture::{StreamBuffer, StreamKind};
 use super::conclusion::{collect_streamed, conclude, within};
 use super::launch::Warm;
 use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
-use super::runtime::Network;
 use super::spec::Sandbox;
 use crate::cluster::{AgentPool, Cluster, PodPlan, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
 use crate::held::Held;
 use crate::pool::Pooled;
+use crate::settings::Network;
 
 /// The label of pods the namespace's offline NetworkPolicy selects.
 pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";

@@ -2,11 +2,11 @@
 //! types, and a one-off snippet with nothing declared.
 
 use super::run::RunOutput;
-use super::runtime::CacheMode;
 use super::spec::Sandbox;
 use super::value::Value;
 use crate::client::Client;
 use crate::error::Result;
+use crate::settings::CacheMode;
 
 /// The inputs of a run that takes none.
 ///

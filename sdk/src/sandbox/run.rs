@@ -15,8 +15,6 @@ use super::inputs;
 use super::launch::{cold_spec, hand_over, Warm, WarmContainer};
 use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::runtime::{CacheMode, Network};
-use super::secret::SecretMount;
 use super::spec::Sandbox;
 use super::value::Value;
 use crate::client::Client;
@@ -24,6 +22,8 @@ use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
 use crate::pool::Pooled;
+use crate::settings::SecretMount;
+use crate::settings::{CacheMode, Network};
 
 /// Where file secrets are mounted.
 pub const SECRETS_DIR: &str = "/run/secrets";
@@ -126,7 +126,7 @@ pub(super) struct Prepared {
     /// Images not built by dockhand may lack a writable /var/outputs.
     pub(super) needs_outputs_dir: bool,
     /// The way out through the egress gateway, for a sandbox with a policy.
-    pub(super) egress: Option<crate::egress::Lease>,
+    pub(super) egress: Option<crate::gateway::Lease>,
 }
 
 impl Client {
@@ -237,7 +237,8 @@ impl Client {
         let bound = rt.secrets.iter().any(|s| s.hosts().is_some());
         let on_docker = self.backend() == "docker";
         let (egress, secrets) = if on_docker && (pool.is_none() || bound) {
-            crate::egress::open_for(self, &rt.network, &rt.secrets, secrets).await?
+            crate::gateway::open_for(self.gateway_access()?, &rt.network, &rt.secrets, secrets)
+                .await?
         } else {
             (None, secrets)
         };
@@ -372,7 +373,8 @@ impl Client {
                 // A pooled run that starts cold makes its own way out.
                 if prepared.egress.is_none() {
                     if let crate::Network::Egress(policy) = &rt.network {
-                        let opened = crate::egress::Lease::open(self, policy, Vec::new());
+                        let opened =
+                            crate::gateway::Lease::open(self.gateway_access()?, policy, Vec::new());
                         cold_egress = Some(within(deadline, opened).await?);
                     }
                 }
@@ -528,7 +530,7 @@ impl Client {
         let lease = (prepared.egress.as_ref())
             .or(cold_egress.as_ref())
             .or(warm_egress.as_ref());
-        if let Some(lost) = lease.and_then(crate::egress::Lease::lost) {
+        if let Some(lost) = lease.and_then(crate::gateway::Lease::lost) {
             return Err(lost);
         }
         conclude(

@@ -4,12 +4,12 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use super::runtime::{CacheMode, Hardening, Network, Runtime};
-use super::secret::Secret;
 use super::value::Type;
 use crate::error::{Error, Result};
 use crate::image::ImageSpec;
+use crate::settings::Secret;
 use crate::settings::{check_env_and_secrets, Memory};
+use crate::settings::{CacheMode, Hardening, Network, Runtime};
 use crate::util::is_identifier;
 
 /// Default cap on captured stdout and stderr, each.
@@ -322,7 +322,7 @@ impl SandboxBuilder {
         if !name_ok {
             return bad("a name is letters, digits, `_`, `.` and `-`".into());
         }
-        crate::egress::check(&self.runtime.network, &self.runtime.secrets)?;
+        crate::settings::check_network(&self.runtime.network, &self.runtime.secrets)?;
         let program = match (self.code, self.command) {
             (Some(_), Some(_)) => return bad("give either code or a command, not both".into()),
             (None, None) => return bad("give code or a command".into()),

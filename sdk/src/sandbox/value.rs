@@ -319,9 +319,52 @@ pub(crate) fn json_as<T: DeserializeOwned>(value: &Value) -> std::result::Result
     }
 }
 
+/// [`redact`] on every text a typed output holds: a `str`, and every
+/// string (keys too) of a JSON value. File and Dir outputs stay on disk as
+/// written.
+pub(crate) fn redact_value(value: &mut Value, secrets: &[(String, String)]) {
+    fn json(value: &mut serde_json::Value, secrets: &[(String, String)]) {
+        match value {
+            serde_json::Value::String(s) => *s = crate::settings::redact(s, secrets),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| json(v, secrets)),
+            serde_json::Value::Object(map) => {
+                let entries = std::mem::take(map);
+                for (key, mut item) in entries {
+                    json(&mut item, secrets);
+                    map.insert(crate::settings::redact(&key, secrets), item);
+                }
+            }
+            _ => {}
+        }
+    }
+    match value {
+        Value::Str(s) => *s = crate::settings::redact(s, secrets),
+        Value::Json(j) => json(j, secrets),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_outputs_are_redacted_keys_and_all() {
+        let secrets = [("TOKEN".to_string(), "abc123".to_string())];
+        let mut text = Value::Str("got abc123!".into());
+        redact_value(&mut text, &secrets);
+        assert_eq!(text, Value::Str("got [redacted:TOKEN]!".into()));
+        let mut json = Value::Json(serde_json::json!({
+            "abc123": ["x abc123", 1, {"deep": "abc123"}],
+        }));
+        redact_value(&mut json, &secrets);
+        assert_eq!(
+            json,
+            Value::Json(serde_json::json!({
+                "[redacted:TOKEN]": ["x [redacted:TOKEN]", 1, {"deep": "[redacted:TOKEN]"}],
+            }))
+        );
+    }
 
     #[test]
     fn scalars_round_trip_through_text() {

@@ -5,12 +5,12 @@
 use super::capture::tail;
 use super::outputs::RunnerStatus;
 use super::preamble::INPUTS_DIR;
-use super::runtime::{Network, Runtime};
-use super::secret::{redact, redact_cut, Cut};
 use super::spec::Program;
 use super::traceback;
 use crate::engine::ExitStatus;
 use crate::error::{Error, PythonError, Result};
+use crate::settings::{redact, redact_cut, Cut};
+use crate::settings::{Network, Runtime};
 
 /// How much of stdout and stderr a failed run's error carries.
 pub(super) const TAIL_BYTES: usize = 4096;

@@ -402,7 +402,7 @@ impl SessionConfig {
             return Err(bad("the start timeout must be longer than zero".into()));
         }
         self.hardening.check()?;
-        crate::egress::check(&self.network, &self.secrets)?;
+        crate::settings::check_network(&self.network, &self.secrets)?;
         if self.keep && matches!(self.network, Network::Egress(_)) {
             return Err(bad(
                 "a kept session cannot use an egress policy: its gateway registration ends with this process; use network off or a named network".into(),

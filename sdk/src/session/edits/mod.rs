@@ -49,12 +49,8 @@
 /// Characters of a line compared when looking for the closest line; bounds the cost
 /// of the edit-distance search on files with very long lines.
 const SIMILARITY_MAX_CHARS: usize = 160;
-/// Characters of quoted text shown in an error message before it is cut short.
-const PREVIEW_MAX_CHARS: usize = 80;
 /// Lines shown on each side of the closest line when an anchor is not found.
 const CONTEXT_LINES: usize = 2;
-/// Match lines listed in an ambiguity message before the list is cut short.
-const MAX_LISTED_LINES: usize = 10;
 
 const RANGE_FIELDS: &str = "a range edit needs `from`, `to` and `content` \
     (line numbers or text; empty content deletes the block)";
@@ -109,8 +105,9 @@ mod tests;
 mod tests_semantics;
 mod text;
 
+pub use crate::error::EditError;
 use doc::*;
-pub use outcome::{Change, EditError, EditResult};
+pub use outcome::{Change, EditResult};
 use shape::Mode;
 pub use shape::{Edit, InsertAt, RangeBound};
 use splice::*;

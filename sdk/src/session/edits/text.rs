@@ -1,6 +1,7 @@
 //! Small text helpers: indentation, similarity, and the wording of errors.
 
 use super::*;
+pub(super) use crate::error::edit::{shorten, trim_trailing};
 
 /// Length of the line break `text` ends with: 2 for `\r\n`, 1 for `\n`, else 0.
 pub(super) fn line_break_len(text: &str) -> usize {
@@ -86,10 +87,6 @@ pub(super) fn reindent(text: &str, indent: &str) -> String {
     text.split('\n').map(shift).collect::<Vec<_>>().join("\n")
 }
 
-pub(super) fn trim_trailing(line: &str) -> &str {
-    line.trim_end_matches([' ', '\t', '\r'])
-}
-
 pub(super) fn indent_len(line: &str) -> usize {
     line.len() - line.trim_start_matches([' ', '\t']).len()
 }
@@ -106,53 +103,7 @@ pub(super) fn similarity(a: &str, b: &str) -> f64 {
     strsim::normalized_levenshtein(&cut(a), &cut(b))
 }
 
-pub(super) fn shorten(text: &str) -> String {
-    match text.char_indices().nth(PREVIEW_MAX_CHARS) {
-        Some((cut, _)) => format!("{}…", text.get(..cut).unwrap_or(text)),
-        None => text.to_owned(),
-    }
-}
-
 pub(super) fn plural(count: usize, word: &str) -> String {
     let s = if count == 1 { "" } else { "s" };
     format!("{count} {word}{s}")
-}
-
-/// Quotes an anchor for a message: whole if it is one line, else its first non-blank
-/// line and a line count.
-pub(super) fn preview(anchor: &str) -> String {
-    let body = anchor.strip_suffix('\n').unwrap_or(anchor);
-    let count = body.split('\n').count();
-    if count <= 1 {
-        return format!("`{}`", shorten(trim_trailing(body)));
-    }
-    let first = body.split('\n').map(str::trim).find(|l| !l.is_empty());
-    format!("`{}` ({count} lines)", shorten(first.unwrap_or("")))
-}
-
-pub(super) fn closest_hint(closest: &Option<(usize, String)>) -> String {
-    match closest {
-        Some((line, text)) => format!("; closest line {line}: `{}`", shorten(text)),
-        None => "; no similar line in the file".to_owned(),
-    }
-}
-
-pub(super) fn context_block(context: &[String]) -> String {
-    context.iter().map(|line| format!("\n{line}")).collect()
-}
-
-pub(super) fn list_lines(lines: &[usize]) -> String {
-    let listed = lines.iter().take(MAX_LISTED_LINES).map(usize::to_string);
-    let more = (lines.len() > MAX_LISTED_LINES).then(|| "…".to_owned());
-    listed.chain(more).collect::<Vec<_>>().join(", ")
-}
-
-pub(super) fn overlap_message(first: &usize, second: &usize) -> String {
-    if first == second {
-        return format!("edit {first}: its matches overlap each other; quote a longer anchor");
-    }
-    format!(
-        "edits {first} and {second} overlap: both change the same text; \
-         combine them into one edit or anchor them on different text"
-    )
 }

@@ -34,11 +34,11 @@ impl Session {
     }
 
     /// The session's secrets bound to hosts, their values read again.
-    fn host_secrets(&self) -> Result<Vec<crate::egress::HostSecret>> {
+    fn host_secrets(&self) -> Result<Vec<crate::gateway::HostSecret>> {
         let mut bound = Vec::new();
         for secret in &self.inner.config.secrets {
             if let Some(hosts) = secret.hosts() {
-                bound.push(crate::egress::HostSecret {
+                bound.push(crate::gateway::HostSecret {
                     name: secret.name().to_string(),
                     value: secret.resolve()?,
                     hosts: hosts.to_vec(),

@@ -60,7 +60,8 @@ impl Session {
         // secrets bound to hosts become placeholders here.
         let redactions = resolved.clone();
         let (egress, secrets) =
-            crate::egress::open_for(client, &c.network, &c.secrets, resolved).await?;
+            crate::gateway::open_for(client.gateway_access()?, &c.network, &c.secrets, resolved)
+                .await?;
         let mut file_secrets = Vec::new();
         for (secret, (name, value)) in c.secrets.iter().zip(&secrets) {
             match secret.mount() {
@@ -148,7 +149,7 @@ pub(super) async fn connect_container(
     engine: &Engine,
     held: Held,
     attached: crate::engine::Attached,
-    egress: Option<crate::egress::Lease>,
+    egress: Option<crate::gateway::Lease>,
     carry: Option<Carry>,
 ) -> Result<Arc<Conn>> {
     let exited = {
@@ -221,7 +222,7 @@ pub(super) async fn connect(
     mut input: Pin<Box<dyn AsyncWrite + Send>>,
     output: Pin<Box<dyn Stream<Item = Result<LogChunk>> + Send>>,
     exited: impl std::future::Future<Output = ()> + Send + 'static,
-    egress: Option<crate::egress::Lease>,
+    egress: Option<crate::gateway::Lease>,
     carry: Option<Carry>,
     regreet: Option<std::time::Duration>,
 ) -> Result<Arc<Conn>> {

@@ -48,12 +48,12 @@ use super::config::{EnvValue, SessionConfig, SetupStep, Snapshot};
 use super::paths;
 use super::protocol::{self, b64, unb64, DirEntry, Reply, Request};
 use crate::client::Client;
-use crate::codemode::protocol::LineBuffer;
 use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, FileErrorKind, Result};
 use crate::held::Held;
 use crate::lifecycle::{State, Tracked};
 use crate::sandbox::{confine, Network};
+use crate::util::LineBuffer;
 use crate::util::{lock, push_tail};
 
 const AGENT_DIR: &str = "/var/inputs";
@@ -100,7 +100,7 @@ struct Conn {
     reader: tokio::task::JoinHandle<()>,
     next_id: AtomicU64,
     /// The way out through the egress gateway, under a policy.
-    egress: tokio::sync::Mutex<Option<crate::egress::Lease>>,
+    egress: tokio::sync::Mutex<Option<crate::gateway::Lease>>,
     /// Set before a memory pause: the agent's processes live on in the
     /// checkpoint, so its stopping must not end the routes of their replies.
     parking: Arc<std::sync::atomic::AtomicBool>,

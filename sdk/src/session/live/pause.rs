@@ -73,7 +73,7 @@ pub struct KeptSession {
 /// A paused session's stopped container and what resumes it.
 pub(super) struct Parked {
     pub(super) held: Held,
-    pub(super) egress: Option<crate::egress::Lease>,
+    pub(super) egress: Option<crate::gateway::Lease>,
     pub(super) mode: PauseMode,
     /// The checkpoint to restore (memory mode).
     pub(super) checkpoint: Option<String>,

@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::secret::Secret;
+use super::Memory;
 use crate::engine::ContainerSpec;
 use crate::error::{Error, Result};
-use crate::settings::Memory;
 
 /// Default memory limit: 1 GiB.
 pub const DEFAULT_MEMORY: i64 = 1 << 30;
@@ -19,8 +19,7 @@ pub const DEFAULT_PIDS: i64 = 256;
 /// Default size of the writable `/tmp`.
 pub const DEFAULT_TMP_SIZE: &str = "512Mi";
 const DEFAULT_TMP_BYTES: i64 = 512 << 20;
-/// The unprivileged user sandboxes run as (`nobody`).
-pub const UNPRIVILEGED_USER: &str = "65534:65534";
+pub use crate::engine::UNPRIVILEGED_USER;
 
 /// CPU, memory and process limits, as a configuration's `cpus`, `memory`
 /// and `pids` methods set them.
@@ -123,7 +122,7 @@ impl Isolation {
 /// Which network a sandbox may use.
 ///
 /// None by default: untrusted code gets no network at all. An
-/// [`Egress`](crate::Egress) policy lets it reach listed hosts only, through
+/// [`Egress`](crate::egress::Egress) policy lets it reach listed hosts only, through
 /// dockhand's egress gateway.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,12 +135,12 @@ pub enum Network {
     /// A named Docker network (created by you).
     Named(String),
     /// Listed hosts only, through dockhand's egress gateway (see
-    /// [`Egress`](crate::Egress)).
-    Egress(crate::Egress),
+    /// [`Egress`](crate::egress::Egress)).
+    Egress(crate::egress::Egress),
 }
 
-impl From<crate::Egress> for Network {
-    fn from(policy: crate::Egress) -> Self {
+impl From<crate::egress::Egress> for Network {
+    fn from(policy: crate::egress::Egress) -> Self {
         Network::Egress(policy)
     }
 }

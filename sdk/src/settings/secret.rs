@@ -165,31 +165,6 @@ pub(crate) fn redact(text: &str, secrets: &[(String, String)]) -> String {
     out
 }
 
-/// [`redact`] on every text a typed output holds: a `str`, and every
-/// string (keys too) of a JSON value. File and Dir outputs stay on disk as
-/// written.
-pub(crate) fn redact_value(value: &mut super::Value, secrets: &[(String, String)]) {
-    fn json(value: &mut serde_json::Value, secrets: &[(String, String)]) {
-        match value {
-            serde_json::Value::String(s) => *s = redact(s, secrets),
-            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| json(v, secrets)),
-            serde_json::Value::Object(map) => {
-                let entries = std::mem::take(map);
-                for (key, mut item) in entries {
-                    json(&mut item, secrets);
-                    map.insert(redact(&key, secrets), item);
-                }
-            }
-            _ => {}
-        }
-    }
-    match value {
-        super::Value::Str(s) => *s = redact(s, secrets),
-        super::Value::Json(j) => json(j, secrets),
-        _ => {}
-    }
-}
-
 fn marker(name: &str) -> String {
     format!("[redacted:{name}]")
 }
@@ -286,27 +261,6 @@ mod tests {
             .to_string()
             .contains("set it again"));
         assert_eq!(s.resolve().unwrap(), "s3cr3t-value");
-    }
-
-    #[test]
-    fn typed_outputs_are_redacted_keys_and_all() {
-        let secrets = [("TOKEN".to_string(), "abc123".to_string())];
-        let mut text = super::super::Value::Str("got abc123!".into());
-        redact_value(&mut text, &secrets);
-        assert_eq!(
-            text,
-            super::super::Value::Str("got [redacted:TOKEN]!".into())
-        );
-        let mut json = super::super::Value::Json(serde_json::json!({
-            "abc123": ["x abc123", 1, {"deep": "abc123"}],
-        }));
-        redact_value(&mut json, &secrets);
-        assert_eq!(
-            json,
-            super::super::Value::Json(serde_json::json!({
-                "[redacted:TOKEN]": ["x [redacted:TOKEN]", 1, {"deep": "[redacted:TOKEN]"}],
-            }))
-        );
     }
 
     #[test]

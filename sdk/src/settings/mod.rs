@@ -46,6 +46,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod runtime;
+mod secret;
+
+pub(crate) use runtime::confine;
+pub use runtime::{
+    CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
+    DEFAULT_PIDS, UNPRIVILEGED_USER,
+};
+pub(crate) use secret::{lookahead, redact, redact_cut, Cut};
+pub use secret::{Secret, SecretMount};
+
 /// A memory size: text with a unit (`"512Mi"`, `"1Gi"`, `"500M"`) or a byte
 /// count. Every `memory(..)`-like builder method takes `impl Into<Memory>`,
 /// so both spellings work wherever a size is asked for; text is checked when
@@ -166,7 +177,7 @@ pub fn parse_memory(text: &str) -> Result<i64> {
 
 /// The builder methods for a container's limits, generated from this one
 /// place so that every configuration spells them alike. `$res` is the path to
-/// the [`Resources`](crate::sandbox::Resources) and `$mem` to the
+/// the [`Resources`](Resources) and `$mem` to the
 /// `Option<Memory>` that is resolved when the configuration is validated.
 macro_rules! resource_methods {
     (resources: $($res:ident).+, memory: $($mem:ident).+, isolation: $($iso:ident).+) => {
@@ -203,7 +214,7 @@ pub(crate) use resource_methods;
 /// Checks limits every kind of container shares, after resolving a pending
 /// memory size into `resources`.
 pub(crate) fn settle_resources(
-    resources: &mut crate::sandbox::Resources,
+    resources: &mut Resources,
     memory: &mut Option<Memory>,
 ) -> std::result::Result<(), String> {
     if let Some(size) = memory.take() {
@@ -228,7 +239,7 @@ pub(crate) fn settle_resources(
 /// Env var and secret names are variable names, each set once.
 pub(crate) fn check_env_and_secrets<'a>(
     env: impl Iterator<Item = &'a str>,
-    secrets: &[crate::sandbox::Secret],
+    secrets: &[Secret],
 ) -> std::result::Result<(), String> {
     let mut names = std::collections::HashSet::new();
     for name in env {
@@ -253,6 +264,38 @@ pub(crate) fn check_env_and_secrets<'a>(
                 "`{}` is both a secret and an env var, or a secret twice",
                 s.name()
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a policy's entries, and that secrets bound to hosts have a
+/// policy to go through.
+pub(crate) fn check_network(network: &Network, secrets: &[Secret]) -> Result<()> {
+    if let Network::Egress(policy) = network {
+        policy.check()?;
+    }
+    check_secrets(network, secrets)
+}
+
+/// Checks that secrets bound to hosts have a policy to go through.
+pub(crate) fn check_secrets(network: &Network, secrets: &[Secret]) -> Result<()> {
+    for secret in secrets {
+        let Some(hosts) = secret.hosts() else {
+            continue;
+        };
+        if !matches!(network, Network::Egress(_)) {
+            return Err(Error::spec(
+                "secret",
+                format!(
+                    "secret `{}` is bound to hosts, so it needs an egress policy that allows them \
+                     (`.network(Egress::allow([...]))`): only the gateway can put its value in",
+                    secret.name()
+                ),
+            ));
+        }
+        for host in hosts {
+            crate::egress::rules::Rule::parse(host)?;
         }
     }
     Ok(())
@@ -286,7 +329,7 @@ mod tests {
 
     #[test]
     fn env_and_secret_names_are_checked_alike() {
-        use crate::sandbox::Secret;
+        use Secret;
         let ok = check_env_and_secrets(["A", "B_2"].into_iter(), &[Secret::value("C", "v")]);
         assert!(ok.is_ok());
         let twice = check_env_and_secrets(["A", "A"].into_iter(), &[]).unwrap_err();
@@ -299,7 +342,7 @@ mod tests {
 
     #[test]
     fn shared_limits_are_checked_alike() {
-        let mut r = crate::sandbox::Resources::default();
+        let mut r = Resources::default();
         let mut pending = Some(Memory::from("256Mi"));
         settle_resources(&mut r, &mut pending).unwrap();
         assert_eq!(r.memory_bytes, 256 << 20);

@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::gateway::Gateway;
-use super::rules::Rule;
-use super::{Egress, PROXY_PORT};
+use super::running::Gateway;
 use crate::archive::{build_tar, TarFile};
-use crate::client::Client;
+use crate::egress::rules::Rule;
+use crate::egress::{Egress, PROXY_PORT};
 use crate::engine::{ContainerSpec, Engine};
 use crate::error::{Error, Result};
 
@@ -70,10 +69,14 @@ impl std::fmt::Debug for Lease {
 impl Lease {
     /// Takes a way out made ahead (or makes one) and registers the policy
     /// and secrets with the gateway.
-    pub async fn open(client: &Client, policy: &Egress, secrets: Vec<HostSecret>) -> Result<Lease> {
+    pub async fn open(
+        access: super::Access<'_>,
+        policy: &Egress,
+        secrets: Vec<HostSecret>,
+    ) -> Result<Lease> {
         let body = policy.to_json()?;
-        let engine = client.engine()?;
-        let gateway = client.gateways().get(engine, client.reporter()).await?;
+        let engine = access.engine;
+        let gateway = access.gateways.get(engine, access.reporter).await?;
         let spare = gateway.spares().take(&gateway).await?;
         // Until the lease exists, a failure (or a dropped call) removes it.
         let mut pending = Pending {

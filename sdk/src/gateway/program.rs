@@ -10,17 +10,10 @@
 //! read-only root, and exits when its stdin closes, as it does when the
 //! owning process dies; the watchdog then removes its networks.
 
-use std::sync::{Arc, Weak};
-
-use serde_json::json;
-use tokio::sync::Mutex;
-
-use crate::engine::{ContainerGuard, ContainerSpec, Engine};
-use crate::error::{Error, Result};
+use crate::engine::ContainerSpec;
 use crate::image::crate_build::CrateBuild;
 use crate::image::prebuilt::{Prebuilt, Recipes};
 use crate::image::program::ProgramImage;
-use crate::progress::Reporter;
 
 /// The gateway crate's files, by path inside the crate.
 const SOURCES: [(&str, &str); 12] = [
@@ -99,11 +92,11 @@ fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
     )
 }
 
-static RECIPES: Recipes = Recipes::new(crate::image::prebuilt::GATEWAY, recipe);
+pub(super) static RECIPES: Recipes = Recipes::new(crate::image::prebuilt::GATEWAY, recipe);
 
 /// The gateway's container: its program alone, as nobody, with nothing
 /// but the network it reaches the outside through.
-fn container_spec(image: &str, outside: &str) -> ContainerSpec {
+pub(super) fn container_spec(image: &str, outside: &str) -> ContainerSpec {
     ContainerSpec {
         image: image.to_string(),
         kind: KIND,
@@ -125,7 +118,7 @@ fn container_spec(image: &str, outside: &str) -> ContainerSpec {
 /// program, as nobody, with no capability, a read-only root and no log.
 fn locked_down() -> ContainerSpec {
     ContainerSpec {
-        user: Some(crate::sandbox::UNPRIVILEGED_USER.to_string()),
+        user: Some(crate::engine::UNPRIVILEGED_USER.to_string()),
         cap_drop_all: true,
         no_new_privileges: true,
         read_only_rootfs: true,
@@ -168,173 +161,6 @@ pub(crate) fn holder_spec(image: &str, network: &str, gateway: std::net::IpAddr)
         memory_bytes: Some(16 << 20),
         pids_limit: Some(8),
         ..locked_down()
-    }
-}
-
-/// The network the gateway reaches the outside through, when the client
-/// does not say (`bridge` when neither does).
-pub const NETWORK_ENV: &str = "DOCKHAND_EGRESS_NETWORK";
-
-/// Where a client's gateway reaches the outside, and what it trusts there.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct GatewaySettings {
-    /// The Docker network it reaches hosts through (`bridge` unless told).
-    pub outside: Option<String>,
-    /// Certificates (PEM) it trusts besides the host's bundle.
-    pub trust: Vec<String>,
-}
-
-/// Certificate files (`:`-separated) the gateway trusts and builds do not:
-/// a private CA of hosts the sandboxes may reach.
-pub const TRUST_ENV: &str = "DOCKHAND_EGRESS_CA";
-
-/// What builds trust (the host's CA bundle and the files `DOCKHAND_CA_CERTS`
-/// names) and the files `DOCKHAND_EGRESS_CA` names, read now.
-async fn host_certificates() -> Result<Vec<String>> {
-    let builds = std::env::var(crate::image::CA_CERTS_ENV).unwrap_or_default();
-    let gateway = std::env::var(TRUST_ENV).unwrap_or_default();
-    crate::util::blocking("reading the host's CA certificates", move || {
-        let listed = [builds, gateway];
-        crate::image::host_ca_bundle()
-            .into_iter()
-            .chain(
-                listed
-                    .iter()
-                    .flat_map(std::env::split_paths)
-                    .filter(|p| !p.as_os_str().is_empty()),
-            )
-            .map(|path| {
-                std::fs::read_to_string(&path).map_err(|e| {
-                    Error::io(
-                        format!("reading CA certificates from {}", path.display()),
-                        e,
-                    )
-                })
-            })
-            .collect()
-    })
-    .await
-}
-
-/// How long the gateway may take to give its figures.
-const STATS_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A client's gateway, started on first need.
-pub(crate) struct Gateways {
-    settings: GatewaySettings,
-    current: Mutex<Weak<Gateway>>,
-}
-
-impl Gateways {
-    pub fn new(settings: GatewaySettings) -> Self {
-        Gateways {
-            settings,
-            current: Mutex::new(Weak::new()),
-        }
-    }
-
-    /// The running gateway's figures; `None` if none runs (or one is
-    /// starting), or it did not answer within 5 s.
-    pub async fn stats(&self) -> Result<Option<super::EgressStats>> {
-        let Ok(current) = self.current.try_lock() else {
-            return Ok(None);
-        };
-        let Some(gateway) = current.upgrade().filter(|g| !g.is_dead()) else {
-            return Ok(None);
-        };
-        drop(current);
-        let asked = gateway.control.request(json!({"op": "stats"}));
-        let Ok(answer) = tokio::time::timeout(STATS_LIMIT, asked).await else {
-            return Ok(None);
-        };
-        Ok(Some(super::EgressStats::from_answer(&answer?)))
-    }
-
-    /// The running gateway, or a new one.
-    pub async fn get(&self, engine: &Engine, reporter: &Reporter) -> Result<Arc<Gateway>> {
-        let mut current = self.current.lock().await;
-        if let Some(gateway) = current.upgrade().filter(|g| !g.is_dead()) {
-            return Ok(gateway);
-        }
-        let gateway = Arc::new(Gateway::start(engine, reporter, &self.settings).await?);
-        *current = Arc::downgrade(&gateway);
-        Ok(gateway)
-    }
-}
-
-/// One running gateway.
-pub(crate) struct Gateway {
-    engine: Engine,
-    /// The gateway's image: holders run it too.
-    image: String,
-    container: ContainerGuard,
-    control: super::control::Control,
-    spares: super::spares::Spares,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.spares.remove_all(&self.engine, self.container.id());
-    }
-}
-
-impl Gateway {
-    async fn start(
-        engine: &Engine,
-        reporter: &Reporter,
-        settings: &GatewaySettings,
-    ) -> Result<Gateway> {
-        let image = RECIPES
-            .for_engine(engine)
-            .await?
-            .ensure(engine, reporter)
-            .await?;
-        let mut trust = settings.trust.clone();
-        trust.extend(host_certificates().await?);
-        let from_env = std::env::var(NETWORK_ENV).ok().filter(|n| !n.is_empty());
-        let outside = settings.outside.clone().or(from_env);
-        let outside = outside.as_deref().unwrap_or("bridge");
-        let container = engine
-            .create_container(&container_spec(&image, outside))
-            .await?;
-        let attached = engine.attach(container.id()).await?;
-        engine.start_container(container.id()).await?;
-        let control = super::control::Control::start(attached).await?;
-        control
-            .request(json!({"op": "config", "trust": trust}))
-            .await?;
-        Ok(Gateway {
-            engine: engine.clone(),
-            image: image.clone(),
-            spares: Default::default(),
-            container,
-            control,
-        })
-    }
-
-    pub fn container_id(&self) -> &str {
-        self.container.id()
-    }
-
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    pub fn image(&self) -> &str {
-        &self.image
-    }
-
-    pub fn spares(&self) -> &super::spares::Spares {
-        &self.spares
-    }
-
-    fn is_dead(&self) -> bool {
-        self.control.is_dead()
-    }
-
-    /// The channel to it.
-    pub fn control(&self) -> &super::control::Control {
-        &self.control
     }
 }
 

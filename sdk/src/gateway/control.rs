@@ -13,10 +13,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::codemode::protocol::LineBuffer;
 use crate::engine::{Attached, LogChunk};
 use crate::error::{Error, Result};
-use crate::util::lock;
+use crate::util::{lock, LineBuffer};
 
 /// How long the gateway may take to start, or to answer one command.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
