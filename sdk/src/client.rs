@@ -245,9 +245,7 @@ impl ClientBuilder {
                 backend: backend(&reporter),
                 reporter,
                 cache_dir,
-                cache_limit: self
-                    .cache_limit
-                    .unwrap_or(crate::sandbox::DEFAULT_CACHE_LIMIT),
+                cache_limit: self.cache_limit.unwrap_or(paths::DEFAULT_CACHE_LIMIT),
                 gateways: crate::gateway::Gateways::new(self.egress),
             }),
         }
@@ -275,9 +273,9 @@ impl Client {
         self.inner.backend.name()
     }
 
-    /// The output cache: its size, and a way to clear it.
-    pub fn output_cache(&self) -> crate::sandbox::OutputCache {
-        crate::sandbox::OutputCache::new(self.inner.cache_dir.clone(), self.inner.cache_limit)
+    /// The most bytes the output cache may hold.
+    pub(crate) fn cache_limit(&self) -> u64 {
+        self.inner.cache_limit
     }
 
     /// The cache directory in use.
@@ -419,6 +417,18 @@ impl Client {
         &self.inner.reporter
     }
 
+    /// Pushes a local image (one [`Client::resolve_image`] or
+    /// [`Client::code_host_image`] made) to `registry`, tagged as
+    /// [`Registry`](crate::image::Registry) says. The registry's tag is
+    /// removed from this daemon afterwards; the image stays.
+    pub async fn push_image(
+        &self,
+        image: &ResolvedImage,
+        registry: &crate::image::Registry,
+    ) -> Result<crate::image::PushedImage> {
+        registry.push(self.engine()?, image).await
+    }
+
     /// What an egress lease is opened with (Docker only).
     pub(crate) fn gateway_access(&self) -> Result<crate::gateway::Access<'_>> {
         Ok(crate::gateway::Access {
@@ -439,5 +449,43 @@ fn docker_only() -> crate::Error {
         backend: "kubernetes",
         feature: "this (pause, resume, fork, snapshots, usage readings, volumes, image listing and pruning, local image builds)".into(),
         hint: "these need a Docker daemon: run such sandboxes on a Docker client (`Client::connect()`); docs/scale-out.md says what runs where".into(),
+    }
+}
+
+#[cfg(feature = "kubernetes")]
+impl crate::cluster::KubeConfig {
+    /// Builds images from specs with `docker` (a client on a Docker daemon
+    /// of the nodes' platform) and pushes them to `registry`, which the
+    /// nodes pull from: one-shots, sessions, kernels and code hosts then
+    /// take an [`ImageSpec`](crate::ImageSpec) on the cluster as on Docker.
+    /// Each image is pushed once per process and pulled by digest.
+    /// Without it, only prebuilt references run on a cluster.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dockhand::Result<()> {
+    /// use dockhand::{image::Registry, Client, KubeConfig};
+    /// let docker = Client::connect().await?;
+    /// let cluster = Client::builder()
+    ///     .kubernetes(KubeConfig::infer().push_images(
+    ///         docker,
+    ///         Registry::new("registry.example.com/team/sandboxes"),
+    ///     ))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn push_images(self, docker: Client, registry: crate::image::Registry) -> Self {
+        let builder = match &docker.inner.backend {
+            Backend::Docker { engine, images } => Ok(crate::cluster::Builder {
+                engine: engine.clone(),
+                images: images.clone(),
+                registry,
+            }),
+            Backend::Kubernetes(_) => Err(format!(
+                "the client given to build with is on {}, not a Docker daemon",
+                docker.endpoint()
+            )),
+        };
+        self.with_builder(builder)
     }
 }

@@ -158,6 +158,7 @@ mod settings;
 pub mod testing;
 mod util;
 pub mod volume;
+mod warm;
 
 pub use client::{Client, ClientBuilder, ReapReport};
 #[cfg(feature = "kubernetes")]

@@ -12,6 +12,17 @@ use crate::client::Client;
 use crate::engine::labels;
 use crate::error::{Error, Result};
 
+/// A named volume mounted into a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    /// The volume's name (as given to [`Volume::create`](Volume::create)).
+    pub name: String,
+    /// Where it appears in the container.
+    pub path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
 /// The prefix of every volume's Docker name.
 const PREFIX: &str = "dockhand-volume-";
 /// The longest volume name.
@@ -172,10 +183,7 @@ pub fn check_name(name: &str) -> std::result::Result<(), String> {
 
 /// Checks that each mounted volume exists: Docker would make a missing
 /// one silently, empty, which is never what a caller means.
-pub(crate) async fn check_mounted(
-    client: &Client,
-    volumes: &[crate::session::VolumeMount],
-) -> Result<()> {
+pub(crate) async fn check_mounted(client: &Client, volumes: &[VolumeMount]) -> Result<()> {
     for v in volumes {
         if Volume::get(client, &v.name).await?.is_none() {
             return Err(Error::spec(

@@ -21,7 +21,7 @@ use super::api::{delete_in_background, is_not_found, Call};
 use super::owned::Companion;
 use super::Cluster;
 use crate::error::{Error, Result};
-use crate::pool::PoolStats;
+use crate::warm::PoolStats;
 
 const GROUP: &str = "extensions.agents.x-k8s.io";
 const VERSION: &str = "v1beta1";

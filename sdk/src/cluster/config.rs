@@ -29,7 +29,7 @@ pub struct KubeConfig {
     pub(super) gvisor_runtime_class: Option<String>,
     pub(super) connect_timeout: Option<Duration>,
     pub(super) lease_duration: Option<Duration>,
-    pub(super) builder: Option<super::images::Builder>,
+    pub(super) builder: Option<Result<super::images::Builder, String>>,
     pub(super) agent_sandbox: Option<bool>,
     pub(super) agent_image: Option<String>,
     pub(super) placement: crate::k8s::Placement,
@@ -98,28 +98,10 @@ impl KubeConfig {
         self
     }
 
-    /// Builds images from specs with `docker` (a client on a Docker daemon
-    /// of the nodes' platform) and pushes them to `registry`, which the
-    /// nodes pull from: one-shots, sessions, kernels and code hosts then
-    /// take an [`ImageSpec`](crate::ImageSpec) on the cluster as on Docker.
-    /// Each image is pushed once per process and pulled by digest.
-    /// Without it, only prebuilt references run on a cluster.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> dockhand::Result<()> {
-    /// use dockhand::{image::Registry, Client, KubeConfig};
-    /// let docker = Client::connect().await?;
-    /// let cluster = Client::builder()
-    ///     .kubernetes(KubeConfig::infer().push_images(
-    ///         docker,
-    ///         Registry::new("registry.example.com/team/sandboxes"),
-    ///     ))
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn push_images(mut self, docker: crate::Client, registry: crate::image::Registry) -> Self {
-        self.builder = Some(super::images::Builder { docker, registry });
+    /// Where images are built and pushed from (see `push_images`): a
+    /// Docker daemon's parts, or why the client given has none.
+    pub(crate) fn with_builder(mut self, builder: Result<super::images::Builder, String>) -> Self {
+        self.builder = Some(builder);
         self
     }
 

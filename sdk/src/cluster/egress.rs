@@ -142,7 +142,7 @@ impl AllowList {
             .metadata
             .labels
             .get_or_insert_with(Default::default);
-        labels.insert(crate::sandbox::NETWORK_LABEL.into(), "none".into());
+        labels.insert(super::NETWORK_LABEL.into(), "none".into());
         let selector = labels
             .get("dev.dockhand.object")
             .map(|object| BTreeMap::from([("dev.dockhand.object".to_string(), object.clone())]));

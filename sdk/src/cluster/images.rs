@@ -6,30 +6,41 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::engine::Engine;
 use crate::error::Result;
-use crate::image::{ImageSource, ImageSpec, Registry, ResolvedImage};
+use crate::image::{ImageResolver, ImageSource, ImageSpec, Registry, ResolvedImage};
 use crate::util::lock;
 
-/// A Docker client that builds and the registry it pushes to.
-#[derive(Debug, Clone)]
+/// A Docker daemon that builds (with its resolver) and the registry it
+/// pushes to.
+#[derive(Clone)]
 pub(crate) struct Builder {
-    pub docker: Client,
+    pub engine: Engine,
+    pub images: std::sync::Arc<ImageResolver>,
     pub registry: Registry,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("docker", &self.engine.endpoint())
+            .field("registry", &self.registry)
+            .finish()
+    }
 }
 
 /// What the nodes pull for each spec, pushed once per process: by whether
 /// it was asked for a code host (which adds the bridge), and the spec.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterImages {
-    builder: Option<Builder>,
+    builder: Option<std::result::Result<Builder, String>>,
     pushed: Mutex<HashMap<(bool, ImageSpec), ResolvedImage>>,
     /// The session agent's image as the nodes pull it, once known.
     agent: tokio::sync::OnceCell<String>,
 }
 
 impl ClusterImages {
-    pub(crate) fn new(builder: Option<Builder>) -> Self {
+    pub(crate) fn new(builder: Option<std::result::Result<Builder, String>>) -> Self {
         ClusterImages {
             builder,
             pushed: Mutex::default(),
@@ -63,7 +74,8 @@ impl ClusterImages {
         if let Some(hit) = lock(&self.pushed).get(&asked) {
             return Ok(hit.clone());
         }
-        let local = crate::codemode::code_host_image(&builder.docker, spec).await?;
+        let local =
+            crate::image::bridge::code_host_image(&builder.engine, &builder.images, spec).await?;
         self.push(builder, asked, &local).await
     }
 
@@ -71,12 +83,21 @@ impl ClusterImages {
     /// builder, the agent's image made there and pushed; else the one this
     /// SDK makes, by its own name (loaded onto the nodes, or pushed under it).
     pub(crate) async fn agent(&self) -> Result<String> {
-        let Some(builder) = &self.builder else {
-            return Ok(crate::image::agent::default_image().to_string());
+        let builder = match &self.builder {
+            None => return Ok(crate::image::agent::default_image().to_string()),
+            Some(Err(why)) => {
+                return Err(super::unsupported(
+                    "building the session agent's image",
+                    why.clone(),
+                ))
+            }
+            Some(Ok(builder)) => builder,
         };
         self.agent
             .get_or_try_init(|| async {
-                let local = ImageSpec::prebuilt(builder.docker.session_agent_image().await?);
+                let local = ImageSpec::prebuilt(
+                    crate::image::agent::ensure(&builder.engine, builder.images.reporter()).await?,
+                );
                 Ok(self
                     .push(builder, (false, local.clone()), &local)
                     .await?
@@ -87,12 +108,14 @@ impl ClusterImages {
     }
 
     fn builder(&self, feature: &str, made_by: &str) -> Result<&Builder> {
-        self.builder.as_ref().ok_or_else(|| {
-            super::unsupported(
+        match &self.builder {
+            Some(Ok(builder)) => Ok(builder),
+            Some(Err(why)) => Err(super::unsupported(feature, why.clone())),
+            None => Err(super::unsupported(
                 feature,
                 format!("name a Docker client to build with and a registry the nodes pull from (`KubeConfig::push_images`), or make it with a Docker client ({made_by}), push it, and use `ImageSpec::prebuilt(\"registry/name:tag\")`"),
-            )
-        })
+            )),
+        }
     }
 
     /// Builds `local` with the builder's daemon and pushes it; the nodes
@@ -108,8 +131,8 @@ impl ClusterImages {
             return Ok(hit.clone());
         }
         // The builder is a Docker client: its own resolver, never a cluster.
-        let built = builder.docker.images()?.resolve(local).await?;
-        let pushed = builder.docker.push_image(&built, &builder.registry).await?;
+        let built = builder.images.resolve(local).await?;
+        let pushed = builder.registry.push(&builder.engine, &built).await?;
         let resolved = ResolvedImage {
             reference: pushed.pinned(),
             id: built.id,

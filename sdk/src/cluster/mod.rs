@@ -24,6 +24,7 @@ mod claims;
 mod config;
 mod egress;
 mod images;
+pub(crate) use images::Builder;
 mod owned;
 mod owner;
 mod plan;
@@ -45,6 +46,9 @@ pub(crate) use plan::PodPlan;
 pub(crate) use pods::{PodGuard, PodView};
 
 use crate::error::{ClusterError, Result};
+
+/// The label of pods the namespace's offline NetworkPolicy selects.
+pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";
 
 /// How long connecting may take by default, the API server's first answer included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -239,13 +243,7 @@ async fn ensure_offline_policy(client: &kube::Client, namespace: &str) -> Result
         },
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
-                match_labels: Some(
-                    [(
-                        crate::sandbox::NETWORK_LABEL.to_string(),
-                        "none".to_string(),
-                    )]
-                    .into(),
-                ),
+                match_labels: Some([(NETWORK_LABEL.to_string(), "none".to_string())].into()),
                 ..Default::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
@@ -273,10 +271,10 @@ pub(crate) fn unsupported(feature: impl Into<String>, hint: impl Into<String>) -
 /// Refuses, before anything is made, the networks a pod cannot have, and
 /// secrets bound to hosts (they need the egress gateway).
 pub(crate) fn refuse_network(
-    network: &crate::sandbox::Network,
+    network: &crate::settings::Network,
     secrets: &[crate::Secret],
 ) -> Result<()> {
-    use crate::sandbox::Network;
+    use crate::settings::Network;
     if secrets.iter().any(|s| s.hosts().is_some()) {
         return Err(unsupported(
             "secrets bound to hosts",
@@ -295,9 +293,9 @@ pub(crate) fn refuse_network(
 
 /// The allow-list a pod on `network` gets (see `egress`), resolved now;
 /// `None` when the network is not an allow-list.
-pub(crate) async fn allow_list(network: &crate::sandbox::Network) -> Result<Option<AllowList>> {
+pub(crate) async fn allow_list(network: &crate::settings::Network) -> Result<Option<AllowList>> {
     match network {
-        crate::sandbox::Network::Egress(policy) => Ok(Some(egress::allow_list(policy).await?)),
+        crate::settings::Network::Egress(policy) => Ok(Some(egress::allow_list(policy).await?)),
         _ => Ok(None),
     }
 }

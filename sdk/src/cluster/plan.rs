@@ -61,7 +61,7 @@ impl Cluster {
             pod.metadata
                 .labels
                 .get_or_insert_with(Default::default)
-                .insert(crate::sandbox::NETWORK_LABEL.into(), "none".into());
+                .insert(super::NETWORK_LABEL.into(), "none".into());
         }
         Ok(PodPlan {
             name,

@@ -4,7 +4,7 @@
 //! hardened, offline container; the host speaks JSON lines with it over the
 //! container's attach stream (or a Unix socket it offers). Every code host
 //! image carries the compiled bridge (`sdk/images/codehost/bridge`, see
-//! [`super::native`]): an image dockhand builds gets it as one copy step, and
+//! [`crate::image::bridge`]): an image dockhand builds gets it as one copy step, and
 //! a prebuilt image gets an image of its own made from it with that one
 //! copy step.
 
@@ -15,7 +15,6 @@ use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::channel::{Channel, Offer};
-use super::native;
 use super::protocol::{self, BridgeConfig, FromRunner, ToRunner};
 use crate::client::Client;
 use crate::engine::{ContainerSpec, LogChunk};
@@ -25,12 +24,6 @@ use crate::image::ImageSpec;
 use crate::sandbox::{confine, Hardening, Network, Resources};
 use crate::util::push_tail;
 use crate::util::LineBuffer;
-
-/// The Monty release code hosts install (pinned: the bridge is written
-/// against its API, and the image tag follows it).
-pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
-/// The package with Monty's `monty` worker binary, at [`MONTY_PACKAGE`]'s version.
-pub(crate) const MONTY_RUNTIME_PACKAGE: &str = "pydantic-monty-runtime==1.4.0";
 
 /// What a code host's container runs, and its limits.
 pub(crate) struct Launch<'a> {
@@ -54,7 +47,7 @@ pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> 
         .map_err(|e| Error::spec("code host settings", e.to_string()))?;
     let mut spec = ContainerSpec {
         image: image.to_string(),
-        cmd: vec![native::BINARY.into(), config],
+        cmd: vec![crate::image::bridge::BINARY.into(), config],
         entrypoint: Some(Vec::new()),
         env: vec!["HOME=/tmp".into(), "PYTHONDONTWRITEBYTECODE=1".into()],
         working_dir: Some("/tmp".into()),
@@ -180,34 +173,6 @@ fn queue_messages(queue: &mut VecDeque<FromRunner>, lines: Vec<Vec<u8>>) {
     }
 }
 
-/// The image a code host runs: `spec` with the compiled bridge and Monty's
-/// worker copied in from their image (made once per machine; progress goes to
-/// the client's handler). A prebuilt image is the base of an image that adds
-/// them, named by its id: a prebuilt tag moved to a new image gets a new one.
-pub(crate) async fn code_host_image(client: &Client, spec: &ImageSpec) -> Result<ImageSpec> {
-    let spec = match spec.prebuilt_reference() {
-        Some(_) => {
-            let prebuilt = client.images()?.resolve(spec).await?;
-            // Nothing of the caller's environment (CA files) goes into it:
-            // the code host is offline.
-            ImageSpec::default()
-                .without_env_ca()
-                .base_image(prebuilt.id)
-        }
-        None => spec.clone(),
-    };
-    let program = native::program(client.engine()?).await?;
-    let with_bridge = native::with_bridge(&spec, &program.tag());
-    // A code host image already made (or loaded onto a daemon that cannot
-    // reach the package indexes) needs no bridge image.
-    if !client.images()?.is_present(&with_bridge).await? {
-        program
-            .ensure(client.engine()?, client.images()?.reporter())
-            .await?;
-    }
-    Ok(with_bridge)
-}
-
 impl Client {
     /// The code host image for `config` on this Docker daemon, made if
     /// missing (the bridge is compiled once per machine). A cluster cannot
@@ -226,7 +191,9 @@ impl Client {
         &self,
         config: &super::CodeHostConfig,
     ) -> Result<crate::image::ResolvedImage> {
-        let spec = code_host_image(self, &config.image).await?;
+        let spec =
+            crate::image::bridge::code_host_image(self.engine()?, self.images()?, &config.image)
+                .await?;
         self.images()?.resolve(&spec).await
     }
 }
@@ -241,7 +208,8 @@ pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, 
     }
     // The image first, outside the start limit: the first build on a
     // machine compiles the bridge (minutes), under the builder's own limits.
-    let spec = code_host_image(client, how.image).await?;
+    let spec = crate::image::bridge::code_host_image(client.engine()?, client.images()?, how.image)
+        .await?;
     let image = client.images()?.resolve(&spec).await?;
     let limit = how.start_timeout;
     match tokio::time::timeout(limit, launch_unbounded(client, how, image.reference)).await {

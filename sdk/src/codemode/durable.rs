@@ -40,7 +40,7 @@ impl CodeHost {
             id: format!("susp-{}", uuid::Uuid::new_v4().simple()),
             created: 0,
             expires: 0,
-            monty: super::bridge::MONTY_PACKAGE.to_string(),
+            monty: crate::image::bridge::MONTY_PACKAGE.to_string(),
             code: origin.code.clone(),
             tools: origin.tools.clone(),
             approval: origin.approval.clone(),

@@ -65,7 +65,7 @@ mod kept;
 mod mcp;
 mod modules;
 mod mounts;
-mod native;
+
 mod offer;
 #[cfg(feature = "kubernetes")]
 mod on_cluster;
@@ -82,11 +82,11 @@ mod toolset;
 mod typed;
 
 pub use crate::error::{CodeError, CodeFailure, ToolCallRecord};
+pub use crate::image::bridge::MONTY_PACKAGE;
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
-pub use bridge::MONTY_PACKAGE;
 #[cfg(feature = "kubernetes")]
-pub(crate) use bridge::{code_host_image, host_spec, Launch};
+pub(crate) use bridge::{host_spec, Launch};
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription, StrictRule, StrictRules};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use host::CodeHost;

@@ -18,7 +18,7 @@ pub(super) async fn launch(cluster: &Cluster, how: Launch<'_>) -> Result<(Runner
     let reference = cluster.code_host_image(how.image).await?.reference;
     if let Some(claims) = how.claims {
         // Half the start's time at most, so one made here still fits.
-        let wait = crate::pool::WAIT_LIMIT.min(how.start_timeout / 2);
+        let wait = crate::warm::WAIT_LIMIT.min(how.start_timeout / 2);
         if let Some(claim) = claims.claim(wait).await? {
             let name = claim.pod().to_string();
             let held = Held::Claim(Box::new(claim));

@@ -161,11 +161,11 @@ impl SuspensionStore {
         }
         let body: Body = serde_json::from_slice(&signed[MAGIC.len()..])
             .map_err(|e| refuse(&format!("its body could not be read: {e}")))?;
-        if body.monty != super::bridge::MONTY_PACKAGE {
+        if body.monty != crate::image::bridge::MONTY_PACKAGE {
             return Err(refuse(&format!(
                 "it was suspended by {}, and this code host runs {}",
                 body.monty,
-                super::bridge::MONTY_PACKAGE
+                crate::image::bridge::MONTY_PACKAGE
             )));
         }
         if unix_now() > body.expires {
@@ -478,7 +478,7 @@ mod tests {
             id: "x1".into(),
             created: 0,
             expires: 0,
-            monty: super::super::bridge::MONTY_PACKAGE.into(),
+            monty: crate::image::bridge::MONTY_PACKAGE.into(),
             code: "await delete(1)".into(),
             tools: vec!["delete".into()],
             approval: vec!["delete".into()],

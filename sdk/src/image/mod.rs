@@ -16,6 +16,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod base;
+pub(crate) mod bridge;
 mod build;
 pub(crate) mod build_log;
 pub(crate) mod crate_build;

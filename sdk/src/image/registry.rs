@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use super::ResolvedImage;
-use crate::client::Client;
-use crate::engine::split_reference;
+use crate::engine::{split_reference, Engine};
 use crate::error::{Error, Result};
 
 /// How long one push may take before it counts as failed.
@@ -110,7 +109,7 @@ impl Registry {
     }
 }
 
-/// An image in a registry, as [`Client::push_image`] left it.
+/// An image in a registry, as [`Client::push_image`](crate::Client::push_image) left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PushedImage {
@@ -134,24 +133,18 @@ impl PushedImage {
     }
 }
 
-impl Client {
-    /// Pushes a local image (one [`Client::resolve_image`] or
-    /// [`Client::code_host_image`] made) to `registry`, tagged as
-    /// [`Registry`] says. The registry's tag is removed from this daemon
-    /// afterwards; the image stays.
-    pub async fn push_image(
-        &self,
-        image: &ResolvedImage,
-        registry: &Registry,
-    ) -> Result<PushedImage> {
-        let engine = self.engine()?;
-        let target = registry.reference_for(&image.reference)?;
+impl Registry {
+    /// Pushes a local image to this registry through `engine`, tagged as
+    /// [`Registry::reference_for`] says. The registry's tag is removed from
+    /// the daemon afterwards; the image stays.
+    pub(crate) async fn push(&self, engine: &Engine, image: &ResolvedImage) -> Result<PushedImage> {
+        let target = self.reference_for(&image.reference)?;
         engine.tag_image(&image.id, &target).await?;
-        let login = registry
+        let login = self
             .login
             .as_ref()
             .map(|(user, password)| (user.as_str(), password.as_str()));
-        let pushed = engine.push_image(&target, login, registry.timeout).await;
+        let pushed = engine.push_image(&target, login, self.timeout).await;
         // The tag was only the push's; the image keeps its own.
         if let Err(e) = engine.untag_image(&target).await {
             tracing::debug!(error = %e, tag = %target, "a pushed tag stays on this daemon");

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 
-use super::warm::{Fill, PoolStats, WarmPool};
 use super::{PoolConfig, Pooled};
 use crate::client::Client;
 use crate::error::Result;
 use crate::kernel::{Kernel, KernelConfig};
+use crate::warm::{Fill, PoolStats, WarmPool};
 
 /// Kernels started ahead of need, all with one configuration.
 ///

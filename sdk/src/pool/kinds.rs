@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 
-use super::warm::{Discard, Fill, PoolStats, WarmPool};
 use super::{PoolConfig, Pooled};
 use crate::client::Client;
 use crate::codemode::{CodeHost, CodeHostConfig};
 use crate::error::Result;
 use crate::session::{Session, SessionConfig};
+use crate::warm::{Discard, Fill, PoolStats, WarmPool};
 
 /// Sessions started ahead of need, all with one configuration.
 ///

@@ -6,11 +6,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 
-use super::warm::{Discard, Fill, PoolStats, WarmPool};
 use super::{PoolConfig, Pooled};
 use crate::client::Client;
 use crate::error::Result;
 use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, Warm, WarmContainer};
+use crate::warm::{Discard, Fill, PoolStats, WarmPool};
 
 /// What a warm container runs until it is handed a job: wait for a line on
 /// stdin with the attempt number, then `exec` the program as a cold

@@ -66,8 +66,6 @@ pub(crate) use inputs::{
 };
 pub(crate) use launch::{container_spec, Warm, WarmContainer};
 #[cfg(feature = "kubernetes")]
-pub(crate) use on_cluster::NETWORK_LABEL;
-#[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::{agent_pool, warm_pod};
 pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};

@@ -13,15 +13,12 @@ use super::conclusion::{collect_streamed, conclude, within};
 use super::launch::Warm;
 use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
+use crate::backend::Pooled;
 use crate::cluster::{AgentPool, Cluster, PodPlan, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
 use crate::held::Held;
-use crate::pool::Pooled;
 use crate::settings::Network;
-
-/// The label of pods the namespace's offline NetworkPolicy selects.
-pub(crate) const NETWORK_LABEL: &str = "dev.dockhand.network";
 
 /// Refuses, before anything is made, what runs on Docker only.
 pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
@@ -147,9 +144,9 @@ async fn take_warm(
     let Some(pool) = pool else {
         return Ok(None);
     };
-    let wait = deadline.map_or(crate::pool::WAIT_LIMIT, |(at, _)| {
+    let wait = deadline.map_or(crate::warm::WAIT_LIMIT, |(at, _)| {
         at.saturating_duration_since(tokio::time::Instant::now())
-            .min(crate::pool::WAIT_LIMIT)
+            .min(crate::warm::WAIT_LIMIT)
     });
     let pod = match &pool.claims {
         Some(claims) => match claims.claim(wait).await? {

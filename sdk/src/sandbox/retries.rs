@@ -7,9 +7,9 @@ use super::cache;
 use super::launch::Warm;
 use super::run::{Attempt, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
+use crate::backend::Pooled;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::pool::Pooled;
 
 impl Client {
     /// Runs attempts until one succeeds or the retries are spent.

@@ -17,11 +17,11 @@ use super::outputs::{self, Outputs};
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::spec::Sandbox;
 use super::value::Value;
+use crate::backend::Pooled;
 use crate::client::Client;
 use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
-use crate::pool::Pooled;
 use crate::settings::SecretMount;
 use crate::settings::{CacheMode, Network};
 
@@ -330,9 +330,9 @@ impl Client {
         let mut cold_egress = None;
         let taken = match pool {
             Some(pool) => {
-                let wait = deadline.map_or(crate::pool::WAIT_LIMIT, |(at, _)| {
+                let wait = deadline.map_or(crate::warm::WAIT_LIMIT, |(at, _)| {
                     at.saturating_duration_since(tokio::time::Instant::now())
-                        .min(crate::pool::WAIT_LIMIT)
+                        .min(crate::warm::WAIT_LIMIT)
                 });
                 pool.warm.take_or_wait(wait).await
             }

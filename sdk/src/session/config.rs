@@ -1,5 +1,6 @@
 //! [`SessionConfig`]: what a session's container looks like.
 
+use crate::volume::VolumeMount;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,17 +84,6 @@ pub struct SessionConfig {
     pub(crate) keep: bool,
     pub(crate) volumes: Vec<VolumeMount>,
     pub(crate) auto_pause: Option<(Duration, super::PauseMode)>,
-}
-
-/// A named volume mounted into a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VolumeMount {
-    /// The volume's name (as given to [`Volume::create`](crate::Volume::create)).
-    pub name: String,
-    /// Where it appears in the container.
-    pub path: String,
-    /// Mounted read-only.
-    pub read_only: bool,
 }
 
 impl fmt::Debug for SessionConfig {

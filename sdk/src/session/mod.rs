@@ -34,8 +34,9 @@ pub(crate) mod paths;
 pub(crate) mod protocol;
 mod tools;
 
+pub use crate::volume::VolumeMount;
 pub use api::{ExecOptions, ExecResult, SessionApi};
-pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot, VolumeMount};
+pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 #[cfg(feature = "kubernetes")]
 pub(crate) use live::{

@@ -18,8 +18,14 @@ use std::path::PathBuf;
 
 use crate::error::Result;
 
-/// The default size limit of the output cache.
-pub const DEFAULT_CACHE_LIMIT: u64 = 1 << 30;
+pub use crate::paths::DEFAULT_CACHE_LIMIT;
+
+impl crate::client::Client {
+    /// The output cache: its size, and a way to clear it.
+    pub fn output_cache(&self) -> OutputCache {
+        OutputCache::new(self.cache_dir().to_path_buf(), self.cache_limit())
+    }
+}
 
 /// What the output cache holds (or, from [`OutputCache::clear`], what was removed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -58,7 +58,7 @@ impl Session {
         *lock(&self.inner.secrets) = resolved.clone();
         if let Some(claims) = &self.inner.claims {
             // Half the start's time at most, so one made here still fits.
-            let wait = crate::pool::WAIT_LIMIT.min(c.start_timeout / 2);
+            let wait = crate::warm::WAIT_LIMIT.min(c.start_timeout / 2);
             if let Some(claim) = claims.claim(wait).await? {
                 let name = claim.pod().to_string();
                 let held = Held::Claim(Box::new(claim));

@@ -17,7 +17,6 @@ use tokio::time::Instant;
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::PoolConfig;
 use crate::error::Result;
 use crate::progress::{Reporter, Stage};
 use crate::util::lock;
@@ -403,6 +402,95 @@ async fn fill_one<T: Send + 'static>(
             Stage::PoolRefill,
             format!("refilling the pool failed (next try in {backoff:?}); runs start cold meanwhile: {why}"),
         );
+    }
+}
+
+/// How long a take waits for an item being made when none is ready: a
+/// cold start would take about as long, and compete with it for the daemon.
+pub(crate) const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How big a pool is, and how it follows demand.
+///
+/// ```
+/// use std::time::Duration;
+/// use dockhand::pool::PoolConfig;
+/// // Four ready, up to sixteen while runs keep finding it empty, back to
+/// // four after a minute without; at most eight being made at once.
+/// let config = PoolConfig::new(4)
+///     .max_size(16)
+///     .max_starting(8)
+///     .shrink_after(Duration::from_secs(60));
+/// assert_eq!(config.size, 4);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolConfig {
+    /// Items kept ready (started and waiting) when demand is low.
+    pub size: usize,
+    /// The most items the pool grows to under sustained demand: each take
+    /// that has to start cold (none ready, none on its way in time) adds
+    /// one, up to this (default: `size`).
+    pub max_size: usize,
+    /// The most items made at once, each on its own (default: `size`, at
+    /// least 2 and at most 16).
+    pub max_starting: usize,
+    /// A pool grown past `size` that was not found short for this long
+    /// gives the extra items back (default 30 s).
+    pub shrink_after: std::time::Duration,
+    /// How long making one item may take before that fill counts as failed
+    /// (default 60 s). On a cluster this is the pod's scheduling, image pull
+    /// and start; a pod the scheduler could not place fails with its reason
+    /// ([`ClusterError::Unschedulable`](crate::ClusterError::Unschedulable),
+    /// in [`PoolStats::last_failure`]). A session's or kernel's own
+    /// `start_timeout` still applies when shorter; a code host's is its own
+    /// (its first start may build its image).
+    pub start_limit: std::time::Duration,
+}
+
+impl PoolConfig {
+    /// A pool of `size` items.
+    pub fn new(size: usize) -> Self {
+        PoolConfig {
+            size,
+            max_size: size,
+            max_starting: size.clamp(2, 16),
+            shrink_after: std::time::Duration::from_secs(30),
+            start_limit: std::time::Duration::from_secs(60),
+        }
+    }
+
+    /// How long making one item may take (see [`PoolConfig::start_limit`]).
+    pub fn start_limit(mut self, limit: std::time::Duration) -> Self {
+        self.start_limit = limit;
+        self
+    }
+
+    /// Lets the pool grow to `max` items under sustained demand (not below `size`).
+    pub fn max_size(mut self, max: usize) -> Self {
+        self.max_size = max;
+        self
+    }
+
+    /// At most `n` items made at once (at least 1).
+    pub fn max_starting(mut self, n: usize) -> Self {
+        self.max_starting = n;
+        self
+    }
+
+    /// How long a grown pool must go without being found short before it
+    /// shrinks back to `size`.
+    pub fn shrink_after(mut self, idle: std::time::Duration) -> Self {
+        self.shrink_after = idle;
+        self
+    }
+
+    /// The config with its bounds made consistent.
+    pub(crate) fn normalized(self) -> Self {
+        PoolConfig {
+            max_size: self.max_size.max(self.size),
+            max_starting: self.max_starting.max(1),
+            ..self
+        }
     }
 }
 

@@ -104,12 +104,18 @@ pub const SOURCES: [(&str, &str); 22] = [
     ),
 ];
 
+use super::crate_build::CrateBuild;
+use super::prebuilt::{self, Prebuilt, Recipes};
+use super::program::ProgramImage;
+use super::{CopyFrom, ImageResolver, ImageSpec};
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::image::crate_build::CrateBuild;
-use crate::image::prebuilt::{self, Prebuilt, Recipes};
-use crate::image::program::ProgramImage;
-use crate::image::{CopyFrom, ImageSpec};
+
+/// The Monty release code hosts install (pinned: the bridge is written
+/// against its API, and the image tag follows it).
+pub const MONTY_PACKAGE: &str = "pydantic-monty==1.4.0";
+/// The package with Monty's `monty` worker binary, at [`MONTY_PACKAGE`]'s version.
+pub(crate) const MONTY_RUNTIME_PACKAGE: &str = "pydantic-monty-runtime==1.4.0";
 
 /// Where images carry the compiled bridge.
 pub const BINARY: &str = "/opt/dockhand/codehost/dockhand-codehost";
@@ -130,7 +136,7 @@ fn build() -> CrateBuild<'static> {
 /// The worker from the pinned `pydantic-monty-runtime` (pip puts it on
 /// PATH), in one step: each step costs a layer commit.
 fn worker_command() -> String {
-    let package = super::bridge::MONTY_RUNTIME_PACKAGE;
+    let package = MONTY_RUNTIME_PACKAGE;
     format!(
         "python3 -m pip install '{package}' && install -D -m 0755 \"$(command -v monty)\" {WORKER}"
     )
@@ -185,6 +191,36 @@ pub(crate) fn with_bridge(spec: &ImageSpec, bridge_image: &str) -> ImageSpec {
     spec
 }
 
+/// The image a code host runs: `spec` with the compiled bridge and Monty's
+/// worker copied in from their image (made once per machine; progress goes to
+/// the client's handler). A prebuilt image is the base of an image that adds
+/// them, named by its id: a prebuilt tag moved to a new image gets a new one.
+pub(crate) async fn code_host_image(
+    engine: &Engine,
+    images: &ImageResolver,
+    spec: &ImageSpec,
+) -> Result<ImageSpec> {
+    let spec = match spec.prebuilt_reference() {
+        Some(_) => {
+            let prebuilt = images.resolve(spec).await?;
+            // Nothing of the caller's environment (CA files) goes into it:
+            // the code host is offline.
+            ImageSpec::default()
+                .without_env_ca()
+                .base_image(prebuilt.id)
+        }
+        None => spec.clone(),
+    };
+    let program = program(engine).await?;
+    let with_bridge = with_bridge(&spec, &program.tag());
+    // A code host image already made (or loaded onto a daemon that cannot
+    // reach the package indexes) needs no bridge image.
+    if !images.is_present(&with_bridge).await? {
+        program.ensure(engine, images.reporter()).await?;
+    }
+    Ok(with_bridge)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,7 +263,7 @@ mod tests {
         );
         let recipe = RECIPES.compiled();
         assert!(recipe.tag().starts_with("dockhand/codehost-bridge:"));
-        let package = super::super::bridge::MONTY_RUNTIME_PACKAGE;
+        let package = MONTY_RUNTIME_PACKAGE;
         assert!(recipe
             .compiler
             .as_ref()
@@ -273,7 +309,7 @@ mod tests {
         for path in on_disk {
             assert!(
                 SOURCES.iter().any(|(p, _)| *p == path),
-                "{path} is not in native::SOURCES: the image build would not see it"
+                "{path} is not in bridge::SOURCES: the image build would not see it"
             );
         }
     }
@@ -281,14 +317,11 @@ mod tests {
     #[test]
     fn the_bridge_pins_the_monty_it_drives() {
         let manifest = SOURCES[0].1;
-        let pinned = super::super::bridge::MONTY_PACKAGE
-            .split("==")
-            .nth(1)
-            .unwrap_or_default();
+        let pinned = MONTY_PACKAGE.split("==").nth(1).unwrap_or_default();
         assert!(
             manifest.contains(&format!("monty-pool = \"={pinned}\"")),
             "the bridge's monty-pool must match {}",
-            super::super::bridge::MONTY_PACKAGE
+            MONTY_PACKAGE
         );
     }
 }

@@ -2,6 +2,10 @@
 //! (feature `kubernetes`). The client holds one `Backend` and asks it for
 //! what differs between the two: images, cleanup, what is live, ending.
 
+mod pooled;
+
+pub(crate) use pooled::Pooled;
+
 use crate::engine::{labels, Engine};
 use crate::error::Result;
 use crate::image::{ImageResolver, ImageSpec, ResolvedImage};
@@ -13,7 +17,7 @@ use crate::progress::Reporter;
 pub(crate) enum Backend {
     Docker {
         engine: Engine,
-        images: ImageResolver,
+        images: std::sync::Arc<ImageResolver>,
     },
     #[cfg(feature = "kubernetes")]
     Kubernetes(crate::cluster::Cluster),
@@ -37,7 +41,7 @@ pub struct ReapReport {
 impl Backend {
     /// On a Docker daemon, with images resolved through it.
     pub(crate) fn docker(engine: Engine, reporter: Reporter) -> Backend {
-        let images = ImageResolver::new(engine.clone(), reporter);
+        let images = std::sync::Arc::new(ImageResolver::new(engine.clone(), reporter));
         Backend::Docker { engine, images }
     }
 
@@ -71,7 +75,7 @@ impl Backend {
     /// The image resolver, if this is Docker.
     pub(crate) fn images(&self) -> Option<&ImageResolver> {
         match self {
-            Backend::Docker { images, .. } => Some(images),
+            Backend::Docker { images, .. } => Some(images.as_ref()),
             #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(_) => None,
         }
