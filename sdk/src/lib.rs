@@ -145,10 +145,12 @@ pub mod error;
 mod gateway;
 mod held;
 pub mod image;
-#[cfg(feature = "kubernetes")]
-pub mod k8s;
 pub mod kernel;
 pub mod lifecycle;
+#[cfg(feature = "kubernetes")]
+mod manifests;
+#[cfg(all(test, feature = "kubernetes"))]
+mod manifests_tests;
 mod paths;
 pub mod pool;
 pub mod progress;
@@ -178,6 +180,47 @@ pub use sandbox::{
     Secret, StreamKind, Type, Value, LINE_PIECE, NO_INPUTS,
 };
 pub use volume::Volume;
+
+#[cfg(feature = "kubernetes")]
+pub mod k8s {
+    //! Kubernetes manifests for what dockhand runs on Docker (feature
+    //! `kubernetes`): a Job per one-shot run, a Pod per code host and session,
+    //! agent-sandbox `SandboxTemplate` + `SandboxWarmPool` for pools, and a
+    //! deny-all `NetworkPolicy` unless the network was asked for.
+    //!
+    //! The pods are rendered from the very container spec
+    //! the Docker backend creates containers from, so they carry the same
+    //! hardening (non-root user, every capability dropped, read-only root, no
+    //! privilege escalation, seccomp `RuntimeDefault`), limits, scratch space and
+    //! `/var/inputs` / `/var/outputs` wiring; gVisor becomes a `runtimeClassName`.
+    //! Secrets are referred to (`secretKeyRef` into one Secret object you create),
+    //! never written into a manifest. `docs/scale-out.md` describes the backend
+    //! that applies them.
+    //!
+    //! ```
+    //! # fn demo() -> dockhand::Result<()> {
+    //! use dockhand::k8s::{self, KubeOptions};
+    //! use dockhand::{Sandbox, Type};
+    //! let double = Sandbox::code("double", "result = x * 2")
+    //!     .input("x", Type::Int)
+    //!     .output("result", Type::Int)
+    //!     .build()?;
+    //! let opts = KubeOptions::new("registry.example/dockhand/double:1");
+    //! let yaml = k8s::one_shot(&double, [("x", 21)], &opts)?.to_yaml()?;
+    //! assert!(yaml.contains("kind: Job"));
+    //! assert!(yaml.contains("kind: NetworkPolicy"));
+    //! # Ok(()) }
+    //! ```
+
+    pub use crate::codemode::on_cluster::code_host_manifests as code_host;
+    pub use crate::manifests::{
+        KubeOptions, Manifests, Object, Placement, PodMetadata, PodTemplate, SandboxTemplate,
+        SandboxTemplateSpec, SandboxWarmPool, SandboxWarmPoolSpec, TemplateNetworkPolicy,
+        TemplateRef, Toleration, AGENT_SANDBOX_API,
+    };
+    pub use crate::sandbox::on_cluster::one_shot_manifests as one_shot;
+    pub use crate::session::live::on_cluster::session_manifests as session;
+}
 
 /// Label keys dockhand puts on every object it creates.
 pub mod labels {

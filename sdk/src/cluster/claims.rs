@@ -242,7 +242,7 @@ impl AgentPool {
             ..Default::default()
         };
         let size = i32::try_from(replicas).unwrap_or(i32::MAX);
-        let (template, pool) = crate::k8s::agent_pool(
+        let (template, pool) = crate::manifests::agent_pool(
             meta(&template_name),
             meta(&pool_name),
             pod_labels,
@@ -299,7 +299,7 @@ impl AgentPool {
     /// bound; `None` (a miss: the run starts cold) when it is not bound
     /// within `wait`. The pod may still be starting: the caller waits for it.
     pub(crate) async fn claim(&self, wait: Duration) -> Result<Option<ClaimGuard>> {
-        let name = crate::k8s::pod_name(&format!(
+        let name = crate::manifests::pod_name(&format!(
             "{}-{}",
             self.objects.pool,
             &uuid::Uuid::new_v4().simple().to_string()[..8]

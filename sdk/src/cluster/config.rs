@@ -32,7 +32,7 @@ pub struct KubeConfig {
     pub(super) builder: Option<Result<super::images::Builder, String>>,
     pub(super) agent_sandbox: Option<bool>,
     pub(super) agent_image: Option<String>,
-    pub(super) placement: crate::k8s::Placement,
+    pub(super) placement: crate::manifests::Placement,
     pub(super) pod_start_limit: Option<Duration>,
 }
 
@@ -114,7 +114,7 @@ impl KubeConfig {
 
     /// Where every pod goes and what its images are pulled with: node
     /// selector, tolerations, priority class, a default RuntimeClass and
-    /// image pull secrets (see [`Placement`](crate::k8s::Placement)).
+    /// image pull secrets (see [`Placement`](crate::manifests::Placement)).
     ///
     /// ```
     /// use dockhand::k8s::Placement;
@@ -124,7 +124,7 @@ impl KubeConfig {
     /// );
     /// # let _ = config;
     /// ```
-    pub fn placement(mut self, placement: crate::k8s::Placement) -> Self {
+    pub fn placement(mut self, placement: crate::manifests::Placement) -> Self {
         self.placement = placement;
         self
     }

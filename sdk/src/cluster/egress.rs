@@ -163,7 +163,7 @@ impl AllowList {
             }),
             ..Default::default()
         };
-        let name = crate::k8s::pod_name(&format!("{}-egress", plan.name));
+        let name = crate::manifests::pod_name(&format!("{}-egress", plan.name));
         plan.companions.push(Companion::NetworkPolicy(name, policy));
     }
 }

@@ -2,7 +2,7 @@
 //! on a cluster, through kube-rs.
 //!
 //! A one-shot run is a Pod of three containers (see
-//! [`k8s::one_shot`](crate::k8s::one_shot)): its inputs archive goes to the
+//! [`k8s::one_shot`](crate::manifests::one_shot)): its inputs archive goes to the
 //! `inputs` init container over an attach stream, the kubelet's record of
 //! how `program` ended is the exit truth, and `/var/outputs` comes back as a
 //! tar over the `outputs` container's attach stream. No shared filesystem,
@@ -71,7 +71,7 @@ pub(crate) struct Cluster {
     /// Whether the API server serves agent-sandbox's extensions, once asked.
     agent_sandbox_served: tokio::sync::OnceCell<bool>,
     /// Where pods go (see `KubeConfig::placement`).
-    placement: crate::k8s::Placement,
+    placement: crate::manifests::Placement,
     /// See `KubeConfig::pod_start_limit`.
     pod_start_limit: Duration,
     /// One watch over this process's pods, shared by every wait.
@@ -180,8 +180,8 @@ impl Cluster {
 
     /// Render options for this cluster: its namespace, this process as the
     /// owner, the RuntimeClass for gVisor.
-    pub(crate) fn render_options(&self, image: &str, name: &str) -> crate::k8s::KubeOptions {
-        crate::k8s::KubeOptions::new(image)
+    pub(crate) fn render_options(&self, image: &str, name: &str) -> crate::manifests::KubeOptions {
+        crate::manifests::KubeOptions::new(image)
             .namespace(self.namespace.clone())
             .name(name)
             .owner(self.owner.id())

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::owned::{secret_of, Companion};
 use super::Cluster;
 use crate::error::{Error, Result};
-use crate::k8s::{KubeOptions, Manifests, Object};
+use crate::manifests::{KubeOptions, Manifests, Object};
 
 /// What to create for one pod, in order: the companions, then the pod.
 pub(crate) struct PodPlan {
@@ -31,7 +31,7 @@ impl Cluster {
         offline: bool,
         render: impl FnOnce(&KubeOptions) -> Result<Manifests>,
     ) -> Result<PodPlan> {
-        let name = crate::k8s::pod_name(&format!(
+        let name = crate::manifests::pod_name(&format!(
             "{prefix}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..10]
         ));

@@ -68,7 +68,7 @@ mod mounts;
 
 mod offer;
 #[cfg(feature = "kubernetes")]
-mod on_cluster;
+pub(crate) mod on_cluster;
 #[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::agent_pool;
 pub(crate) mod protocol;
@@ -86,7 +86,6 @@ pub use crate::image::bridge::MONTY_PACKAGE;
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
 #[cfg(feature = "kubernetes")]
-pub(crate) use bridge::{host_spec, Launch};
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription, StrictRule, StrictRules};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use host::CodeHost;

@@ -10,6 +10,25 @@ use super::protocol::{FromRunner, ToRunner};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::held::Held;
+use crate::manifests::{KubeOptions, Manifests};
+
+/// A code host as a Pod, plus its NetworkPolicy (see [`crate::k8s`]): the
+/// bridge under Monty, spoken to over its attach stream as on Docker; always
+/// offline. Mounted directories are refused (a node has no path of this
+/// machine's): give the data as inputs or through a tool.
+pub fn code_host_manifests(
+    config: &super::CodeHostConfig,
+    opts: &KubeOptions,
+) -> Result<Manifests> {
+    if !config.mounts.is_empty() {
+        return Err(Error::spec(
+            "code host",
+            "mounted directories are copied in by the Docker backend only; on Kubernetes, give the data as inputs or through a tool",
+        ));
+    }
+    let launch = config.launch()?;
+    crate::manifests::code_host_pod(super::bridge::host_spec(&launch, opts.image())?, opts)
+}
 
 /// Starts a code host's pod and waits for its bridge's `ready`, within
 /// the start timeout. Returns the runner and the image reference.
@@ -121,6 +140,6 @@ fn refuse_mounts(how: &Launch<'_>) -> Result<()> {
 /// The code host's pod from `reference`: always offline (the code is a model's).
 fn plan(cluster: &Cluster, how: &Launch<'_>, reference: &str) -> Result<crate::cluster::PodPlan> {
     cluster.plan_pod("dockhand-code-host", reference, &[], true, |opts| {
-        crate::k8s::code_host_pod(how, opts)
+        crate::manifests::code_host_pod(super::bridge::host_spec(how, opts.image())?, opts)
     })
 }

@@ -3,12 +3,13 @@
 
 use super::inputs::INLINE_JOB_ENV;
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::run::{JobDelivery, Prepared, SECRETS_DIR};
+use super::run::{JobDelivery, Prepared};
 use super::spec::Sandbox;
 use crate::engine::{Attached, ContainerGuard, ContainerSpec, Engine, LogChunk};
 use crate::error::{Error, Result};
 use crate::settings::confine;
 use crate::settings::SecretMount;
+use crate::settings::SECRETS_DIR;
 
 /// The container of a cold attempt: the command itself, the attempt number
 /// and secrets in its environment.

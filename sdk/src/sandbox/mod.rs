@@ -35,7 +35,7 @@ mod frame;
 mod inputs;
 mod launch;
 #[cfg(feature = "kubernetes")]
-mod on_cluster;
+pub(crate) mod on_cluster;
 mod outputs;
 pub(crate) mod preamble;
 mod quick;
@@ -47,9 +47,6 @@ mod value;
 mod verdict;
 
 pub use crate::settings::{parse_memory, Memory};
-// For rendering the same container as a Kubernetes pod.
-#[cfg(feature = "kubernetes")]
-pub(crate) use inputs::{command_line, validate as validate_inputs};
 
 pub(crate) use crate::settings::confine;
 pub(crate) use crate::settings::{redact, redact_cut, Cut};
@@ -57,7 +54,7 @@ pub use crate::settings::{
     CacheMode, Hardening, Isolation, Network, Resources, Runtime, DEFAULT_CPUS, DEFAULT_MEMORY,
     DEFAULT_PIDS, UNPRIVILEGED_USER,
 };
-pub use crate::settings::{Secret, SecretMount};
+pub use crate::settings::{Secret, SecretMount, SECRETS_DIR};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind, LINE_PIECE};
@@ -71,6 +68,6 @@ pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;
-pub use run::{Attempt, RunOptions, RunOutput, SECRETS_DIR};
+pub use run::{Attempt, RunOptions, RunOutput};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

@@ -13,12 +13,55 @@ use super::conclusion::{collect_streamed, conclude, within};
 use super::launch::Warm;
 use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
+use super::value::Value;
 use crate::backend::Pooled;
 use crate::cluster::{AgentPool, Cluster, PodPlan, PodView};
 use crate::engine::ExitStatus;
 use crate::error::{Error, Result};
 use crate::held::Held;
+use crate::manifests::{KubeOptions, Manifests};
 use crate::settings::Network;
+
+/// `sandbox`'s pod running `command`, as the manifests renderer takes it.
+fn shape<'a>(
+    sandbox: &'a Sandbox,
+    opts: &KubeOptions,
+    command: Vec<String>,
+) -> crate::manifests::OneShotShape<'a> {
+    let rt = &sandbox.runtime;
+    crate::manifests::OneShotShape {
+        name: &sandbox.name,
+        spec: super::launch::container_spec(sandbox, opts.image(), command),
+        secrets: &rt.secrets,
+        timeout: rt.timeout,
+        egress: rt.network != Network::None,
+    }
+}
+
+/// A one-shot run of `sandbox` with `inputs` as a Job, plus its
+/// NetworkPolicy (see [`crate::k8s`]).
+///
+/// The pod has three containers: `inputs` (an init container that extracts
+/// the inputs archive the backend streams to its stdin into `/var/inputs`),
+/// `program` (the sandbox's own command, `/var/inputs` read-only), and
+/// `outputs` (which, once the backend has seen `program` end, streams
+/// `/var/outputs` as a tar on its stdout). How `program` ended is read from
+/// the pod's status, which the kubelet writes, not the code.
+pub fn one_shot_manifests<I, K, V>(
+    sandbox: &Sandbox,
+    inputs: I,
+    opts: &KubeOptions,
+) -> Result<Manifests>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<String>,
+    V: Into<Value>,
+{
+    let given = super::inputs::named(inputs);
+    let bound = super::inputs::validate(sandbox, given)?;
+    let command = super::inputs::command_line(sandbox, &bound);
+    crate::manifests::one_shot_job(shape(sandbox, opts, command), opts)
+}
 
 /// Refuses, before anything is made, what runs on Docker only.
 pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
@@ -26,7 +69,7 @@ pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
 }
 
 /// A pool's pod, waiting in its `inputs` container for a run's attempt
-/// number and inputs archive (see `k8s::warm_one_shot_pod`).
+/// number and inputs archive (see `manifests::warm_one_shot_pod`).
 pub(crate) struct WarmPod {
     /// Owns the pod (or the claim that holds it): dropping it deletes the pod.
     guard: Held,
@@ -40,7 +83,7 @@ impl WarmPod {
     }
 }
 
-/// One of `sandbox`'s pool pods from `image`, planned (see `k8s::warm_one_shot_pod`).
+/// One of `sandbox`'s pool pods from `image`, planned (see `manifests::warm_one_shot_pod`).
 fn plan_warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<PodPlan> {
     check(sandbox)?;
     cluster.plan_pod(
@@ -48,7 +91,7 @@ fn plan_warm_pod(cluster: &Cluster, sandbox: &Sandbox, image: &str) -> Result<Po
         image,
         &[],
         sandbox.runtime.network == Network::None,
-        |opts| crate::k8s::warm_one_shot_pod(sandbox, opts),
+        |opts| crate::manifests::warm_one_shot_pod(shape(sandbox, opts, Vec::new()), opts),
     )
 }
 
@@ -221,7 +264,13 @@ pub(super) async fn attempt(
                 &prepared.image.reference,
                 &prepared.secrets,
                 rt.network == Network::None,
-                |opts| crate::k8s::one_shot_pod(sandbox, command.clone(), number, opts),
+                |opts| {
+                    crate::manifests::one_shot_pod(
+                        shape(sandbox, opts, command.clone()),
+                        number,
+                        opts,
+                    )
+                },
             )?;
             if let Some(list) = allow {
                 list.apply(&mut plan);

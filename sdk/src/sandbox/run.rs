@@ -22,11 +22,8 @@ use crate::client::Client;
 use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
 use crate::image::ResolvedImage;
-use crate::settings::SecretMount;
 use crate::settings::{CacheMode, Network};
-
-/// Where file secrets are mounted.
-pub const SECRETS_DIR: &str = "/run/secrets";
+use crate::settings::{SecretMount, SECRETS_DIR};
 
 /// Per-call options of [`Client::run_with`].
 #[derive(Clone, Default)]

@@ -29,7 +29,7 @@
 mod api;
 mod config;
 pub mod edits;
-mod live;
+pub(crate) mod live;
 pub(crate) mod paths;
 pub(crate) mod protocol;
 mod tools;
@@ -39,9 +39,7 @@ pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, SetupHook, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
 #[cfg(feature = "kubernetes")]
-pub(crate) use live::{
-    agent_install_args, agent_pool, container_spec, pod_agent_path, POD_AGENT_DIR,
-};
+pub(crate) use live::agent_pool;
 pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{
     ExecEvent, ExposedPort, FileEvent, FileEventKind, FileWatch, KeptSession, PauseMode, Paused,

@@ -55,7 +55,7 @@ pub use runtime::{
     DEFAULT_PIDS, UNPRIVILEGED_USER,
 };
 pub(crate) use secret::{lookahead, redact, redact_cut, Cut};
-pub use secret::{Secret, SecretMount};
+pub use secret::{Secret, SecretMount, SECRETS_DIR};
 
 /// A memory size: text with a unit (`"512Mi"`, `"1Gi"`, `"500M"`) or a byte
 /// count. Every `memory(..)`-like builder method takes `impl Into<Memory>`,

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// Where file secrets are mounted.
+pub const SECRETS_DIR: &str = "/run/secrets";
+
 /// How a secret reaches the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

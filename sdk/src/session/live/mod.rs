@@ -14,8 +14,6 @@ use tokio::sync::mpsc;
 mod agent;
 pub use crate::image::agent::FROM_IMAGE_ENV as AGENT_FROM_IMAGE_ENV;
 pub(crate) use agent::AgentProgram;
-#[cfg(feature = "kubernetes")]
-pub(crate) use agent::{install_args as agent_install_args, pod_agent_path, POD_AGENT_DIR};
 mod channel;
 pub(crate) use channel::Channel;
 mod exec;
@@ -26,7 +24,7 @@ mod files;
 mod fork;
 mod launch;
 #[cfg(feature = "kubernetes")]
-mod on_cluster;
+pub(crate) mod on_cluster;
 mod pause;
 mod ports;
 mod process;
@@ -34,8 +32,6 @@ mod upload;
 mod watch;
 pub use describe::SessionDescription;
 pub use fork::MAX_FORKS;
-#[cfg(feature = "kubernetes")]
-pub(crate) use launch::container_spec;
 #[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::agent_pool;
 pub use pause::{KeptSession, PauseMode, Paused};

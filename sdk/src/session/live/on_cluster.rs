@@ -15,6 +15,30 @@ use super::launch::connect;
 const REGREET_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 use super::*;
 use crate::cluster::{Cluster, PodView};
+use crate::manifests::{KubeOptions, Manifests, SessionShape};
+
+/// The pod of a session with `c`, as the manifests renderer takes it.
+fn shape<'a>(c: &'a SessionConfig, opts: &KubeOptions) -> Result<SessionShape<'a>> {
+    Ok(SessionShape {
+        name: c.name.as_deref().unwrap_or("session"),
+        spec: super::launch::container_spec(c, opts.image())?,
+        agent_path: super::agent::pod_agent_path(),
+        agent_dir: super::agent::POD_AGENT_DIR,
+        install_args: super::agent::install_args(&super::agent::pod_agent_path()),
+        workspace: c.workspace_dir(),
+        secrets: &c.secrets,
+        helpers: &c.helpers,
+        egress: c.network != Network::None,
+    })
+}
+
+/// A session as a Pod, plus its NetworkPolicy and its helpers' ConfigMap
+/// (see [`crate::k8s`]): dockhand's static session agent, which an init
+/// container copies from the agent's image into a volume of the pod, run in
+/// the workspace and spoken to over its attach stream as on Docker.
+pub fn session_manifests(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> {
+    crate::manifests::session_pod(shape(config, opts)?, opts)
+}
 
 /// A pool of sessions with `c` on agent-sandbox (see `cluster::AgentPool`):
 /// the pod a session would make, as a template, with the agent's ConfigMap
@@ -36,7 +60,7 @@ pub(crate) async fn agent_pool(
         &image.reference,
         &[],
         c.network == Network::None,
-        |opts| crate::k8s::session(c, &opts.clone().agent_image(agent)),
+        |opts| session_manifests(c, &opts.clone().agent_image(agent)),
     )?;
     let egress = c.network != Network::None;
     crate::cluster::AgentPool::open(cluster, plan.pod, plan.companions, (egress, "agent"), size)
@@ -73,7 +97,7 @@ impl Session {
             &image.reference,
             &resolved,
             c.network == Network::None,
-            |opts| crate::k8s::session(c, &opts.clone().agent_image(agent)),
+            |opts| session_manifests(c, &opts.clone().agent_image(agent)),
         )?;
         if let Some(list) = allow {
             list.apply(&mut plan);

@@ -1,31 +1,8 @@
-//! Kubernetes manifests for what dockhand runs on Docker (feature
-//! `kubernetes`): a Job per one-shot run, a Pod per code host and session,
-//! agent-sandbox `SandboxTemplate` + `SandboxWarmPool` for pools, and a
-//! deny-all `NetworkPolicy` unless the network was asked for.
-//!
-//! The pods are rendered from the very container spec
-//! the Docker backend creates containers from, so they carry the same
-//! hardening (non-root user, every capability dropped, read-only root, no
-//! privilege escalation, seccomp `RuntimeDefault`), limits, scratch space and
-//! `/var/inputs` / `/var/outputs` wiring; gVisor becomes a `runtimeClassName`.
-//! Secrets are referred to (`secretKeyRef` into one Secret object you create),
-//! never written into a manifest. `docs/scale-out.md` describes the backend
-//! that will apply them.
-//!
-//! ```
-//! # fn demo() -> dockhand::Result<()> {
-//! use dockhand::k8s::{self, KubeOptions};
-//! use dockhand::{Sandbox, Type};
-//! let double = Sandbox::code("double", "result = x * 2")
-//!     .input("x", Type::Int)
-//!     .output("result", Type::Int)
-//!     .build()?;
-//! let opts = KubeOptions::new("registry.example/dockhand/double:1");
-//! let yaml = k8s::one_shot(&double, [("x", 21)], &opts)?.to_yaml()?;
-//! assert!(yaml.contains("kind: Job"));
-//! assert!(yaml.contains("kind: NetworkPolicy"));
-//! # Ok(()) }
-//! ```
+//! Kubernetes objects from what the capabilities describe: pods (with the
+//! hardening of the container spec the Docker backend creates containers
+//! from), Jobs, NetworkPolicies, ConfigMaps and agent-sandbox objects. The
+//! capabilities say what their pods hold (see `render`'s shapes); the public
+//! face of this module is [`crate::k8s`].
 
 mod objects;
 mod pod;
@@ -44,8 +21,10 @@ pub use objects::{
     SandboxWarmPoolSpec, TemplateNetworkPolicy, TemplateRef, AGENT_SANDBOX_API,
 };
 pub(crate) use pod::dns_name as pod_name;
-pub(crate) use render::{agent_pool, code_host_pod, one_shot_pod, warm_one_shot_pod};
-pub use render::{code_host, one_shot, session};
+pub(crate) use render::{
+    agent_pool, code_host_pod, one_shot_job, one_shot_pod, session_pod, warm_one_shot_pod,
+    OneShotShape, SessionShape,
+};
 
 use crate::error::{Error, Result};
 
@@ -168,6 +147,11 @@ impl Placement {
 }
 
 impl KubeOptions {
+    /// The image reference the nodes pull.
+    pub(crate) fn image(&self) -> &str {
+        &self.image
+    }
+
     /// Options for pods running `image`, a reference the cluster can pull
     /// (dockhand's local image tags mean nothing to a node: push the image
     /// `Client::resolve_image` made, and name it here).
@@ -326,6 +310,3 @@ impl Manifests {
         render::warm_pool(self, pod, size)
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,9 +1,12 @@
+//! The Kubernetes manifests of real one-shots, sessions and code hosts, as
+//! [`crate::k8s`] renders them.
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
-use super::*;
 use crate::codemode::CodeHostConfig;
+use crate::k8s::*;
 use crate::sandbox::{Isolation, Network, Sandbox, Secret, Type};
 use crate::session::SessionConfig;
 
@@ -242,7 +245,7 @@ fn gvisor_becomes_a_runtime_class() {
 
 #[test]
 fn placement_reaches_every_pod_and_gvisor_keeps_its_class() {
-    use super::{Placement, Toleration};
+    use crate::k8s::{Placement, Toleration};
     let placement = Placement::new()
         .node_selector("pool", "sandboxes")
         .toleration("sandboxes", "NoSchedule")

@@ -14,11 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::objects::{self, PodMetadata, PodTemplate, TemplateNetworkPolicy, TemplateRef};
 use super::pod::{self, dns_name, mount, volume_name};
 use super::{KubeOptions, Manifests, Object, AGENT_SANDBOX_API};
-use crate::codemode::CodeHostConfig;
 use crate::engine::{labels, ContainerSpec};
 use crate::error::Result;
-use crate::sandbox::{Network, Sandbox, Secret, SecretMount, Value, SECRETS_DIR};
-use crate::session::SessionConfig;
+use crate::settings::{Secret, SecretMount, SECRETS_DIR};
 
 const INPUTS: &str = "/var/inputs";
 const OUTPUTS: &str = "/var/outputs";
@@ -197,7 +195,22 @@ fn helper(
     })
 }
 
-/// A one-shot run of `sandbox` with `inputs` as a Job.
+/// A one-shot's pod as its sandbox describes it: what the capability knows
+/// (its container, secrets, limits), in terms this module renders.
+pub(crate) struct OneShotShape<'a> {
+    /// The sandbox's name.
+    pub name: &'a str,
+    /// Its container, with the command the pod runs.
+    pub spec: ContainerSpec,
+    /// Its secrets (as references into `KubeOptions::secrets_object`).
+    pub secrets: &'a [Secret],
+    /// The run's timeout.
+    pub timeout: Option<std::time::Duration>,
+    /// Whether it may reach anything (an allow-list).
+    pub egress: bool,
+}
+
+/// A one-shot run as a Job.
 ///
 /// The pod has three containers: `inputs` (an init container that extracts
 /// the inputs archive the backend streams to its stdin into `/var/inputs`),
@@ -205,23 +218,15 @@ fn helper(
 /// `outputs` (which, once the backend has seen `program` end, streams
 /// `/var/outputs` as a tar on its stdout). How `program` ended is read from
 /// the pod's status, which the kubelet writes, not the code.
-pub fn one_shot<I, K, V>(sandbox: &Sandbox, inputs: I, opts: &KubeOptions) -> Result<Manifests>
-where
-    I: IntoIterator<Item = (K, V)>,
-    K: Into<String>,
-    V: Into<Value>,
-{
-    let given = crate::sandbox::named_inputs(inputs);
-    let bound = crate::sandbox::validate_inputs(sandbox, given)?;
-    let cmd = crate::sandbox::command_line(sandbox, &bound);
-    let (naming, pod, egress) = one_shot_parts(sandbox, cmd, 1, opts)?;
-    let rt = sandbox.runtime();
+pub(crate) fn one_shot_job(shape: OneShotShape<'_>, opts: &KubeOptions) -> Result<Manifests> {
+    let timeout = shape.timeout;
+    let (naming, pod, egress) = one_shot_parts(shape, 1, opts)?;
     let job = Job {
         metadata: naming.meta(""),
         spec: Some(JobSpec {
             // Retries are new Jobs, each attempt in a fresh pod, as on Docker.
             backoff_limit: Some(0),
-            active_deadline_seconds: rt.timeout.map(|t| t.as_secs().max(1) as i64),
+            active_deadline_seconds: timeout.map(|t| t.as_secs().max(1) as i64),
             ttl_seconds_after_finished: Some(600),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -243,17 +248,15 @@ where
 /// NetworkPolicy. The pod's deadline is the run's timeout, so a pod whose
 /// owner died still ends.
 pub(crate) fn one_shot_pod(
-    sandbox: &Sandbox,
-    command: Vec<String>,
+    shape: OneShotShape<'_>,
     attempt: u32,
     opts: &KubeOptions,
 ) -> Result<Manifests> {
-    let (naming, mut spec, egress) = one_shot_parts(sandbox, command, attempt, opts)?;
+    let timeout = shape.timeout;
+    let (naming, mut spec, egress) = one_shot_parts(shape, attempt, opts)?;
     // Counted from the pod's start: its getting ready comes first.
     spec.active_deadline_seconds = Some(
-        sandbox
-            .runtime()
-            .timeout
+        timeout
             .map_or(24 * 3600, |t| t.as_secs().max(1) as i64 + 60)
             .saturating_add(opts.start_allowance),
     );
@@ -282,9 +285,13 @@ const WARM_INPUTS: &str = "IFS= read -r attempt && mkdir -p /var/inputs/.dockhan
 /// archive, whose handover script says what to run. No secrets: sandboxes
 /// with secrets are not pooled. Its deadline is a day past the run's
 /// timeout, as the pod may wait in the pool first.
-pub(crate) fn warm_one_shot_pod(sandbox: &Sandbox, opts: &KubeOptions) -> Result<Manifests> {
-    let command = ["/bin/sh", "-c", WARM_PROGRAM].map(String::from).to_vec();
-    let (naming, mut spec, egress) = one_shot_parts(sandbox, command, 0, opts)?;
+pub(crate) fn warm_one_shot_pod(
+    mut shape: OneShotShape<'_>,
+    opts: &KubeOptions,
+) -> Result<Manifests> {
+    shape.spec.cmd = ["/bin/sh", "-c", WARM_PROGRAM].map(String::from).to_vec();
+    let timeout = shape.timeout;
+    let (naming, mut spec, egress) = one_shot_parts(shape, 0, opts)?;
     for program in &mut spec.containers {
         if let Some(env) = &mut program.env {
             env.retain(|e| e.name != "DOCKHAND_ATTEMPT");
@@ -293,13 +300,8 @@ pub(crate) fn warm_one_shot_pod(sandbox: &Sandbox, opts: &KubeOptions) -> Result
     for inputs in spec.init_containers.iter_mut().flatten() {
         inputs.command = Some(["sh", "-c", WARM_INPUTS].map(String::from).to_vec());
     }
-    spec.active_deadline_seconds = Some(
-        24 * 3600
-            + sandbox
-                .runtime()
-                .timeout
-                .map_or(0, |t| t.as_secs().max(1) as i64 + 60),
-    );
+    spec.active_deadline_seconds =
+        Some(24 * 3600 + timeout.map_or(0, |t| t.as_secs().max(1) as i64 + 60));
     let pod = Pod {
         metadata: naming.meta(""),
         spec: Some(spec),
@@ -310,14 +312,12 @@ pub(crate) fn warm_one_shot_pod(sandbox: &Sandbox, opts: &KubeOptions) -> Result
 
 /// The pod of a one-shot: `inputs` (init), `program`, `outputs`.
 fn one_shot_parts(
-    sandbox: &Sandbox,
-    cmd: Vec<String>,
+    shape: OneShotShape<'_>,
     attempt: u32,
     opts: &KubeOptions,
 ) -> Result<(Naming, PodSpec, bool)> {
-    let spec = crate::sandbox::container_spec(sandbox, &opts.image, cmd);
-    let naming = Naming::new("sandbox", sandbox.name(), &spec, opts);
-    let rt = sandbox.runtime();
+    let spec = shape.spec;
+    let naming = Naming::new("sandbox", shape.name, &spec, opts);
 
     let (mut volumes, mounts) = pod::scratch(&spec, opts);
     let mut program = pod::container("program", &spec, mounts, opts)?;
@@ -332,7 +332,7 @@ fn one_shot_parts(
             m.read_only = Some(true);
         }
     }
-    secret_refs(&rt.secrets, opts, &mut program, &mut volumes);
+    secret_refs(shape.secrets, opts, &mut program, &mut volumes);
     let inputs = helper(
         "inputs",
         &["tar", "-x", "-f", "-", "-C", INPUTS],
@@ -357,7 +357,7 @@ fn one_shot_parts(
         opts,
     )?;
     let pod = pod::pod_spec(&spec, vec![program, outputs], vec![inputs], volumes, opts);
-    Ok((naming, pod, rt.network != Network::None))
+    Ok((naming, pod, shape.egress))
 }
 
 /// A Pod with `main` as its one container (after the `init` containers),
@@ -403,30 +403,14 @@ fn long_lived(
     naming.finish(objects, egress)
 }
 
-/// A code host as a Pod: the bridge under Monty, spoken to over its attach
-/// stream as on Docker; always offline.
-pub fn code_host(config: &CodeHostConfig, opts: &KubeOptions) -> Result<Manifests> {
-    if !config.mounts.is_empty() {
-        return Err(crate::Error::spec(
-            "code host",
-            "mounted directories are copied in by the Docker backend only; on Kubernetes, give the data as inputs or through a tool",
-        ));
-    }
-    code_host_pod(&config.launch()?, opts)
-}
-
-/// A code host's pod from its launch settings (the backend's path: the
-/// bridge's settings are those of this start).
-pub(crate) fn code_host_pod(
-    launch: &crate::codemode::Launch<'_>,
-    opts: &KubeOptions,
-) -> Result<Manifests> {
-    let spec = crate::codemode::host_spec(launch, &opts.image)?;
+/// A code host as a Pod from its container (`spec`, the bridge under
+/// Monty), spoken to over its attach stream as on Docker; always offline.
+/// The image carries the compiled bridge: a code host image dockhand made,
+/// pushed where the cluster pulls from.
+pub(crate) fn code_host_pod(spec: ContainerSpec, opts: &KubeOptions) -> Result<Manifests> {
     let naming = Naming::new("code-host", "monty", &spec, opts);
     let (volumes, mounts) = pod::scratch(&spec, opts);
     let main = pod::container("bridge", &spec, mounts, opts)?;
-    // The image carries the compiled bridge: a code host image dockhand
-    // made, pushed where the cluster pulls from.
     Ok(long_lived(
         naming,
         &spec,
@@ -438,26 +422,41 @@ pub(crate) fn code_host_pod(
     ))
 }
 
+/// A session's pod as its config describes it.
+pub(crate) struct SessionShape<'a> {
+    /// The session's name.
+    pub name: &'a str,
+    /// Its container (the command is the agent's).
+    pub spec: ContainerSpec,
+    /// Where the agent is run from, inside [`SessionShape::agent_dir`].
+    pub agent_path: String,
+    /// The directory the agent is installed in.
+    pub agent_dir: &'a str,
+    /// What the agent's image is run with to copy the agent there.
+    pub install_args: Vec<String>,
+    /// The workspace directory.
+    pub workspace: &'a str,
+    /// Its secrets (as references into `KubeOptions::secrets_object`).
+    pub secrets: &'a [Secret],
+    /// Its helper programs, by name.
+    pub helpers: &'a [(&'static str, &'static str)],
+    /// Whether it may reach anything (an allow-list).
+    pub egress: bool,
+}
+
 /// A session as a Pod: dockhand's static session agent, which an init
 /// container copies from the agent's image into a volume of the pod, run in
 /// the workspace and spoken to over its attach stream as on Docker; the
 /// session's helpers (if any) in a ConfigMap.
-pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> {
-    let mut spec = crate::session::container_spec(config, &opts.image)?;
-    let agent = crate::session::pod_agent_path();
-    spec.cmd = vec![agent.clone()];
-    let naming = Naming::new(
-        "session",
-        config.name.as_deref().unwrap_or("session"),
-        &spec,
-        opts,
-    );
+pub(crate) fn session_pod(shape: SessionShape<'_>, opts: &KubeOptions) -> Result<Manifests> {
+    let mut spec = shape.spec;
+    spec.cmd = vec![shape.agent_path.clone()];
+    let naming = Naming::new("session", shape.name, &spec, opts);
     let (mut volumes, mounts) = pod::scratch(&spec, opts);
     let mut main = pod::container("agent", &spec, mounts, opts)?;
     {
         // Docker writes the workspace into the container (owned by the
         // session's user); here it is a volume, writable whatever the image has.
-        let workspace = config.workspace_dir();
         volumes.push(Volume {
             name: "workspace".into(),
             empty_dir: Some(Default::default()),
@@ -467,11 +466,11 @@ pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> 
             .get_or_insert_with(Vec::new)
             .push(VolumeMount {
                 name: "workspace".into(),
-                mount_path: workspace.to_string(),
+                mount_path: shape.workspace.to_string(),
                 ..Default::default()
             });
     }
-    secret_refs(&config.secrets, opts, &mut main, &mut volumes);
+    secret_refs(shape.secrets, opts, &mut main, &mut volumes);
     volumes.push(Volume {
         name: AGENT_VOLUME.into(),
         empty_dir: Some(Default::default()),
@@ -479,16 +478,15 @@ pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> 
     });
     main.volume_mounts
         .get_or_insert_with(Vec::new)
-        .push(agent_mount(true));
-    let install = agent_installer(&spec, &agent, opts)?;
-    let egress = config.network != Network::None;
+        .push(agent_mount(shape.agent_dir, true));
+    let install = agent_installer(&spec, &shape.install_args, shape.agent_dir, opts)?;
     Ok(long_lived(
         naming,
         &spec,
         (main, vec![install]),
         volumes,
-        &config.helpers,
-        egress,
+        shape.helpers,
+        shape.egress,
         opts,
     ))
 }
@@ -496,18 +494,23 @@ pub fn session(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> 
 /// The volume a session's pod keeps the agent in.
 const AGENT_VOLUME: &str = "dockhand-agent";
 
-fn agent_mount(read_only: bool) -> VolumeMount {
+fn agent_mount(dir: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: AGENT_VOLUME.into(),
-        mount_path: crate::session::POD_AGENT_DIR.into(),
+        mount_path: dir.into(),
         read_only: Some(read_only),
         ..Default::default()
     }
 }
 
 /// The init container that copies the agent (its image's entrypoint) to
-/// `path`, as the session's user, under the session's hardening.
-fn agent_installer(spec: &ContainerSpec, path: &str, opts: &KubeOptions) -> Result<Container> {
+/// its path, as the session's user, under the session's hardening.
+fn agent_installer(
+    spec: &ContainerSpec,
+    install_args: &[String],
+    agent_dir: &str,
+    opts: &KubeOptions,
+) -> Result<Container> {
     let limits = BTreeMap::from([
         ("cpu".to_string(), Quantity("100m".into())),
         ("memory".to_string(), Quantity("32Mi".into())),
@@ -516,14 +519,14 @@ fn agent_installer(spec: &ContainerSpec, path: &str, opts: &KubeOptions) -> Resu
         name: "install-agent".into(),
         image: Some(opts.agent_image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
-        args: Some(crate::session::agent_install_args(path)),
+        args: Some(install_args.to_vec()),
         security_context: Some(pod::security_context(spec)?),
         resources: Some(ResourceRequirements {
             requests: Some(limits.clone()),
             limits: Some(limits),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![agent_mount(false)]),
+        volume_mounts: Some(vec![agent_mount(agent_dir, false)]),
         ..Default::default()
     })
 }
