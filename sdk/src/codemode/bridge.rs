@@ -198,14 +198,10 @@ impl Client {
     }
 }
 
-/// Makes the image if needed, then creates the container, uploads the
-/// bridge, attaches, starts it and waits for the bridge's `ready`, all of
-/// that within `start_timeout`.
-pub(crate) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
-    #[cfg(feature = "kubernetes")]
-    if let Some(cluster) = client.cluster() {
-        return super::on_cluster::launch(cluster, how).await;
-    }
+/// On Docker: makes the image if needed, then creates the container,
+/// uploads the bridge, attaches, starts it and waits for the bridge's
+/// `ready`, all of that within `start_timeout`.
+pub(super) async fn launch_on_docker(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
     // The image first, outside the start limit: the first build on a
     // machine compiles the bridge (minutes), under the builder's own limits.
     let spec = crate::image::bridge::code_host_image(client.engine()?, client.images()?, how.image)

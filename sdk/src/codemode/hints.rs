@@ -3,7 +3,6 @@
 
 use serde_json::{json, Value};
 
-use super::tools::ToolParam;
 use crate::sandbox::Type;
 
 pub(crate) fn sandbox_type_schema(ty: Type) -> Value {
@@ -30,31 +29,6 @@ pub(crate) fn python_hint_for(ty: Type) -> &'static str {
         Type::File => "FileHandle",
         Type::Dir => "DirHandle",
     }
-}
-
-/// The properties of an object schema as parameters, required ones first.
-pub(crate) fn params_of(schema: &Value) -> Vec<ToolParam> {
-    let required: Vec<&str> = schema["required"]
-        .as_array()
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let mut params: Vec<ToolParam> = schema["properties"]
-        .as_object()
-        .map(|props| {
-            props
-                .iter()
-                .map(|(name, s)| ToolParam {
-                    name: name.clone(),
-                    schema: s.clone(),
-                    required: required.contains(&name.as_str()),
-                    description: s["description"].as_str().unwrap_or_default().to_string(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    // Python puts parameters without defaults first.
-    params.sort_by_key(|p| !p.required);
-    params
 }
 
 pub(crate) fn python_hint(schema: &Value) -> String {

@@ -10,12 +10,13 @@ use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::bridge::{cancel_stale, launch, Runner};
+use super::bridge::{cancel_stale, Runner};
 use super::config::{CodeHostConfig, Execution, HostDescription};
 use super::durable::Origin;
 use super::errors::finish;
 use super::handles::{run_sandbox_tool, Handles};
 use super::inputs::code_inputs;
+use super::launch::launch;
 use super::offer::{module_offer, skill_named};
 use super::protocol::{self, ExecResult, FromRunner, ToRunner};
 use super::session::CodeSession;

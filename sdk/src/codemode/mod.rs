@@ -61,6 +61,7 @@ mod hints;
 mod host;
 mod inputs;
 mod kept;
+mod launch;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod modules;
@@ -85,7 +86,6 @@ pub use crate::error::{CodeError, CodeFailure, ToolCallRecord};
 pub use crate::image::bridge::MONTY_PACKAGE;
 pub use crate::lifecycle::State;
 pub use agent::{run_agent, AgentOutcome, AgentTurn, CodeGenerator};
-#[cfg(feature = "kubernetes")]
 pub use config::{CodeHostConfig, CodePolicy, Execution, HostDescription, StrictRule, StrictRules};
 pub use discovery::{DESCRIBE_TOOL, SEARCH_TOOLS};
 pub use host::CodeHost;

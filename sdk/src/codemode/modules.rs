@@ -226,40 +226,42 @@ impl Toolset {
     }
 }
 
-/// `list_modules()` and `read_module(path)` over a toolset's modules (read
-/// when called, so skills saved since show).
-pub(crate) fn module_tools(tools: &Toolset) -> Vec<Tool> {
-    let listed = Arc::new(tools.clone());
-    let read = listed.clone();
-    vec![
-        Tool::new(
-            LIST_MODULES,
-            "The tool modules: a list of dicts with `path`, `summary` and `tools` (the \
+impl Toolset {
+    /// `list_modules()` and `read_module(path)` over this toolset's modules
+    /// (read when called, so skills saved since show).
+    pub(crate) fn module_tools(&self) -> Vec<Tool> {
+        let listed = Arc::new(self.clone());
+        let read = listed.clone();
+        vec![
+            Tool::new(
+                LIST_MODULES,
+                "The tool modules: a list of dicts with `path`, `summary` and `tools` (the \
              names to import from it).",
-        )
-        .returns("list[dict[str, Any]]")
-        .handler(move |_| {
-            let listing = json!(listed.modules());
-            async move { Ok(listing) }
-        }),
-        Tool::new(
-            READ_MODULE,
-            "A tool module's functions (signatures and docstrings) as Python text.",
-        )
-        .param("path", ParamType::Str, "the module, like `tools.github`")
-        .returns("str")
-        .handler(move |args| {
-            let path = args["path"].as_str().unwrap_or_default().to_string();
-            let found = read.module_source(&path).ok_or_else(|| {
-                let paths: Vec<String> = read.modules().into_iter().map(|m| m.path).collect();
-                format!(
-                    "there is no module `{path}`; the modules are {}",
-                    paths.join(", ")
-                )
-            });
-            async move { found.map(Value::String) }
-        }),
-    ]
+            )
+            .returns("list[dict[str, Any]]")
+            .handler(move |_| {
+                let listing = json!(listed.modules());
+                async move { Ok(listing) }
+            }),
+            Tool::new(
+                READ_MODULE,
+                "A tool module's functions (signatures and docstrings) as Python text.",
+            )
+            .param("path", ParamType::Str, "the module, like `tools.github`")
+            .returns("str")
+            .handler(move |args| {
+                let path = args["path"].as_str().unwrap_or_default().to_string();
+                let found = read.module_source(&path).ok_or_else(|| {
+                    let paths: Vec<String> = read.modules().into_iter().map(|m| m.path).collect();
+                    format!(
+                        "there is no module `{path}`; the modules are {}",
+                        paths.join(", ")
+                    )
+                });
+                async move { found.map(Value::String) }
+            }),
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -317,7 +319,7 @@ mod tests {
     #[tokio::test]
     async fn the_discovery_tools_read_the_tree() {
         let tools = set();
-        let [list, read] = <[Tool; 2]>::try_from(module_tools(&tools)).unwrap();
+        let [list, read] = <[Tool; 2]>::try_from(tools.module_tools()).unwrap();
         let call = |t: &Tool, args: Value| {
             let bound = t.bind(&[], args.as_object().unwrap()).unwrap();
             match &t.kind {

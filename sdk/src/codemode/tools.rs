@@ -8,12 +8,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::hints::{params_of, python_hint, python_hint_for, sandbox_type_schema};
+use super::hints::{python_hint, python_hint_for, sandbox_type_schema};
 use super::schema::check;
 use crate::sandbox::Sandbox;
 
-#[cfg(test)]
-use super::toolset::Toolset;
 #[cfg(test)]
 use crate::sandbox::Type;
 
@@ -472,11 +470,36 @@ impl Tool {
     }
 }
 
+/// The properties of an object schema as parameters, required ones first.
+fn params_of(schema: &Value) -> Vec<ToolParam> {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut params: Vec<ToolParam> = schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, s)| ToolParam {
+                    name: name.clone(),
+                    schema: s.clone(),
+                    required: required.contains(&name.as_str()),
+                    description: s["description"].as_str().unwrap_or_default().to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Python puts parameters without defaults first.
+    params.sort_by_key(|p| !p.required);
+    params
+}
+
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn filter_tool() -> Tool {
+    pub(in crate::codemode) fn filter_tool() -> Tool {
         Tool::new("filter_data", "Keeps rows matching a condition.")
             .param("data", ParamType::List, "rows")
             .param("column", ParamType::Str, "column name")
@@ -530,24 +553,6 @@ mod tests {
                 &Map::new()
             )
             .is_err());
-    }
-
-    #[test]
-    fn prompt_renders_python_signatures_and_rules() {
-        let p = Toolset::new().tool(filter_tool()).prompt();
-        assert!(p.contains("def filter_data(data: list, column: str, operator: str, value: Any | None = None) -> list[dict]:"), "{p}");
-        assert!(
-            p.contains(
-                "    \"\"\"Keeps rows matching a condition.\n\n    Args:\n        data: rows\n"
-            ),
-            "{p}"
-        );
-        assert!(
-            !p.lines().any(|l| l.ends_with(' ')),
-            "no trailing spaces: {p}"
-        );
-        assert!(p.contains("Already available without importing"));
-        assert!(p.contains("gather("));
     }
 
     #[test]

@@ -224,7 +224,7 @@ impl Toolset {
 
     fn refresh_discovery(&mut self) {
         self.discovery = if self.listing == Listing::Modules {
-            super::modules::module_tools(self)
+            self.module_tools()
         } else if self.searched() {
             super::discovery::discovery_tools(&self.tools)
         } else {
@@ -412,5 +412,29 @@ impl Toolset {
         }
         text.push_str("```\n");
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codemode::tools::tests::filter_tool;
+
+    #[test]
+    fn prompt_renders_python_signatures_and_rules() {
+        let p = Toolset::new().tool(filter_tool()).prompt();
+        assert!(p.contains("def filter_data(data: list, column: str, operator: str, value: Any | None = None) -> list[dict]:"), "{p}");
+        assert!(
+            p.contains(
+                "    \"\"\"Keeps rows matching a condition.\n\n    Args:\n        data: rows\n"
+            ),
+            "{p}"
+        );
+        assert!(
+            !p.lines().any(|l| l.ends_with(' ')),
+            "no trailing spaces: {p}"
+        );
+        assert!(p.contains("Already available without importing"));
+        assert!(p.contains("gather("));
     }
 }

@@ -12,8 +12,9 @@
 
 use crate::engine::ContainerSpec;
 use crate::image::crate_build::CrateBuild;
-use crate::image::prebuilt::{Prebuilt, Recipes};
+use crate::image::prebuilt::Prebuilt;
 use crate::image::program::ProgramImage;
+use crate::image::program::Recipes;
 
 /// The gateway crate's files, by path inside the crate.
 const SOURCES: [(&str, &str); 12] = [

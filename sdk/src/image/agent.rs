@@ -11,8 +11,9 @@ use std::sync::{Mutex, OnceLock};
 use futures::StreamExt;
 
 use super::crate_build::CrateBuild;
-use super::prebuilt::{Prebuilt, Recipes, AGENT as PREBUILT};
+use super::prebuilt::{Prebuilt, AGENT as PREBUILT};
 use super::program::ProgramImage;
+use super::program::Recipes;
 use crate::engine::{ContainerSpec, Engine};
 use crate::error::{Error, Result};
 use crate::progress::Reporter;

@@ -227,7 +227,7 @@ async fn bootstrap(engine: &Engine, tag: &str, suite: &str, reporter: &Reporter)
 /// The base's Dockerfile: the root filesystem, then dockhand's setup that
 /// every image on it would otherwise repeat.
 fn base_dockerfile() -> String {
-    format!("{BASE_DOCKERFILE}{}", super::dockerfile::base_setup())
+    format!("{BASE_DOCKERFILE}{}", base_setup())
 }
 
 /// The `kind` label of base images.
@@ -284,6 +284,36 @@ pub(crate) async fn lock_file(dir: &Path, tag: &str) -> Result<std::fs::File> {
     })
     .await
     .map_err(|e| Error::io("lock task", std::io::Error::other(e.to_string())))?
+}
+
+/// Variables every image gets: pip installs system-wide (Debian's python
+/// refuses that, PEP 668, unless told; a sandbox image is single-purpose, so
+/// it is right), unbuffered Python, UTF-8.
+pub(super) const SETUP_ENV: &str =
+    "PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+     PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive \
+     PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8";
+
+/// Points the clients that carry their own bundle (pip from python.org
+/// images, requests, curl, Python's ssl) at the system bundle, where extra
+/// certificates are appended.
+pub(super) const CA_ENV: &str = "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+     PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+     REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
+     CURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt";
+
+/// Where sandboxes exchange inputs and outputs: inputs are read-only to the
+/// unprivileged user, outputs writable.
+pub(super) const IO_DIRS: &str =
+    "mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs";
+
+/// dockhand's own setup, as the base it makes from Debian packages carries
+/// it: an image on that base starts with the spec's own steps. Each step of
+/// a build costs a container and a layer commit, seconds on some storage
+/// drivers (fuse-overlayfs diffs the whole tree), so steps every image
+/// would repeat are paid once per machine.
+pub(crate) fn base_setup() -> String {
+    format!("ENV {SETUP_ENV} {CA_ENV}\nRUN {IO_DIRS}\n")
 }
 
 #[cfg(test)]

@@ -105,8 +105,9 @@ pub const SOURCES: [(&str, &str); 22] = [
 ];
 
 use super::crate_build::CrateBuild;
-use super::prebuilt::{self, Prebuilt, Recipes};
+use super::prebuilt::{self, Prebuilt};
 use super::program::ProgramImage;
+use super::program::Recipes;
 use super::{CopyFrom, ImageResolver, ImageSpec};
 use crate::engine::Engine;
 use crate::error::Result;

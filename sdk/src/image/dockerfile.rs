@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::base;
+use super::base::{self, CA_ENV, IO_DIRS, SETUP_ENV};
 use super::spec::{ImageSpec, CA_CERTS_ENV};
 use crate::error::{Error, Result};
 
@@ -120,36 +120,6 @@ fn quote(word: &str) -> String {
         .map(|q| q.into_owned())
         // Only a NUL byte fails to quote, and validation rejects control characters.
         .unwrap_or_else(|_| format!("'{}'", word.replace('\0', "")))
-}
-
-/// Variables every image gets: pip installs system-wide (Debian's python
-/// refuses that, PEP 668, unless told; a sandbox image is single-purpose, so
-/// it is right), unbuffered Python, UTF-8.
-const SETUP_ENV: &str =
-    "PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-     PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive \
-     PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8";
-
-/// Points the clients that carry their own bundle (pip from python.org
-/// images, requests, curl, Python's ssl) at the system bundle, where extra
-/// certificates are appended.
-const CA_ENV: &str = "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-     PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
-     REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
-     CURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt";
-
-/// Where sandboxes exchange inputs and outputs: inputs are read-only to the
-/// unprivileged user, outputs writable.
-const IO_DIRS: &str =
-    "mkdir -p /var/inputs /var/outputs && chmod 0755 /var/inputs && chmod 0777 /var/outputs";
-
-/// dockhand's own setup, as the base it makes from Debian packages carries
-/// it: an image on that base starts with the spec's own steps. Each step of
-/// a build costs a container and a layer commit, seconds on some storage
-/// drivers (fuse-overlayfs diffs the whole tree), so steps every image
-/// would repeat are paid once per machine.
-pub(crate) fn base_setup() -> String {
-    format!("ENV {SETUP_ENV} {CA_ENV}\nRUN {IO_DIRS}\n")
 }
 
 fn render(spec: &ImageSpec, base: &str, with_ca: bool) -> String {
@@ -349,7 +319,7 @@ mod tests {
         assert!(with_ca.dockerfile.contains("COPY dockhand-ca.pem"));
         assert!(!with_ca.dockerfile.contains("/var/inputs"));
         // What the base carries instead, and what other bases still get.
-        let setup = base_setup();
+        let setup = base::base_setup();
         let slim = ImageSpec::default().render_dockerfile();
         for part in [
             "PIP_BREAK_SYSTEM_PACKAGES=1",

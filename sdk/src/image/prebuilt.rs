@@ -5,10 +5,6 @@
 //! the build script could not compile them, the SDK compiles from the
 //! embedded sources as before.
 
-use std::sync::OnceLock;
-
-use super::program::ProgramImage;
-use crate::engine::Engine;
 use crate::error::Result;
 
 /// One program the build script compiled.
@@ -93,127 +89,25 @@ impl Prebuilt {
     }
 }
 
-/// One program's two recipes, each made once: from the prebuilt binary,
-/// or compiled from the embedded sources.
-pub(crate) struct Recipes {
-    prebuilt: Option<Prebuilt>,
-    recipe: fn(Option<&Prebuilt>) -> ProgramImage,
-    from_binary: OnceLock<ProgramImage>,
-    compiled: OnceLock<ProgramImage>,
-}
-
-impl Recipes {
-    pub(crate) const fn new(
-        prebuilt: Option<Prebuilt>,
-        recipe: fn(Option<&Prebuilt>) -> ProgramImage,
-    ) -> Self {
-        Recipes {
-            prebuilt,
-            recipe,
-            from_binary: OnceLock::new(),
-            compiled: OnceLock::new(),
-        }
-    }
-
-    /// The recipe for `engine`'s daemon: the prebuilt binary when it runs
-    /// there.
-    pub(crate) async fn for_engine(&self, engine: &Engine) -> Result<&ProgramImage> {
-        let platform = engine.platform().await?;
-        Ok(self.for_platform(&platform))
-    }
-
-    fn for_platform(&self, platform: &str) -> &ProgramImage {
-        match &self.prebuilt {
-            Some(binary) if binary.platform == platform => {
-                self.from_binary.get_or_init(|| (self.recipe)(Some(binary)))
-            }
-            _ => self.compiled.get_or_init(|| (self.recipe)(None)),
-        }
-    }
-
-    /// The recipe for the SDK's own platform: the prebuilt binary's, or
-    /// the one that compiles from the sources.
-    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
-    pub(crate) fn default_recipe(&self) -> &ProgramImage {
-        match &self.prebuilt {
-            Some(binary) => self.for_platform(binary.platform),
-            None => self.compiled.get_or_init(|| (self.recipe)(None)),
-        }
-    }
-
-    /// The recipe that compiles from the sources.
-    #[cfg(test)]
-    pub(crate) fn compiled(&self) -> &ProgramImage {
-        self.compiled.get_or_init(|| (self.recipe)(None))
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::image::ImageSpec;
 
     /// "tool\n", gzipped.
-    const GZIPPED: &[u8] = &[
+    pub(crate) const GZIPPED: &[u8] = &[
         0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x2b, 0xc9, 0xcf, 0xcf, 0xe1,
         0x02, 0x00, 0xef, 0x17, 0x23, 0xc3, 0x05, 0x00, 0x00, 0x00,
     ];
 
-    const FAKE: Prebuilt = Prebuilt {
+    pub(crate) const FAKE: Prebuilt = Prebuilt {
         binary: "tool",
         gzipped: GZIPPED,
         sha256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         platform: "linux/amd64",
     };
 
-    fn recipe(prebuilt: Option<&Prebuilt>) -> ProgramImage {
-        ProgramImage {
-            repository: "dockhand/tool",
-            kind: "tool-image",
-            compiler: match prebuilt {
-                Some(_) => None,
-                None => Some(ImageSpec::default().run("cargo build")),
-            },
-            files: match prebuilt {
-                Some(_) => vec![],
-                None => vec![("/opt/tool", "/tool")],
-            },
-            prebuilt: prebuilt.map(|p| (*p, "/tool")),
-            entrypoint: Some("/tool"),
-        }
-    }
-
     #[test]
-    fn the_binary_is_used_on_its_own_platform_only() {
-        let recipes = Recipes::new(Some(FAKE), recipe);
-        let here = recipes.for_platform("linux/amd64");
-        assert!(here.compiler.is_none(), "nothing to compile");
-        let text = here.dockerfile("unused");
-        assert!(
-            text.starts_with("FROM scratch\nCOPY tool-0123456789abcdef /tool\n"),
-            "{text}"
-        );
-        assert!(!text.contains("--from"), "{text}");
-        let elsewhere = recipes.for_platform("linux/arm64");
-        let compiler = elsewhere.compiler.as_ref().expect("compiled");
-        assert_eq!(compiler.commands, vec!["cargo build".to_string()]);
-        assert_ne!(here.tag(), elsewhere.tag(), "two binaries, two images");
-        let none = Recipes::new(None, recipe);
-        assert!(none.for_platform("linux/amd64").compiler.is_some());
-    }
-
-    #[test]
-    fn a_new_binary_is_a_new_image() {
-        let recipes = Recipes::new(Some(FAKE), recipe);
-        let other = Prebuilt {
-            sha256: "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
-            ..FAKE
-        };
-        let others = Recipes::new(Some(other), recipe);
-        assert_ne!(
-            recipes.for_platform("linux/amd64").tag(),
-            others.for_platform("linux/amd64").tag()
-        );
+    fn a_binary_unpacks() {
         assert_eq!(FAKE.unpack().expect("gzip"), b"tool\n");
     }
 

@@ -11,8 +11,9 @@
 //! by every process.
 
 use super::crate_build::CrateBuild;
-use super::prebuilt::{Prebuilt, Recipes};
+use super::prebuilt::Prebuilt;
 use super::program::ProgramImage;
+use super::program::Recipes;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::progress::Reporter;

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 
+use super::attempt::{Prepared, RunOutput};
 use super::capture::CapturedText;
 use super::outputs;
-use super::run::{Prepared, RunOutput};
 use super::spec::Sandbox;
 use super::verdict::{verdict, Ended};
 use crate::engine::ExitStatus;

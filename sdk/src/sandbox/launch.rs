@@ -1,9 +1,9 @@
 //! Making the container of an attempt: the spec every container of a
 //! sandbox shares, a cold one's extras, and handing a job to a warm one.
 
+use super::attempt::{JobDelivery, Prepared};
 use super::inputs::INLINE_JOB_ENV;
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
-use super::run::{JobDelivery, Prepared};
 use super::spec::Sandbox;
 use crate::engine::{Attached, ContainerGuard, ContainerSpec, Engine, LogChunk};
 use crate::error::{Error, Result};
@@ -69,26 +69,6 @@ pub(crate) fn container_spec(sandbox: &Sandbox, image: &str, cmd: Vec<String>) -
 
 type OutputStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<LogChunk>> + Send>>;
 type Stdin = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
-
-/// A pool's started container, attached since before its start (so the
-/// handover is one write on its stdin), waiting for its one job.
-pub(crate) struct WarmContainer {
-    /// Owns the container: dropping it removes the container.
-    pub(crate) container: ContainerGuard,
-    /// Its stdin, stdout and stderr.
-    pub(crate) attached: Attached,
-    /// Its network and registration with the egress gateway, made with it
-    /// (a sandbox with a policy): the run starts with its way out ready.
-    pub(crate) egress: Option<crate::gateway::Lease>,
-}
-
-/// What a pool holds: a started container on Docker, a pod waiting for
-/// its inputs on a cluster.
-pub(crate) enum Warm {
-    Container(Box<WarmContainer>),
-    #[cfg(feature = "kubernetes")]
-    Pod(Box<super::on_cluster::WarmPod>),
-}
 
 /// Gives a warm container its job: the attempt number on its stdin, which
 /// starts it, with the inline job on the same line, or after uploading the

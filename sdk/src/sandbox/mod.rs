@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attempt;
 mod cache;
 mod capture;
 mod conclusion;
@@ -55,19 +56,20 @@ pub use crate::settings::{
     DEFAULT_PIDS, UNPRIVILEGED_USER,
 };
 pub use crate::settings::{Secret, SecretMount, SECRETS_DIR};
+pub use attempt::{Attempt, RunOptions, RunOutput};
+pub(crate) use attempt::{Warm, WarmContainer};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind, LINE_PIECE};
 pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
-pub(crate) use launch::{container_spec, Warm, WarmContainer};
+pub(crate) use launch::container_spec;
 #[cfg(feature = "kubernetes")]
 pub(crate) use on_cluster::{agent_pool, warm_pod};
 pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;
-pub use run::{Attempt, RunOptions, RunOutput};
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

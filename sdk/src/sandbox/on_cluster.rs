@@ -8,10 +8,9 @@ use std::time::Instant;
 
 use futures::AsyncBufReadExt;
 
+use super::attempt::{JobDelivery, Prepared, RunOptions, RunOutput, Warm, WarmPod};
 use super::capture::{StreamBuffer, StreamKind};
 use super::conclusion::{collect_streamed, conclude, within};
-use super::launch::Warm;
-use super::run::{JobDelivery, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
 use super::value::Value;
 use crate::backend::Pooled;
@@ -66,21 +65,6 @@ where
 /// Refuses, before anything is made, what runs on Docker only.
 pub(super) fn check(sandbox: &Sandbox) -> Result<()> {
     crate::cluster::refuse_network(&sandbox.runtime.network, &sandbox.runtime.secrets)
-}
-
-/// A pool's pod, waiting in its `inputs` container for a run's attempt
-/// number and inputs archive (see `manifests::warm_one_shot_pod`).
-pub(crate) struct WarmPod {
-    /// Owns the pod (or the claim that holds it): dropping it deletes the pod.
-    guard: Held,
-    name: String,
-}
-
-impl WarmPod {
-    /// Deletes the pod, waiting for the API server to take the delete.
-    pub(crate) async fn remove(self) -> Result<()> {
-        self.guard.remove().await
-    }
 }
 
 /// One of `sandbox`'s pool pods from `image`, planned (see `manifests::warm_one_shot_pod`).

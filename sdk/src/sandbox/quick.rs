@@ -1,7 +1,7 @@
 //! Shorthands for the common cases: a run with no inputs, inputs of mixed
 //! types, and a one-off snippet with nothing declared.
 
-use super::run::RunOutput;
+use super::attempt::RunOutput;
 use super::spec::Sandbox;
 use super::value::Value;
 use crate::client::Client;

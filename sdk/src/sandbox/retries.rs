@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
+use super::attempt::Warm;
+use super::attempt::{Attempt, Prepared, RunOptions, RunOutput};
 use super::cache;
-use super::launch::Warm;
-use super::run::{Attempt, Prepared, RunOptions, RunOutput};
 use super::spec::Sandbox;
 use crate::backend::Pooled;
 use crate::client::Client;

@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 
+use super::attempt::{JobDelivery, Prepared, RunOptions, RunOutput, Warm, WarmContainer};
 use super::cache;
-use super::capture::{CapturedText, OutputHandler, OutputLine, StreamBuffer, StreamKind};
+use super::capture::{OutputHandler, StreamBuffer, StreamKind};
 use super::conclusion::{collect_streamed, conclude, within};
 use super::frame::RunnerEnds;
 use super::inputs;
-use super::launch::{cold_spec, hand_over, Warm, WarmContainer};
-use super::outputs::{self, Outputs};
+use super::launch::{cold_spec, hand_over};
+use super::outputs;
 use super::preamble::{INPUTS_DIR, OUTPUTS_DIR};
 use super::spec::Sandbox;
 use super::value::Value;
@@ -21,110 +22,8 @@ use crate::backend::Pooled;
 use crate::client::Client;
 use crate::engine::{ExitStatus, LogChunk};
 use crate::error::{Error, Result};
-use crate::image::ResolvedImage;
 use crate::settings::{CacheMode, Network};
 use crate::settings::{SecretMount, SECRETS_DIR};
-
-/// Per-call options of [`Client::run_with`].
-#[derive(Clone, Default)]
-pub struct RunOptions {
-    pub(crate) on_output: Option<OutputHandler>,
-}
-
-impl std::fmt::Debug for RunOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunOptions")
-            .field("on_output", &self.on_output.is_some())
-            .finish()
-    }
-}
-
-impl RunOptions {
-    /// Default options.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Receives each stdout/stderr line while the run goes (secret values redacted).
-    pub fn on_output(mut self, handler: impl Fn(OutputLine) + Send + Sync + 'static) -> Self {
-        self.on_output = Some(Arc::new(handler));
-        self
-    }
-}
-
-/// One attempt of a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Attempt {
-    /// 1-based attempt number.
-    pub number: u32,
-    /// How long it took.
-    pub duration: Duration,
-    /// Why it failed; `None` for the attempt that succeeded.
-    pub error: Option<String>,
-}
-
-/// The result of a successful run.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct RunOutput {
-    /// Typed outputs.
-    pub outputs: Outputs,
-    /// The program's exit code: 0, or one the sandbox accepts
-    /// ([`SandboxBuilder::accept_exit_codes`](crate::SandboxBuilder::accept_exit_codes)).
-    pub exit_code: i64,
-    /// Captured standard output (secret values redacted).
-    pub stdout: CapturedText,
-    /// Captured standard error (secret values redacted).
-    pub stderr: CapturedText,
-    /// Wall time of the whole call (all attempts, or the cache lookup).
-    pub duration: Duration,
-    /// The image reference the run used.
-    pub image: String,
-    /// Whether the outputs came from the output cache (no container was started).
-    pub cached: bool,
-    /// Every attempt, failed ones first (empty for a cache hit).
-    pub attempts: Vec<Attempt>,
-}
-
-impl RunOutput {
-    /// Shorthand for `self.outputs.get(name)`.
-    pub fn get<T: super::value::FromValue>(&self, name: &str) -> Result<T> {
-        self.outputs.get(name)
-    }
-}
-
-/// How a run's code and inputs reach its container.
-pub(super) enum JobDelivery {
-    /// As JSON in a cold container's environment, or on a warm one's
-    /// handover line, run by `command` (see [`inputs::inline_job`]).
-    Inline { command: Vec<String>, job: String },
-    /// As an archive uploaded into `/var/inputs`, run by `command`.
-    Upload {
-        command: Vec<String>,
-        tar: inputs::InputsTar,
-    },
-}
-
-/// Everything an attempt needs, prepared once per call.
-pub(super) struct Prepared {
-    pub(super) image: ResolvedImage,
-    /// How the code and inputs reach the container.
-    pub(super) job: JobDelivery,
-    /// Where the runner's outputs frame starts on stdout, if it sends one.
-    pub(super) frame_marker: Option<String>,
-    /// Secret names and what the container gets: values, or placeholders
-    /// for secrets bound to hosts.
-    pub(super) secrets: Vec<(String, String)>,
-    pub(super) secrets_tar: Option<Bytes>,
-    /// Secret names and values, redacted from whatever comes back (an
-    /// allowed host could echo a bound secret into the sandbox).
-    pub(super) redactions: Vec<(String, String)>,
-    /// Images not built by dockhand may lack a writable /var/outputs.
-    pub(super) needs_outputs_dir: bool,
-    /// The way out through the egress gateway, for a sandbox with a policy.
-    pub(super) egress: Option<crate::gateway::Lease>,
-}
 
 impl Client {
     /// Runs `sandbox` once with `inputs`, in a fresh container that is removed
