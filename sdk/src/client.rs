@@ -362,8 +362,8 @@ impl Client {
         self.inner.backend.engine().ok_or_else(docker_only)
     }
 
-    #[cfg(feature = "kubernetes")]
-    pub(crate) fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+    /// The cluster, on Kubernetes.
+    pub(crate) fn cluster(&self) -> Option<&crate::backend::Cluster> {
         self.inner.backend.cluster()
     }
 

@@ -5,13 +5,13 @@
 use crate::engine::ContainerGuard;
 use crate::error::Result;
 
+// Pods are made on a cluster only (feature `kubernetes`).
+#[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
 pub(crate) enum Held {
     Container(ContainerGuard),
-    #[cfg(feature = "kubernetes")]
-    Pod(crate::cluster::PodGuard),
+    Pod(crate::backend::PodGuard),
     /// A pod of agent-sandbox's, owned through the claim that holds it.
-    #[cfg(feature = "kubernetes")]
-    Claim(Box<crate::cluster::ClaimGuard>),
+    Claim(Box<crate::backend::ClaimGuard>),
 }
 
 impl Held {
@@ -19,16 +19,14 @@ impl Held {
     pub(crate) fn id(&self) -> &str {
         match self {
             Held::Container(guard) => guard.id(),
-            #[cfg(feature = "kubernetes")]
             Held::Pod(guard) => guard.name(),
-            #[cfg(feature = "kubernetes")]
             Held::Claim(claim) => claim.pod(),
         }
     }
 
     /// Removes it on a task of its own, so the caller answers now (each
     /// guard's drop does exactly this).
-    #[cfg(feature = "kubernetes")]
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
     pub(crate) fn remove_in_background(self) {
         drop(self)
     }
@@ -38,7 +36,6 @@ impl Held {
         match self {
             Held::Container(guard) => guard.release(),
             // Pods are not kept (kept sessions are refused on a cluster).
-            #[cfg(feature = "kubernetes")]
             other => drop(other),
         }
     }
@@ -47,9 +44,7 @@ impl Held {
     pub(crate) async fn remove(self) -> Result<()> {
         match self {
             Held::Container(guard) => guard.remove().await,
-            #[cfg(feature = "kubernetes")]
             Held::Pod(guard) => guard.remove().await,
-            #[cfg(feature = "kubernetes")]
             Held::Claim(claim) => claim.remove().await,
         }
     }

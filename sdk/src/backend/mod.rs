@@ -2,9 +2,15 @@
 //! (feature `kubernetes`). The client holds one `Backend` and asks it for
 //! what differs between the two: images, cleanup, what is live, ending.
 
+#[cfg(not(feature = "kubernetes"))]
+mod absent;
 mod pooled;
 
-pub(crate) use pooled::Pooled;
+#[cfg(feature = "kubernetes")]
+pub(crate) use crate::cluster::{AgentPool, ClaimGuard, Cluster, PodGuard};
+#[cfg(not(feature = "kubernetes"))]
+pub(crate) use absent::{AgentPool, ClaimGuard, Cluster, PodGuard};
+pub(crate) use pooled::{Claims, Pooled};
 
 use crate::engine::{labels, Engine};
 use crate::error::Result;
@@ -19,8 +25,9 @@ pub(crate) enum Backend {
         engine: Engine,
         images: std::sync::Arc<ImageResolver>,
     },
-    #[cfg(feature = "kubernetes")]
-    Kubernetes(crate::cluster::Cluster),
+    // Made by a client on a cluster only (feature `kubernetes`).
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+    Kubernetes(Cluster),
 }
 
 /// What [`Client::reap`](crate::Client::reap) removed.
@@ -49,7 +56,6 @@ impl Backend {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Backend::Docker { .. } => "docker",
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(_) => "kubernetes",
         }
     }
@@ -58,7 +64,6 @@ impl Backend {
     pub(crate) fn endpoint(&self) -> &str {
         match self {
             Backend::Docker { engine, .. } => engine.endpoint(),
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(cluster) => cluster.server(),
         }
     }
@@ -67,7 +72,6 @@ impl Backend {
     pub(crate) fn engine(&self) -> Option<&Engine> {
         match self {
             Backend::Docker { engine, .. } => Some(engine),
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(_) => None,
         }
     }
@@ -76,14 +80,12 @@ impl Backend {
     pub(crate) fn images(&self) -> Option<&ImageResolver> {
         match self {
             Backend::Docker { images, .. } => Some(images.as_ref()),
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(_) => None,
         }
     }
 
     /// The cluster, if this is Kubernetes.
-    #[cfg(feature = "kubernetes")]
-    pub(crate) fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
         match self {
             Backend::Kubernetes(cluster) => Some(cluster),
             Backend::Docker { .. } => None,
@@ -106,7 +108,6 @@ impl Backend {
                 }
                 None => images.resolve(spec).await,
             },
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(cluster) => cluster.resolve_image(spec).await,
         }
     }
@@ -126,7 +127,6 @@ impl Backend {
                 report.networks = engine.reap_networks().await?;
                 report.images = engine.prune_untagged("snapshot").await?;
             }
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(cluster) => report.containers = cluster.reap().await?,
         }
         Ok(report)
@@ -145,7 +145,6 @@ impl Backend {
                 })
                 .map(|(id, _)| id)
                 .collect()),
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(cluster) => cluster.live_pods().await,
         }
     }
@@ -154,7 +153,6 @@ impl Backend {
     pub(crate) async fn close(&self) -> Result<()> {
         match self {
             Backend::Docker { .. } => Ok(()),
-            #[cfg(feature = "kubernetes")]
             Backend::Kubernetes(cluster) => cluster.release().await,
         }
     }

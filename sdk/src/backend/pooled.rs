@@ -7,16 +7,12 @@ use crate::warm::{PoolStats, WarmPool, WAIT_LIMIT};
 /// agent-sandbox, a claim on its warm pool (then it holds no items).
 pub(crate) struct Pooled<T: Send + 'static> {
     pub(crate) warm: WarmPool<T>,
-    #[cfg(feature = "kubernetes")]
-    pub(crate) claims: Option<std::sync::Arc<crate::cluster::AgentPool>>,
+    pub(crate) claims: Claims,
 }
 
 /// The agent-sandbox pool a pooled start claims its pod from (never one
 /// without the `kubernetes` feature).
-#[cfg(feature = "kubernetes")]
-pub(crate) type Claims = Option<std::sync::Arc<crate::cluster::AgentPool>>;
-#[cfg(not(feature = "kubernetes"))]
-pub(crate) type Claims = Option<std::convert::Infallible>;
+pub(crate) type Claims = Option<std::sync::Arc<super::AgentPool>>;
 
 impl<T: Send + 'static> Pooled<T> {
     /// A started item: on agent-sandbox, one `start` makes claiming its pod;
@@ -26,7 +22,6 @@ impl<T: Send + 'static> Pooled<T> {
     where
         Fut: std::future::Future<Output = crate::Result<T>>,
     {
-        #[cfg(feature = "kubernetes")]
         if let Some(claims) = &self.claims {
             return start(Some(claims.clone())).await;
         }
@@ -37,7 +32,6 @@ impl<T: Send + 'static> Pooled<T> {
     }
 
     pub(crate) fn stats(&self) -> PoolStats {
-        #[cfg(feature = "kubernetes")]
         if let Some(claims) = &self.claims {
             return claims.stats();
         }
@@ -45,7 +39,6 @@ impl<T: Send + 'static> Pooled<T> {
     }
 
     pub(crate) async fn wait_ready(&self, timeout: std::time::Duration) -> bool {
-        #[cfg(feature = "kubernetes")]
         if let Some(claims) = &self.claims {
             return claims.wait_ready(timeout).await;
         }
@@ -53,7 +46,6 @@ impl<T: Send + 'static> Pooled<T> {
     }
 
     pub(crate) async fn shutdown(&self) {
-        #[cfg(feature = "kubernetes")]
         if let Some(claims) = &self.claims {
             claims.shutdown().await;
         }

@@ -36,8 +36,7 @@ pub(crate) struct Launch<'a> {
     /// The most the mounts' copies and what the code writes may hold.
     pub mounts_size: u64,
     /// On a cluster, the agent-sandbox pool to claim the pod from.
-    #[cfg(feature = "kubernetes")]
-    pub claims: Option<&'a crate::cluster::AgentPool>,
+    pub claims: Option<&'a crate::backend::AgentPool>,
 }
 
 /// The code host's container: the bridge under Monty, always fully

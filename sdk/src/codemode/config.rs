@@ -463,7 +463,6 @@ impl CodeHostConfig {
             start_timeout: self.start_timeout,
             mounts: &self.mounts,
             mounts_size: self.mounts_size,
-            #[cfg(feature = "kubernetes")]
             claims: None,
         })
     }

@@ -47,8 +47,7 @@ struct Inner {
     handles: Handles,
     ids: AtomicU64,
     /// The agent-sandbox pool a pooled host claims its pod from.
-    #[cfg(feature = "kubernetes")]
-    claims: Option<Arc<crate::cluster::AgentPool>>,
+    claims: crate::backend::Claims,
 }
 
 /// A long-lived container that runs LLM-written Python against tools.
@@ -126,8 +125,7 @@ impl Client {
     pub(crate) fn code_host_from(
         &self,
         config: CodeHostConfig,
-        #[cfg(feature = "kubernetes")] claims: Option<Arc<crate::cluster::AgentPool>>,
-        #[cfg(not(feature = "kubernetes"))] _claims: Option<std::convert::Infallible>,
+        claims: crate::backend::Claims,
     ) -> CodeHost {
         CodeHost {
             inner: Arc::new(Inner {
@@ -141,7 +139,6 @@ impl Client {
                 runner: tokio::sync::Mutex::new(None),
                 handles: Handles::default(),
                 ids: AtomicU64::new(0),
-                #[cfg(feature = "kubernetes")]
                 claims,
             }),
         }
@@ -214,10 +211,7 @@ impl CodeHost {
         // Bad settings fail the start and leave the host as it was.
         #[allow(unused_mut)]
         let mut how = self.inner.config.launch()?;
-        #[cfg(feature = "kubernetes")]
-        {
-            how.claims = self.inner.claims.as_deref();
-        }
+        how.claims = self.inner.claims.as_deref();
         self.set_state(State::Running)?;
         // A start dropped half-way leaves `error`, from which start works again.
         let mut pending = FailUnlessDone {

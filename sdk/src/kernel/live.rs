@@ -75,8 +75,7 @@ impl Client {
     pub(crate) fn kernel_from(
         &self,
         config: KernelConfig,
-        #[cfg(feature = "kubernetes")] claims: Option<Arc<crate::cluster::AgentPool>>,
-        #[cfg(not(feature = "kubernetes"))] claims: Option<std::convert::Infallible>,
+        claims: crate::backend::Claims,
     ) -> Kernel {
         let session = self.session_from(config.session_config(), claims);
         Kernel {

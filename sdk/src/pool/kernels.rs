@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 
-use super::{PoolConfig, Pooled};
+use super::{agent_pools, PoolConfig, Pooled, Recipe};
 use crate::client::Client;
 use crate::error::Result;
 use crate::kernel::{Kernel, KernelConfig};
-use crate::warm::{Fill, PoolStats, WarmPool};
+use crate::warm::PoolStats;
 
 /// Kernels started ahead of need, all with one configuration.
 ///
@@ -47,57 +47,43 @@ impl Client {
         self.resolve_image(&config.session_config().image).await?;
         // On agent-sandbox, the cluster keeps the kernels' pods started and
         // each kernel claims one as it starts: nothing is held here.
-        #[cfg(feature = "kubernetes")]
-        let claims = match super::agent_sandbox_cluster(self, pool.size).await? {
-            Some(cluster) => {
-                crate::session::agent_pool(cluster, &config.session_config(), pool.size)
-                    .await?
-                    .map(Arc::new)
-            }
-            None => None,
-        };
-        #[cfg(feature = "kubernetes")]
-        let pool = super::held_by(&claims, pool);
-        let fill: Fill<Kernel> = {
+        let agent = agent_pools!(|cluster, size| {
+            let session = config.session_config();
+            async move { crate::session::agent_pool(cluster, &session, size).await }
+        });
+        let pooled = super::open(self, pool, agent, |pool| {
             // The pod's start has the pool's start limit (see `session_pool`).
             let limit = pool.start_limit;
             let config = config.clone().session(|s| {
                 let within = s.start_timeout.min(limit);
                 s.start_timeout(within)
             });
-            let (client, config) = (self.clone(), config);
-            Arc::new(move || {
-                let kernel = client.kernel(config.clone());
-                async move {
-                    kernel.start().await?;
-                    Ok(kernel)
-                }
-                .boxed()
-            })
-        };
-        let stop = Arc::new(|k: Kernel| {
-            async move {
-                if let Err(e) = k.close().await {
-                    tracing::warn!(error = %e, "closing a pooled kernel");
-                }
+            let client = self.clone();
+            Recipe {
+                name: "kernel-pool".into(),
+                fill: Arc::new(move || {
+                    let kernel = client.kernel(config.clone());
+                    async move {
+                        kernel.start().await?;
+                        Ok(kernel)
+                    }
+                    .boxed()
+                }),
+                stop: Arc::new(|k: Kernel| {
+                    async move {
+                        if let Err(e) = k.close().await {
+                            tracing::warn!(error = %e, "closing a pooled kernel");
+                        }
+                    }
+                    .boxed()
+                }),
             }
-            .boxed()
-        });
-        let warm = WarmPool::new(
-            "kernel-pool".into(),
-            pool.normalized(),
-            fill,
-            stop,
-            self.reporter().clone(),
-        );
+        })
+        .await?;
         Ok(KernelPool {
             client: self.clone(),
             config,
-            pooled: Pooled {
-                warm,
-                #[cfg(feature = "kubernetes")]
-                claims,
-            },
+            pooled,
         })
     }
 }

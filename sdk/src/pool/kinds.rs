@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 
-use super::{PoolConfig, Pooled};
+use super::{agent_pools, PoolConfig, Pooled, Recipe};
 use crate::client::Client;
 use crate::codemode::{CodeHost, CodeHostConfig};
 use crate::error::Result;
 use crate::session::{Session, SessionConfig};
-use crate::warm::{Discard, Fill, PoolStats, WarmPool};
+use crate::warm::PoolStats;
 
 /// Sessions started ahead of need, all with one configuration.
 ///
@@ -53,14 +53,6 @@ impl std::fmt::Debug for CodeHostPool {
     }
 }
 
-/// Dropping a session or host removes its container (see their docs);
-/// stopping first makes it happen now.
-fn discard<T: Send + 'static>(
-    stop: fn(T) -> futures::future::BoxFuture<'static, ()>,
-) -> Discard<T> {
-    Arc::new(stop)
-}
-
 impl Client {
     /// A pool of started sessions with `config`; it fills in the background.
     /// The image is resolved (built if need be) first.
@@ -72,53 +64,39 @@ impl Client {
         self.resolve_image(&config.image).await?;
         // On agent-sandbox, the cluster keeps the pods started and each
         // session claims one: nothing is held here.
-        #[cfg(feature = "kubernetes")]
-        let claims = match super::agent_sandbox_cluster(self, pool.size).await? {
-            Some(cluster) => crate::session::agent_pool(cluster, &config, pool.size)
-                .await?
-                .map(Arc::new),
-            None => None,
-        };
-        #[cfg(feature = "kubernetes")]
-        let pool = super::held_by(&claims, pool);
-        let fill: Fill<Session> = {
+        let agent =
+            agent_pools!(|cluster, size| crate::session::agent_pool(cluster, &config, size));
+        let pooled = super::open(self, pool, agent, |pool| {
             // A fill has the pool's start limit: on a cluster, a pod the
             // scheduler cannot place then fails it with the scheduler's reason.
             let limit = config.start_timeout.min(pool.start_limit);
             let (client, config) = (self.clone(), config.clone().start_timeout(limit));
-            Arc::new(move || {
-                let session = client.session(config.clone());
-                async move {
-                    session.start().await?;
-                    Ok(session)
-                }
-                .boxed()
-            })
-        };
-        // Stop, not close: a pooled session nobody used has nothing to snapshot.
-        let stop = discard(|s: Session| {
-            async move {
-                if let Err(e) = s.stop().await {
-                    tracing::warn!(error = %e, "stopping a pooled session");
-                }
+            Recipe {
+                name: "session-pool".into(),
+                fill: Arc::new(move || {
+                    let session = client.session(config.clone());
+                    async move {
+                        session.start().await?;
+                        Ok(session)
+                    }
+                    .boxed()
+                }),
+                // Stop, not close: a pooled session nobody used has nothing to snapshot.
+                stop: Arc::new(|s: Session| {
+                    async move {
+                        if let Err(e) = s.stop().await {
+                            tracing::warn!(error = %e, "stopping a pooled session");
+                        }
+                    }
+                    .boxed()
+                }),
             }
-            .boxed()
-        });
-        let warm = WarmPool::new(
-            "session-pool".into(),
-            pool.normalized(),
-            fill,
-            stop,
-            self.reporter().clone(),
-        );
+        })
+        .await?;
         Ok(SessionPool {
             client: self.clone(),
             config,
-            pooled: Pooled {
-                warm,
-                #[cfg(feature = "kubernetes")]
-                claims,
-            },
+            pooled,
         })
     }
 
@@ -130,49 +108,40 @@ impl Client {
     ) -> Result<CodeHostPool> {
         // On agent-sandbox, the cluster keeps the hosts' pods started and
         // each host claims one as it starts: nothing is held here.
-        #[cfg(feature = "kubernetes")]
-        let claims = match super::agent_sandbox_cluster(self, pool.size).await? {
-            Some(cluster) => Some(Arc::new(
-                crate::codemode::agent_pool(cluster, config.launch()?, pool.size).await?,
-            )),
-            None => None,
-        };
-        #[cfg(feature = "kubernetes")]
-        let pool = super::held_by(&claims, pool);
-        let fill: Fill<CodeHost> = {
-            let (client, config) = (self.clone(), config.clone());
-            Arc::new(move || {
-                let host = client.code_host(config.clone());
-                async move {
-                    host.start().await?;
-                    Ok(host)
-                }
-                .boxed()
-            })
-        };
-        let stop = discard(|h: CodeHost| {
+        let agent = agent_pools!(|cluster, size| {
+            let launch = config.launch();
             async move {
-                if let Err(e) = h.close().await {
-                    tracing::warn!(error = %e, "stopping a pooled code host");
-                }
+                let pool = crate::codemode::agent_pool(cluster, launch?, size).await?;
+                Ok(Some(pool))
             }
-            .boxed()
         });
-        let warm = WarmPool::new(
-            "code-host-pool".into(),
-            pool.normalized(),
-            fill,
-            stop,
-            self.reporter().clone(),
-        );
+        let pooled = super::open(self, pool, agent, |_| {
+            let (client, config) = (self.clone(), config.clone());
+            Recipe {
+                name: "code-host-pool".into(),
+                fill: Arc::new(move || {
+                    let host = client.code_host(config.clone());
+                    async move {
+                        host.start().await?;
+                        Ok(host)
+                    }
+                    .boxed()
+                }),
+                stop: Arc::new(|h: CodeHost| {
+                    async move {
+                        if let Err(e) = h.close().await {
+                            tracing::warn!(error = %e, "stopping a pooled code host");
+                        }
+                    }
+                    .boxed()
+                }),
+            }
+        })
+        .await?;
         Ok(CodeHostPool {
             client: self.clone(),
             config,
-            pooled: Pooled {
-                warm,
-                #[cfg(feature = "kubernetes")]
-                claims,
-            },
+            pooled,
         })
     }
 }

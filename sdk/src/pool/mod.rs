@@ -68,34 +68,80 @@ mod kinds;
 mod sandbox;
 
 pub(crate) use crate::backend::Pooled;
+use crate::backend::{AgentPool, Cluster};
+use crate::client::Client;
+use crate::error::Result;
+use crate::warm::{Discard, Fill, WarmPool};
 pub use crate::warm::{PoolConfig, PoolStats};
 pub use kernels::KernelPool;
 pub use kinds::{CodeHostPool, SessionPool};
 pub use sandbox::SandboxPool;
 
-/// The cluster a pool of `size` goes through agent-sandbox on, if it does
-/// (see [`KubeConfig::agent_sandbox`](crate::KubeConfig::agent_sandbox)).
-#[cfg(feature = "kubernetes")]
-pub(crate) async fn agent_sandbox_cluster(
-    client: &crate::Client,
-    size: usize,
-) -> crate::Result<Option<&crate::cluster::Cluster>> {
-    match client.cluster() {
-        Some(cluster) if size > 0 && cluster.uses_agent_sandbox().await? => Ok(Some(cluster)),
-        _ => Ok(None),
-    }
+/// How a pool makes and ends its items: `fill` makes one (given the
+/// pool's config, for its start limit), `stop` ends one nobody took.
+pub(crate) struct Recipe<T: Send + 'static> {
+    /// The pool's name in progress events and logs.
+    pub name: String,
+    pub fill: Fill<T>,
+    pub stop: Discard<T>,
 }
 
-/// A pool's config once agent-sandbox holds its items (`claims`): it makes
-/// none of its own.
-#[cfg(feature = "kubernetes")]
-pub(crate) fn held_by(
-    claims: &Option<std::sync::Arc<crate::cluster::AgentPool>>,
+/// Opens the warm pool on agent-sandbox that a pool's takes claim from
+/// instead of holding items (on a cluster whose
+/// [`KubeConfig::agent_sandbox`](crate::KubeConfig::agent_sandbox) is on);
+/// `None` keeps the pool's own items. Made by [`agent_pools!`].
+pub(crate) type AgentPools<'a> = Box<
+    dyn FnOnce(&'a Cluster, usize) -> futures::future::BoxFuture<'a, Result<Option<AgentPool>>>
+        + Send
+        + 'a,
+>;
+
+/// An [`AgentPools`] from `|cluster, size| async { ... }` (without the
+/// `kubernetes` feature there is no cluster, and the closure is not compiled).
+macro_rules! agent_pools {
+    (|$cluster:ident, $size:ident| $body:expr) => {{
+        #[cfg(feature = "kubernetes")]
+        let opener: $crate::pool::AgentPools<'_> =
+            Box::new(|$cluster, $size| futures::FutureExt::boxed($body));
+        #[cfg(not(feature = "kubernetes"))]
+        let opener: $crate::pool::AgentPools<'_> =
+            Box::new(|cluster: &$crate::backend::Cluster, _| match *cluster {});
+        opener
+    }};
+}
+pub(crate) use agent_pools;
+
+/// Every pool is opened here: on agent-sandbox (a cluster that uses it, a
+/// pool of one or more), the warm pool `agent_pools` opens keeps the items
+/// started and this pool holds none; else a [`WarmPool`] of `config` made
+/// with `recipe`.
+pub(crate) async fn open<'a, T: Send + 'static>(
+    client: &'a Client,
     config: PoolConfig,
-) -> PoolConfig {
-    if claims.is_some() {
+    agent_pools: AgentPools<'a>,
+    recipe: impl FnOnce(&PoolConfig) -> Recipe<T>,
+) -> Result<Pooled<T>> {
+    let config = config.normalized();
+    let claims = match client.cluster() {
+        Some(cluster) if config.size > 0 && cluster.uses_agent_sandbox().await? => {
+            agent_pools(cluster, config.size)
+                .await?
+                .map(std::sync::Arc::new)
+        }
+        _ => None,
+    };
+    let config = if claims.is_some() {
         PoolConfig::new(0)
     } else {
         config
-    }
+    };
+    let recipe = recipe(&config);
+    let warm = WarmPool::new(
+        recipe.name,
+        config,
+        recipe.fill,
+        recipe.stop,
+        client.reporter().clone(),
+    );
+    Ok(Pooled { warm, claims })
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 
-use super::{PoolConfig, Pooled};
+use super::{agent_pools, PoolConfig, Pooled, Recipe};
 use crate::client::Client;
 use crate::error::Result;
 use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, Warm, WarmContainer};
-use crate::warm::{Discard, Fill, PoolStats, WarmPool};
+use crate::warm::{Discard, Fill, PoolStats};
 
 /// What a warm container runs until it is handed a job: wait for a line on
 /// stdin with the attempt number, then `exec` the program as a cold
@@ -73,7 +73,6 @@ impl Client {
     /// resolved (built if need be) first, so a bad image fails here.
     pub async fn pool(&self, sandbox: &Sandbox, config: PoolConfig) -> Result<SandboxPool> {
         let image = self.resolve_image(sandbox.image()).await?;
-        let config = config.normalized();
         let config = if sandbox.runtime().secrets.is_empty() {
             config
         } else {
@@ -86,28 +85,26 @@ impl Client {
         // On agent-sandbox, the cluster keeps the pods warm and each run
         // claims one: nothing is held here. An allow-list is a policy of
         // each pod's own, so such a pool keeps pods of its own.
-        #[cfg(feature = "kubernetes")]
-        let claims = match super::agent_sandbox_cluster(self, config.size).await? {
-            Some(cluster) if !matches!(sandbox.runtime().network, crate::Network::Egress(_)) => {
-                let pool =
-                    crate::sandbox::agent_pool(cluster, sandbox, &image.reference, config.size);
-                Some(Arc::new(pool.await?))
+        let agent = agent_pools!(|cluster, size| {
+            let reference = image.reference.clone();
+            async move {
+                if matches!(sandbox.runtime().network, crate::Network::Egress(_)) {
+                    return Ok(None);
+                }
+                let pool = crate::sandbox::agent_pool(cluster, sandbox, &reference, size).await?;
+                Ok(Some(pool))
             }
-            _ => None,
-        };
-        #[cfg(feature = "kubernetes")]
-        let config = super::held_by(&claims, config);
-        let fill = fill(self, sandbox, image.reference, config.start_limit);
-        let name = format!("pool:{}", sandbox.name());
-        let warm = WarmPool::new(name, config, fill, discard(), self.reporter().clone());
+        });
+        let pooled = super::open(self, config, agent, |config| Recipe {
+            name: format!("pool:{}", sandbox.name()),
+            fill: fill(self, sandbox, image.reference.clone(), config.start_limit),
+            stop: discard(),
+        })
+        .await?;
         Ok(SandboxPool {
             client: self.clone(),
             sandbox: sandbox.clone(),
-            pooled: Pooled {
-                warm,
-                #[cfg(feature = "kubernetes")]
-                claims,
-            },
+            pooled,
         })
     }
 }

@@ -145,8 +145,8 @@ struct Inner {
     secrets: Mutex<Vec<(String, String)>>,
     start_lock: tokio::sync::Mutex<()>,
     /// The agent-sandbox pool a pooled session claims its pod from.
-    #[cfg(feature = "kubernetes")]
-    claims: Option<Arc<crate::cluster::AgentPool>>,
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+    claims: crate::backend::Claims,
     /// The stopped container of a paused session, and what resumes it.
     parked: Mutex<Option<pause::Parked>>,
     /// How the running container was made (for forks).
@@ -216,8 +216,7 @@ impl Client {
     pub(crate) fn session_from(
         &self,
         config: SessionConfig,
-        #[cfg(feature = "kubernetes")] claims: Option<Arc<crate::cluster::AgentPool>>,
-        #[cfg(not(feature = "kubernetes"))] _claims: Option<std::convert::Infallible>,
+        claims: crate::backend::Claims,
     ) -> Session {
         Session {
             inner: Arc::new(Inner {
@@ -235,7 +234,6 @@ impl Client {
                 conn: Mutex::new(None),
                 secrets: Mutex::default(),
                 start_lock: tokio::sync::Mutex::new(()),
-                #[cfg(feature = "kubernetes")]
                 claims,
                 parked: Mutex::new(None),
                 launched: Mutex::new(None),
