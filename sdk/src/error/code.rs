@@ -99,7 +99,7 @@ pub enum CodeError {
     },
     /// The code called a tool that needs approval while holding more state
     /// than a suspended execution may keep (see
-    /// [`SuspensionStore::max_state_bytes`](super::SuspensionStore::max_state_bytes)).
+    /// [`SuspensionStore::max_state_bytes`](crate::codemode::SuspensionStore::max_state_bytes)).
     SuspendLimit {
         /// Details.
         message: String,

@@ -562,7 +562,7 @@ pub enum Error {
         reason: String,
     },
 
-    /// A kernel, context or relay failure (see [`KernelError`](crate::kernel::KernelError)).
+    /// A kernel, context or relay failure (see [`KernelError`]).
     #[error(transparent)]
     Kernel(#[from] KernelError),
 

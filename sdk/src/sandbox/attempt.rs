@@ -15,7 +15,7 @@ use crate::engine::{Attached, ContainerGuard};
 use crate::error::Result;
 use crate::image::ResolvedImage;
 
-/// Per-call options of [`Client::run_with`].
+/// Per-call options of [`Client::run_with`](crate::Client::run_with).
 #[derive(Clone, Default)]
 pub struct RunOptions {
     pub(crate) on_output: Option<OutputHandler>,
@@ -126,6 +126,15 @@ pub(crate) struct WarmContainer {
     /// Its network and registration with the egress gateway, made with it
     /// (a sandbox with a policy): the run starts with its way out ready.
     pub(crate) egress: Option<crate::gateway::Lease>,
+}
+
+/// How long an attempt waits for a pool's item being made: what is left
+/// of its `deadline`, at most [`WAIT_LIMIT`](crate::warm::WAIT_LIMIT).
+pub(super) fn pool_wait(deadline: Option<(tokio::time::Instant, Duration)>) -> Duration {
+    deadline.map_or(crate::warm::WAIT_LIMIT, |(at, _)| {
+        at.saturating_duration_since(tokio::time::Instant::now())
+            .min(crate::warm::WAIT_LIMIT)
+    })
 }
 
 /// What a pool holds: a started container on Docker, a pod waiting for

@@ -171,10 +171,7 @@ async fn take_warm(
     let Some(pool) = pool else {
         return Ok(None);
     };
-    let wait = deadline.map_or(crate::warm::WAIT_LIMIT, |(at, _)| {
-        at.saturating_duration_since(tokio::time::Instant::now())
-            .min(crate::warm::WAIT_LIMIT)
-    });
+    let wait = super::attempt::pool_wait(deadline);
     let pod = match &pool.claims {
         Some(claims) => match claims.claim(wait).await? {
             Some(claim) => WarmPod {

@@ -29,7 +29,7 @@ pub(crate) type Discard<T> = Arc<dyn Fn(T) -> BoxFuture<'static, ()> + Send + Sy
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// What a pool has done so far; see [`SandboxPool::stats`](super::SandboxPool::stats).
+/// What a pool has done so far; see [`SandboxPool::stats`](crate::pool::SandboxPool::stats).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolStats {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The outcome of a successful [`apply_edits`].
+/// The outcome of a successful [`apply_edits`](super::apply_edits).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct EditResult {
