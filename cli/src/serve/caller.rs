@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::control::api_error;
+use super::errors::api_error;
 use super::registry::Sandbox;
 use super::telemetry::KeyTenant;
 use super::Server;

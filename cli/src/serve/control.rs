@@ -12,35 +12,12 @@ use dockhand::{Egress, Network};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::errors::{api_error, not_found, sdk_failure};
 use super::interpreter::env_update_code;
 use super::registry::{sandbox_id, Full, NewSandbox, Sandbox};
 use super::telemetry::Failure;
 use super::{json_or_default, query_pairs};
 use super::{Server, ENVD_VERSION};
-
-/// E2B's error body.
-pub fn api_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = json!({"code": status.as_u16(), "message": message.into()});
-    (status, axum::Json(body)).into_response()
-}
-
-/// The answer for a failure of the SDK: what the backend cannot do
-/// (`Unsupported`, say pausing on a cluster) is 501 with its hint, the rest 500.
-pub fn sdk_failure(context: impl std::fmt::Display, e: &dockhand::Error) -> Response {
-    let status = match e {
-        dockhand::Error::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    api_error(status, format!("{context}: {e}"))
-}
-
-/// The answer for a sandbox the key cannot see (missing or another's).
-pub fn not_found(id: &str) -> Response {
-    api_error(
-        StatusCode::NOT_FOUND,
-        format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
-    )
-}
 
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
@@ -567,10 +544,6 @@ pub async fn pause(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Res
         Err(e) => sdk_failure(format!("pausing sandbox {id}"), &e),
     }
 }
-
-/// What a template's container is, started (from its pool when the
-/// network is the pool's).
-pub type Parts = (dockhand::session::Session, Option<dockhand::kernel::Kernel>);
 
 #[cfg(test)]
 mod tests {

@@ -34,7 +34,7 @@ pub fn asset(name: &str) -> Response {
         "style.css" => (STYLE, "text/css; charset=utf-8"),
         "icon.svg" => (ICON, "image/svg+xml"),
         _ => {
-            return super::control::api_error(
+            return super::errors::api_error(
                 StatusCode::NOT_FOUND,
                 format!("the dashboard has no file {name:?}"),
             )

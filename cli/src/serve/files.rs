@@ -16,30 +16,12 @@ use serde_json::{json, Value};
 
 use super::config::HOME;
 use super::connect::{self, ConnectError};
+use super::errors::{api_error, file_error};
 use super::query_pairs;
 use super::registry::Sandbox;
 
 /// The most entries one `ListDir` returns.
 const LIST_LIMIT: usize = 10_000;
-
-/// A dockhand error as envd's Connect error.
-pub fn file_error(e: &Error) -> ConnectError {
-    match e {
-        Error::SessionFile { kind, message, .. } => {
-            let code = match kind {
-                FileErrorKind::NotFound => "not_found",
-                FileErrorKind::OutsideSession | FileErrorKind::PermissionDenied => {
-                    "permission_denied"
-                }
-                FileErrorKind::TooLarge => "resource_exhausted",
-                _ => "invalid_argument",
-            };
-            ConnectError::new(code, message.clone())
-        }
-        Error::ProcessLimit { .. } => ConnectError::new("resource_exhausted", e.to_string()),
-        _ => ConnectError::new("unavailable", e.to_string()),
-    }
-}
 
 /// Go's rendering of a file mode (`-rw-r--r--`, `drwxr-xr-x`, `Lrwxrwxrwx`).
 fn permissions(kind: &str, mode: u32) -> String {
@@ -215,19 +197,13 @@ async fn list(sandbox: &Sandbox, path: &str, depth: u32) -> Result<Vec<Value>, C
     Ok(out)
 }
 
-/// envd's HTTP error body.
-pub fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = json!({"code": status.as_u16(), "message": message.into()});
-    (status, axum::Json(body)).into_response()
-}
-
 fn http_file_error(e: &Error) -> Response {
     let c = file_error(e);
     let status = match c.code {
         "resource_exhausted" => StatusCode::PAYLOAD_TOO_LARGE,
         _ => c.status(),
     };
-    http_error(status, c.message)
+    api_error(status, c.message)
 }
 
 /// The `path` query parameter, if any.
@@ -242,7 +218,7 @@ fn query_path(query: Option<&str>) -> Option<String> {
 /// session's read limit, set from it, refuses a larger one).
 pub async fn download(sandbox: &Sandbox, query: Option<&str>) -> Response {
     let Some(path) = query_path(query) else {
-        return http_error(StatusCode::BAD_REQUEST, "the path parameter is missing");
+        return api_error(StatusCode::BAD_REQUEST, "the path parameter is missing");
     };
     match sandbox.session.read_file(&absolute(&path)).await {
         Ok(bytes) => (
@@ -277,18 +253,18 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
     if is_multipart {
         let mut parts = match Multipart::from_request(request, &()).await {
             Ok(m) => m,
-            Err(e) => return http_error(StatusCode::BAD_REQUEST, e.body_text()),
+            Err(e) => return api_error(StatusCode::BAD_REQUEST, e.body_text()),
         };
         let mut first = true;
         loop {
             let field = match parts.next_field().await {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
-                Err(e) => return http_error(e.status(), e.body_text()),
+                Err(e) => return api_error(e.status(), e.body_text()),
             };
             let name = field.file_name().map(str::to_string);
             let Some(target) = path.clone().filter(|_| first).or(name) else {
-                return http_error(StatusCode::BAD_REQUEST, "a part names no file");
+                return api_error(StatusCode::BAD_REQUEST, "a part names no file");
             };
             first = false;
             let target = put(&target);
@@ -300,7 +276,7 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
         }
     } else {
         let Some(path) = path else {
-            return http_error(StatusCode::BAD_REQUEST, "the path parameter is missing");
+            return api_error(StatusCode::BAD_REQUEST, "the path parameter is missing");
         };
         let target = put(&path);
         let body = request.into_body().into_data_stream();
@@ -326,7 +302,7 @@ fn upload_error(e: &Error, limit: usize) -> Response {
 }
 
 fn too_large(limit: usize) -> Response {
-    http_error(
+    api_error(
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("the upload is over the server's limit of {limit} bytes"),
     )

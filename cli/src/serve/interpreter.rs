@@ -3,7 +3,7 @@
 //! SDK reads.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,20 +18,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::config::HOME;
-use super::files::http_error;
+use super::errors::api_error;
 use super::registry::Sandbox;
-
-/// A sandbox's contexts by id: their working directories and languages.
-#[derive(Default)]
-pub struct Contexts {
-    made: Mutex<BTreeMap<String, (String, Language)>>,
-}
-
-impl Contexts {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (String, Language)>> {
-        super::lock(&self.made)
-    }
-}
 
 fn context_json(id: &str, cwd: &str, language: Language) -> Value {
     json!({"id": id, "language": language.as_str(), "cwd": cwd})
@@ -65,7 +53,7 @@ async fn default_context(
 
 fn kernel_of(sandbox: &Sandbox) -> Result<&Kernel, Response> {
     sandbox.kernel.as_ref().ok_or_else(|| {
-        http_error(
+        api_error(
             StatusCode::BAD_GATEWAY,
             format!(
                 "The sandbox {} is running but port 49999 is not open: its template `{}` has no code interpreter",
@@ -79,11 +67,11 @@ fn kernel_of(sandbox: &Sandbox) -> Result<&Kernel, Response> {
 fn language_of(kernel: &Kernel, language: Option<&str>) -> Result<Language, Response> {
     let language = match language.unwrap_or("python").parse::<Language>() {
         Ok(l) => l,
-        Err(e) => return Err(http_error(StatusCode::BAD_REQUEST, e.to_string())),
+        Err(e) => return Err(api_error(StatusCode::BAD_REQUEST, e.to_string())),
     };
     if !kernel.languages().contains(&language) {
         let carried: Vec<&str> = kernel.languages().iter().map(|l| l.as_str()).collect();
-        return Err(http_error(
+        return Err(api_error(
             StatusCode::BAD_REQUEST,
             format!(
                 "language `{language}` is not in this sandbox's template (it runs {}): start serve with `--languages {language}` (the code interpreter), or give a kernel template `\"languages\"` in the templates file",
@@ -95,7 +83,7 @@ fn language_of(kernel: &Kernel, language: Option<&str>) -> Result<Language, Resp
 }
 
 fn kernel_error(e: &dockhand::Error) -> Response {
-    http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
 #[derive(Deserialize, Default)]
@@ -113,7 +101,7 @@ pub async fn create_context(sandbox: &Sandbox, body: &[u8]) -> Response {
     };
     let request: ContextRequest = match super::json_or_default(body) {
         Ok(r) => r,
-        Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
     };
     let language = match language_of(kernel, request.language.as_deref()) {
         Ok(l) => l,
@@ -125,7 +113,7 @@ pub async fn create_context(sandbox: &Sandbox, body: &[u8]) -> Response {
     if let Err(e) = kernel.create_context_with(&id, options).await {
         return match &e {
             dockhand::Error::SessionFile { .. } => {
-                http_error(StatusCode::BAD_REQUEST, e.to_string())
+                api_error(StatusCode::BAD_REQUEST, e.to_string())
             }
             _ => kernel_error(&e),
         };
@@ -157,7 +145,7 @@ fn known_context(sandbox: &Sandbox, id: &str) -> Result<(), Response> {
     if id == DEFAULT_CONTEXT || sandbox.contexts.lock().contains_key(id) {
         return Ok(());
     }
-    Err(http_error(
+    Err(api_error(
         StatusCode::NOT_FOUND,
         format!("context {id} not found"),
     ))
@@ -182,7 +170,7 @@ pub async fn remove_context(sandbox: &Sandbox, id: &str) -> Response {
         Err(r) => return r,
     };
     if id == DEFAULT_CONTEXT {
-        return http_error(
+        return api_error(
             StatusCode::BAD_REQUEST,
             "the default context cannot be removed",
         );
@@ -223,7 +211,7 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
     };
     let request: ExecuteRequest = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => return http_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
     };
     if let Some(bad) = request
         .env_vars
@@ -232,7 +220,7 @@ pub async fn execute(sandbox: Arc<Sandbox>, body: &[u8], run_timeout: Duration) 
         .map(|(k, _)| k)
         .find(|k| !env_name(k))
     {
-        return http_error(
+        return api_error(
             StatusCode::BAD_REQUEST,
             format!("bad environment variable name `{bad}`: use letters, digits and `_`, not starting with a digit"),
         );

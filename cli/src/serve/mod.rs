@@ -28,12 +28,15 @@ mod admission;
 mod caller;
 mod config;
 mod connect;
+mod contexts;
 mod control;
 mod dashboard;
+mod errors;
 mod files;
 mod interpreter;
 mod ports;
 mod process;
+mod process_table;
 mod registry;
 mod restore;
 mod routes;
@@ -48,9 +51,10 @@ mod usage;
 mod volume_content;
 mod volumes;
 mod watch;
+mod watchers;
 
 use config::{same_secret, Keys, Template, TemplateKind};
-use control::{api_error, Parts};
+use errors::{api_error, Parts};
 use registry::{Registry, Sandbox};
 
 /// The log target of the server's own news (listening, restored, pools

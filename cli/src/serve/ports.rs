@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 
 use super::config::same_secret;
-use super::control::api_error;
+use super::errors::api_error;
 use super::registry::Sandbox;
 use super::Shared;
 

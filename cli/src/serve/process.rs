@@ -2,14 +2,12 @@
 //! started, streamed, fed, signalled and listed, each outliving the stream
 //! that started it, as envd's do.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine as _;
-use dockhand::session::{ExecEvent, ProcessControl, SpawnOptions};
+use dockhand::session::{ExecEvent, SpawnOptions};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -17,119 +15,12 @@ use tokio::sync::broadcast;
 
 use super::config::HOME;
 use super::connect::{self, ConnectError};
-use super::files::file_error;
+use super::errors::file_error;
+use super::process_table::{Event, Process, ProcessConfig, Selector};
 use super::registry::Sandbox;
 
 /// Output events kept for a slow reader before it misses some.
 const BACKLOG: usize = 256;
-
-/// One command's events as envd sends them.
-#[derive(Clone, Debug)]
-enum Event {
-    Data(&'static str, Bytes),
-    End(Value),
-    Failed(ConnectError),
-}
-
-struct Process {
-    pid: u32,
-    tag: Option<String>,
-    config: Value,
-    stdin: bool,
-    terminal: bool,
-    control: ProcessControl,
-    events: broadcast::Sender<Event>,
-}
-
-/// Commands a sandbox remembers having run, for its operator's page.
-const REMEMBERED: usize = 50;
-/// The longest command line remembered.
-const REMEMBERED_CHARS: usize = 500;
-
-/// A command a sandbox ran (or runs), as the dashboard lists it.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Ran {
-    pub pid: u32,
-    pub command: String,
-    pub started_at: chrono::DateTime<chrono::Utc>,
-    /// `None` while it runs; negative: ended by that signal.
-    pub exit_code: Option<i64>,
-}
-
-/// A sandbox's running commands by pid, and the last ones it ran.
-#[derive(Default)]
-pub struct Processes {
-    running: Mutex<BTreeMap<u32, Arc<Process>>>,
-    history: Mutex<VecDeque<Ran>>,
-}
-
-impl Processes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Arc<Process>>> {
-        super::lock(&self.running)
-    }
-
-    fn find(&self, selector: &Selector) -> Result<Arc<Process>, ConnectError> {
-        let running = self.lock();
-        let found = match selector {
-            Selector { pid: Some(pid), .. } => running.get(pid).cloned(),
-            Selector { tag: Some(tag), .. } => running
-                .values()
-                .find(|p| p.tag.as_deref() == Some(tag))
-                .cloned(),
-            _ => return Err(ConnectError::new("invalid_argument", "no process selected")),
-        };
-        found.ok_or_else(|| ConnectError::new("not_found", "process not found"))
-    }
-
-    /// Forgets every command (their container is going).
-    pub fn clear(&self) {
-        self.lock().clear();
-    }
-
-    /// The commands run last, the newest last.
-    pub fn ran(&self) -> Vec<Ran> {
-        super::lock(&self.history).iter().cloned().collect()
-    }
-
-    fn remember(&self, pid: u32, config: &ProcessConfig) {
-        let mut line = config.cmd.clone();
-        for arg in &config.args {
-            line.push(' ');
-            line.push_str(arg);
-        }
-        let mut history = super::lock(&self.history);
-        if history.len() == REMEMBERED {
-            history.pop_front();
-        }
-        history.push_back(Ran {
-            pid,
-            command: line.chars().take(REMEMBERED_CHARS).collect(),
-            started_at: chrono::Utc::now(),
-            exit_code: None,
-        });
-    }
-
-    fn ended(&self, pid: u32, code: i64) {
-        let mut history = super::lock(&self.history);
-        if let Some(ran) = history
-            .iter_mut()
-            .rev()
-            .find(|r| r.pid == pid && r.exit_code.is_none())
-        {
-            ran.exit_code = Some(code);
-        }
-    }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ProcessConfig {
-    cmd: String,
-    args: Vec<String>,
-    envs: BTreeMap<String, String>,
-    cwd: Option<String>,
-}
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -138,13 +29,6 @@ struct StartRequest {
     pty: Option<Value>,
     tag: Option<String>,
     stdin: Option<bool>,
-}
-
-#[derive(Deserialize, Default, Clone)]
-#[serde(default)]
-struct Selector {
-    pid: Option<u32>,
-    tag: Option<String>,
 }
 
 #[derive(Deserialize, Default)]

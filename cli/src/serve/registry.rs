@@ -10,12 +10,12 @@ use dockhand::kernel::Kernel;
 use dockhand::session::{PauseMode, Session};
 use dockhand::State;
 
-use super::interpreter::Contexts;
+use super::contexts::Contexts;
 use super::lock;
-use super::process::Processes;
+use super::process_table::Processes;
 use super::state::{Row, Store};
 use super::usage::Series;
-use super::watch::Watchers;
+use super::watchers::Watchers;
 
 /// One sandbox: a session (and, for kernel templates, its kernel).
 pub struct Sandbox {

@@ -13,7 +13,8 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use super::caller::{Caller, Tenant};
-use super::control::{self, api_error};
+use super::control;
+use super::errors::api_error;
 use super::{
     connect, dashboard, files, interpreter, ports, process, snapshots, telemetry, template_build,
     template_files, templates, usage, volume_content, volumes, watch, Server, Shared,
@@ -344,7 +345,7 @@ async fn metrics(
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
     let Some(sandbox) = s.registry.owned(tenant, &id) else {
-        return control::not_found(&id);
+        return super::errors::not_found(&id);
     };
     let bound = |name: &str| match query.get(name).map(|v| v.parse::<i64>()) {
         None => Ok(None),
@@ -417,7 +418,7 @@ async fn health(State(s): Shared, headers: HeaderMap) -> Response {
     // SDKs read as "not running".
     match s.sandbox(&headers) {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(_) => files::http_error(StatusCode::BAD_GATEWAY, "The sandbox was not found"),
+        Err(_) => api_error(StatusCode::BAD_GATEWAY, "The sandbox was not found"),
     }
 }
 

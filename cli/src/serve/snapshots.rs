@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context as _;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -17,8 +18,9 @@ use serde_json::{json, Value};
 
 use dockhand::session::PauseMode;
 
-use super::control::{api_error, not_found, Parts};
+use super::errors::{api_error, not_found, Parts};
 use super::registry::Sandbox;
+use super::state::Store;
 use super::{json_or_default, lock, Server};
 
 /// A sandbox's memory kept for the sandboxes started from its snapshot: a
@@ -251,7 +253,7 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
                 return api_error(StatusCode::NOT_IMPLEMENTED, e.to_string())
             }
             Err(e) => {
-                return super::control::sdk_failure(
+                return super::errors::sdk_failure(
                     format!("snapshotting sandbox {id}'s memory"),
                     &e,
                 )
@@ -264,7 +266,7 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
             if let Some(frozen) = &frozen {
                 frozen.close().await;
             }
-            return super::control::sdk_failure(format!("snapshotting sandbox {id}"), &e);
+            return super::errors::sdk_failure(format!("snapshotting sandbox {id}"), &e);
         }
     };
     let snapshot_id = format!("snap-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
@@ -329,5 +331,59 @@ pub async fn remove_image(server: &Server, snapshot: &Snapshot) {
     };
     if let Err(e) = server.client.remove_snapshot(&image).await {
         tracing::warn!(snapshot = %snapshot.id, error = %e, "removing a snapshot's image");
+    }
+}
+/// Snapshots in the state directory.
+impl Store {
+    /// Stores a snapshot.
+    pub fn put_snapshot(&self, s: &Snapshot) -> anyhow::Result<()> {
+        self.lock().execute(
+            "INSERT OR REPLACE INTO snapshots (id, key_hash, template, image, names, source, created)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            rusqlite::params![
+                s.id,
+                s.key_hash,
+                s.template,
+                s.image,
+                serde_json::to_string(&s.names).unwrap_or_default(),
+                s.source,
+                s.created.to_rfc3339()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a snapshot.
+    pub fn remove_snapshot(&self, id: &str) -> anyhow::Result<()> {
+        self.lock()
+            .execute("DELETE FROM snapshots WHERE id = ?1", rusqlite::params![id])?;
+        Ok(())
+    }
+
+    /// Every stored snapshot, as `(key hash, snapshot with no tenant yet)`.
+    pub fn snapshots(&self) -> anyhow::Result<Vec<Snapshot>> {
+        let db = self.lock();
+        let mut query = db.prepare(
+            "SELECT id, key_hash, template, image, names, source, created FROM snapshots",
+        )?;
+        let rows = query.query_map([], |r| {
+            let names: String = r.get(4)?;
+            let created: String = r.get(6)?;
+            Ok(Snapshot {
+                id: r.get(0)?,
+                tenant: usize::MAX,
+                key_hash: r.get(1)?,
+                template: r.get(2)?,
+                image: r.get(3)?,
+                names: serde_json::from_str(&names).unwrap_or_default(),
+                source: r.get(5)?,
+                created: DateTime::parse_from_rfc3339(&created)
+                    .map(|t| t.with_timezone(&Utc))
+                    .unwrap_or_else(|_| Utc::now()),
+                frozen: None,
+            })
+        })?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .with_context(|| format!("reading {}", self.path().display()))
     }
 }

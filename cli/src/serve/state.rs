@@ -157,7 +157,7 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.db.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -237,90 +237,6 @@ impl Store {
             ],
         )?;
         Ok(())
-    }
-
-    /// Stores a snapshot.
-    pub fn put_snapshot(&self, s: &super::snapshots::Snapshot) -> Result<()> {
-        self.lock().execute(
-            "INSERT OR REPLACE INTO snapshots (id, key_hash, template, image, names, source, created)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                s.id,
-                s.key_hash,
-                s.template,
-                s.image,
-                serde_json::to_string(&s.names).unwrap_or_default(),
-                s.source,
-                s.created.to_rfc3339()
-            ],
-        )?;
-        Ok(())
-    }
-
-    /// Forgets a snapshot.
-    pub fn remove_snapshot(&self, id: &str) -> Result<()> {
-        self.lock()
-            .execute("DELETE FROM snapshots WHERE id = ?1", params![id])?;
-        Ok(())
-    }
-
-    /// Every stored snapshot, as `(key hash, snapshot with no tenant yet)`.
-    pub fn snapshots(&self) -> Result<Vec<super::snapshots::Snapshot>> {
-        let db = self.lock();
-        let mut query = db.prepare(
-            "SELECT id, key_hash, template, image, names, source, created FROM snapshots",
-        )?;
-        let rows = query.query_map([], |r| {
-            let names: String = r.get(4)?;
-            let created: String = r.get(6)?;
-            Ok(super::snapshots::Snapshot {
-                id: r.get(0)?,
-                tenant: usize::MAX,
-                key_hash: r.get(1)?,
-                template: r.get(2)?,
-                image: r.get(3)?,
-                names: serde_json::from_str(&names).unwrap_or_default(),
-                source: r.get(5)?,
-                created: DateTime::parse_from_rfc3339(&created)
-                    .map(|t| t.with_timezone(&Utc))
-                    .unwrap_or_else(|_| Utc::now()),
-                frozen: None,
-            })
-        })?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .with_context(|| format!("reading {}", self.path.display()))
-    }
-
-    /// Stores a template a key built.
-    pub fn put_template(&self, t: &super::templates::Built) -> Result<()> {
-        self.lock().execute(
-            "INSERT OR REPLACE INTO templates (id, key_hash, data) VALUES (?1, ?2, ?3)",
-            params![t.id, t.key_hash, serde_json::to_string(t)?],
-        )?;
-        Ok(())
-    }
-
-    /// Forgets a template.
-    pub fn remove_template(&self, id: &str) -> Result<()> {
-        self.lock()
-            .execute("DELETE FROM templates WHERE id = ?1", params![id])?;
-        Ok(())
-    }
-
-    /// Every stored template (with no tenant yet).
-    pub fn templates(&self) -> Result<Vec<super::templates::Built>> {
-        let db = self.lock();
-        let mut query = db.prepare("SELECT id, data FROM templates")?;
-        let rows = query.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, data) = row?;
-            let t = serde_json::from_str(&data).with_context(|| {
-                format!("template {id} in {} cannot be read", self.path.display())
-            })?;
-            out.push(t);
-        }
-        Ok(out)
     }
 
     /// Forgets a sandbox.

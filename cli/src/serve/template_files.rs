@@ -17,7 +17,7 @@ use futures::StreamExt;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use super::control::api_error;
+use super::errors::api_error;
 use super::{lock, Server};
 
 /// How long an upload link works.

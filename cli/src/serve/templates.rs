@@ -10,13 +10,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context as _;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::control::api_error;
+use super::errors::api_error;
+use super::state::Store;
 use super::template_files::Uploads;
 use super::template_spec::Refusal;
 use super::{json_or_default, lock, Server};
@@ -625,5 +627,39 @@ pub async fn start_commands(
             }
             _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
         }
+    }
+}
+/// Built templates in the state directory.
+impl Store {
+    /// Stores a template a key built.
+    pub fn put_template(&self, t: &Built) -> anyhow::Result<()> {
+        self.lock().execute(
+            "INSERT OR REPLACE INTO templates (id, key_hash, data) VALUES (?1, ?2, ?3)",
+            rusqlite::params![t.id, t.key_hash, serde_json::to_string(t)?],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a template.
+    pub fn remove_template(&self, id: &str) -> anyhow::Result<()> {
+        self.lock()
+            .execute("DELETE FROM templates WHERE id = ?1", rusqlite::params![id])?;
+        Ok(())
+    }
+
+    /// Every stored template (with no tenant yet).
+    pub fn templates(&self) -> anyhow::Result<Vec<Built>> {
+        let db = self.lock();
+        let mut query = db.prepare("SELECT id, data FROM templates")?;
+        let rows = query.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, data) = row?;
+            let t = serde_json::from_str(&data).with_context(|| {
+                format!("template {id} in {} cannot be read", self.path().display())
+            })?;
+            out.push(t);
+        }
+        Ok(out)
     }
 }

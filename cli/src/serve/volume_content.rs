@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
-use super::control::api_error;
+use super::errors::api_error;
 use super::{lock, Server};
 
 /// Where helpers mount the volume.

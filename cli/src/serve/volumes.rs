@@ -15,7 +15,7 @@ use dockhand::Volume;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::control::api_error;
+use super::errors::api_error;
 use super::Server;
 
 /// The label holding the owning key's hash.
@@ -109,7 +109,7 @@ pub async fn create(server: &Server, tenant: usize, body: &[u8]) -> Response {
         Err(dockhand::Error::InvalidSpec { message, .. }) => {
             api_error(StatusCode::CONFLICT, message)
         }
-        Err(e) => super::control::sdk_failure("volume", &e),
+        Err(e) => super::errors::sdk_failure("volume", &e),
     }
 }
 
@@ -125,7 +125,7 @@ pub async fn list(server: &Server, tenant: usize) -> Response {
                 .collect();
             axum::Json(Value::Array(mine)).into_response()
         }
-        Err(e) => super::control::sdk_failure("volume", &e),
+        Err(e) => super::errors::sdk_failure("volume", &e),
     }
 }
 
@@ -134,7 +134,7 @@ pub async fn get(server: &Server, tenant: usize, id: &str) -> Response {
     match owned(server, tenant, id).await {
         Ok(Some(v)) => axum::Json(with_token(server, tenant, &v)).into_response(),
         Ok(None) => missing(id),
-        Err(e) => super::control::sdk_failure("volume", &e),
+        Err(e) => super::errors::sdk_failure("volume", &e),
     }
 }
 
@@ -143,7 +143,7 @@ pub async fn delete(server: &Server, tenant: usize, id: &str) -> Response {
     let volume = match owned(server, tenant, id).await {
         Ok(Some(v)) => v,
         Ok(None) => return missing(id),
-        Err(e) => return super::control::sdk_failure("volume", &e),
+        Err(e) => return super::errors::sdk_failure("volume", &e),
     };
     server.volume_helpers.close(&volume.name).await;
     match volume.remove(&server.client).await {
@@ -151,7 +151,7 @@ pub async fn delete(server: &Server, tenant: usize, id: &str) -> Response {
         Err(dockhand::Error::InvalidSpec { message, .. }) => {
             api_error(StatusCode::CONFLICT, message)
         }
-        Err(e) => super::control::sdk_failure("volume", &e),
+        Err(e) => super::errors::sdk_failure("volume", &e),
     }
 }
 

@@ -4,7 +4,7 @@
 //! where it cannot watch (the machine's inotify instances used up), from
 //! comparing listings made every 200 ms.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,9 +16,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::connect::{self, ConnectError};
-use super::files::{absolute, file_error};
+use super::errors::file_error;
+use super::files::absolute;
 use super::lock;
 use super::registry::Sandbox;
+use super::watchers::Watcher;
 
 /// How often a watched tree is listed.
 const POLL: Duration = Duration::from_millis(200);
@@ -26,8 +28,6 @@ const POLL: Duration = Duration::from_millis(200);
 const MAX_ENTRIES: usize = 10_000;
 /// The most levels a recursive watch descends.
 const MAX_DEPTH: usize = 16;
-/// Events kept for a watcher nobody asks; the oldest go first.
-const MAX_PENDING: usize = 10_000;
 /// Watchers one sandbox may have.
 const MAX_WATCHERS: usize = 64;
 
@@ -159,47 +159,6 @@ async fn start(
         }
     };
     Ok((info.path, source))
-}
-
-/// A sandbox's watchers by id.
-#[derive(Default)]
-pub struct Watchers {
-    by_id: Mutex<HashMap<String, Arc<Watcher>>>,
-}
-
-struct Watcher {
-    pending: Mutex<VecDeque<Value>>,
-    failed: Mutex<Option<ConnectError>>,
-    task: tokio::task::AbortHandle,
-}
-
-impl Watcher {
-    /// Keeps `events` for the next `GetWatcherEvents`; past the bound the
-    /// oldest go.
-    fn queue(&self, events: impl IntoIterator<Item = Value>) {
-        let mut pending = lock(&self.pending);
-        pending.extend(events);
-        while pending.len() > MAX_PENDING {
-            pending.pop_front();
-        }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Watchers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Watcher>>> {
-        lock(&self.by_id)
-    }
-
-    /// Stops every watcher.
-    pub fn clear(&self) {
-        self.lock().clear();
-    }
 }
 
 /// `CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`.

@@ -5,9 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-
-use super::live::Session;
 use crate::engine::Mount;
 use crate::error::Result;
 use crate::image::ImageSpec;
@@ -18,9 +15,6 @@ use crate::settings::Memory;
 /// time, say), not when it is configured.
 pub type LazyValue = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// A step run once after the session's container starts.
-pub type SetupHook = Arc<dyn Fn(Session) -> BoxFuture<'static, Result<()>> + Send + Sync>;
-
 #[derive(Clone)]
 pub(crate) enum EnvValue {
     Plain(String),
@@ -30,7 +24,10 @@ pub(crate) enum EnvValue {
 #[derive(Clone)]
 pub(crate) enum SetupStep {
     Command(String),
-    Hook(SetupHook),
+    /// A [`SetupHook`](super::SetupHook), kept without its type: the hook
+    /// takes the live session this config is made into, which is defined
+    /// above it (`live`). Only `live` puts one here and calls it.
+    Hook(Arc<dyn std::any::Any + Send + Sync>),
 }
 
 /// A snapshot of a session: an image committed from its container.
@@ -243,15 +240,6 @@ impl SessionConfig {
     /// A shell command run once after start (in the workspace); a failure fails the start.
     pub fn setup_command(mut self, command: impl Into<String>) -> Self {
         self.setup.push(SetupStep::Command(command.into()));
-        self
-    }
-
-    /// An async step run once after start, given the session.
-    pub fn setup<F>(mut self, hook: F) -> Self
-    where
-        F: Fn(Session) -> BoxFuture<'static, Result<()>> + Send + Sync + 'static,
-    {
-        self.setup.push(SetupStep::Hook(Arc::new(hook)));
         self
     }
 

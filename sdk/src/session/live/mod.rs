@@ -28,6 +28,7 @@ pub(crate) mod on_cluster;
 mod pause;
 mod ports;
 mod process;
+mod setup;
 mod upload;
 mod watch;
 pub use describe::SessionDescription;
@@ -37,6 +38,7 @@ pub(crate) use on_cluster::agent_pool;
 pub use pause::{KeptSession, PauseMode, Paused};
 pub use ports::{ExposedPort, PortStream};
 pub use process::{ProcessControl, SpawnOptions, Spawned};
+pub use setup::SetupHook;
 pub use watch::{FileEvent, FileEventKind, FileWatch};
 
 use super::api::{ExecOptions, ExecResult, SessionApi};
@@ -326,7 +328,10 @@ impl Session {
                     }),
                     Err(e) => Err(e),
                 },
-                SetupStep::Hook(hook) => hook(self.clone()).await,
+                SetupStep::Hook(hook) => match hook.downcast_ref::<SetupHook>() {
+                    Some(hook) => hook(self.clone()).await,
+                    None => Err(Error::spec("session", "a setup step of an unknown kind")),
+                },
             };
             if let Err(e) = outcome {
                 self.teardown().await;
