@@ -202,15 +202,18 @@ impl Cluster {
         Ok((guard, made.metadata.uid.unwrap_or_default()))
     }
 
-    /// Waits until `decide` answers for pod `name`, on the shared watch of
-    /// this process's pods (see `pod_watch`); a deleted pod is
-    /// [`Error::ContainerGone`].
+    /// Waits until `decide` answers for pod `name` (seen through a
+    /// [`PodView`], so no caller outside this module names a kube type), on
+    /// the shared watch of this process's pods (see `pod_watch`); a deleted
+    /// pod is [`Error::ContainerGone`].
     pub(crate) async fn wait_pod<T>(
         &self,
         name: &str,
-        decide: impl FnMut(&Pod) -> Option<Result<T>>,
+        mut decide: impl FnMut(&PodView<'_>) -> Option<Result<T>>,
     ) -> Result<T> {
-        self.pod_watch.wait(self.namespace(), name, decide).await
+        self.pod_watch
+            .wait(self.namespace(), name, |pod| decide(&PodView::new(pod)))
+            .await
     }
 
     /// Why pod `name` did not start in time: the scheduler's reason when it
@@ -239,7 +242,7 @@ impl Cluster {
         &self,
         name: &str,
         limit: std::time::Duration,
-        decide: impl FnMut(&Pod) -> Option<Result<T>>,
+        decide: impl FnMut(&PodView<'_>) -> Option<Result<T>>,
     ) -> Result<T> {
         match tokio::time::timeout(limit, self.wait_pod(name, decide)).await {
             Ok(done) => done,
@@ -267,7 +270,7 @@ impl Cluster {
         ended: impl Fn(i32, &str) -> Error,
     ) -> Result<()> {
         self.wait_pod(name, |p| {
-            let view = PodView::new(p);
+            let view = p;
             if let Some(failure) = view.failure(container) {
                 return Some(Err(failure.into()));
             }

@@ -70,8 +70,6 @@ mod mounts;
 mod offer;
 #[cfg(feature = "kubernetes")]
 pub(crate) mod on_cluster;
-#[cfg(feature = "kubernetes")]
-pub(crate) use on_cluster::agent_pool;
 pub(crate) mod protocol;
 mod schema;
 mod session;

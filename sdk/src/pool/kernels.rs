@@ -49,7 +49,7 @@ impl Client {
         // each kernel claims one as it starts: nothing is held here.
         let agent = agent_pools!(|cluster, size| {
             let session = config.session_config();
-            async move { crate::session::agent_pool(cluster, &session, size).await }
+            async move { crate::session::live::on_cluster::agent_pool(cluster, &session, size).await }
         });
         let pooled = super::open(self, pool, agent, |pool| {
             // The pod's start has the pool's start limit (see `session_pool`).

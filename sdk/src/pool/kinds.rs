@@ -64,8 +64,9 @@ impl Client {
         self.resolve_image(&config.image).await?;
         // On agent-sandbox, the cluster keeps the pods started and each
         // session claims one: nothing is held here.
-        let agent =
-            agent_pools!(|cluster, size| crate::session::agent_pool(cluster, &config, size));
+        let agent = agent_pools!(
+            |cluster, size| crate::session::live::on_cluster::agent_pool(cluster, &config, size)
+        );
         let pooled = super::open(self, pool, agent, |pool| {
             // A fill has the pool's start limit: on a cluster, a pod the
             // scheduler cannot place then fails it with the scheduler's reason.
@@ -111,7 +112,7 @@ impl Client {
         let agent = agent_pools!(|cluster, size| {
             let launch = config.launch();
             async move {
-                let pool = crate::codemode::agent_pool(cluster, launch?, size).await?;
+                let pool = crate::codemode::on_cluster::agent_pool(cluster, launch?, size).await?;
                 Ok(Some(pool))
             }
         });

@@ -91,7 +91,9 @@ impl Client {
                 if matches!(sandbox.runtime().network, crate::Network::Egress(_)) {
                     return Ok(None);
                 }
-                let pool = crate::sandbox::agent_pool(cluster, sandbox, &reference, size).await?;
+                let pool =
+                    crate::sandbox::on_cluster::agent_pool(cluster, sandbox, &reference, size)
+                        .await?;
                 Ok(Some(pool))
             }
         });
@@ -140,7 +142,6 @@ fn discard() -> Discard<Warm> {
         async move {
             let removed = match warm {
                 Warm::Container(warm) => warm.container.remove().await,
-                #[cfg(feature = "kubernetes")]
                 Warm::Pod(pod) => pod.remove().await,
             };
             if let Err(e) = removed {
@@ -161,7 +162,7 @@ async fn warm_one(
     #[cfg(feature = "kubernetes")]
     if let Some(cluster) = client.cluster() {
         return Ok(Warm::Pod(Box::new(
-            crate::sandbox::warm_pod(cluster, sandbox, image, limit).await?,
+            crate::sandbox::on_cluster::warm_pod(cluster, sandbox, image, limit).await?,
         )));
     }
     let _ = (image, limit);

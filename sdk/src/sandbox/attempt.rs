@@ -141,20 +141,20 @@ pub(super) fn pool_wait(deadline: Option<(tokio::time::Instant, Duration)>) -> D
 /// its inputs on a cluster.
 pub(crate) enum Warm {
     Container(Box<WarmContainer>),
-    #[cfg(feature = "kubernetes")]
+    // Made on a cluster only (feature `kubernetes`).
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
     Pod(Box<WarmPod>),
 }
 
 /// A pool's pod, waiting in its `inputs` container for a run's attempt
 /// number and inputs archive (see `manifests::warm_one_shot_pod`).
-#[cfg(feature = "kubernetes")]
+#[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
 pub(crate) struct WarmPod {
     /// Owns the pod (or the claim that holds it): dropping it deletes the pod.
     pub(super) guard: crate::held::Held,
     pub(super) name: String,
 }
 
-#[cfg(feature = "kubernetes")]
 impl WarmPod {
     /// Deletes the pod, waiting for the API server to take the delete.
     pub(crate) async fn remove(self) -> Result<()> {

@@ -172,7 +172,6 @@ pub(super) async fn attempt_on_docker(
             }
         }
         // A pool's pods run on the cluster they were made on.
-        #[cfg(feature = "kubernetes")]
         Some(Warm::Pod(_)) => None,
         None => None,
     };

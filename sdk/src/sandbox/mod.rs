@@ -65,8 +65,6 @@ pub(crate) use inputs::{
     inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
 };
 pub(crate) use launch::container_spec;
-#[cfg(feature = "kubernetes")]
-pub(crate) use on_cluster::{agent_pool, warm_pod};
 pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};
 pub(crate) use preamble::OUTPUTS_DIR;

@@ -144,8 +144,7 @@ async fn starting<T>(
 }
 
 /// Whether a one-shot pod's `inputs` container runs, i.e. takes its inputs.
-fn inputs_ready(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Result<()>> {
-    let view = PodView::new(pod);
+fn inputs_ready(view: &PodView<'_>) -> Option<Result<()>> {
     if let Some(failure) = view.failure("program") {
         return Some(Err(failure.into()));
     }
@@ -287,7 +286,7 @@ pub(super) async fn attempt(
         cluster.send_stdin(&name, "inputs", inputs).await?;
         cluster
             .wait_pod(&name, |p| {
-                let view = PodView::new(p);
+                let view = p;
                 if view.running("program") || view.terminated("program").is_some() {
                     return Some(Ok(()));
                 }
@@ -314,7 +313,7 @@ pub(super) async fn attempt(
         }
         let (code, reason) = cluster
             .wait_pod(&name, |p| {
-                let view = PodView::new(p);
+                let view = p;
                 // An evicted or lost pod's program shows an exit too (137):
                 // the cluster's reason comes first, it is the truth.
                 if let Some(failure) = view.failure("program") {

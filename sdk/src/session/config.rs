@@ -293,7 +293,7 @@ impl SessionConfig {
         self
     }
 
-    /// Lets the session be paused ([`Session::pause`]) and forked: its
+    /// Lets the session be paused ([`Session::pause`](super::Session::pause)) and forked: its
     /// container is not removed by the daemon when its agent stops, only by
     /// dockhand (on close, or when this process goes).
     pub fn pausable(mut self, on: bool) -> Self {
@@ -305,7 +305,7 @@ impl SessionConfig {
     /// dropping it, or this process ending, leaves its container as it is
     /// (running, with its processes, or paused), for
     /// [`Client::resume_session`](crate::Client::resume_session) by id in
-    /// any later process; only [`Session::close`] removes it. A running
+    /// any later process; only [`Session::close`](super::Session::close) removes it. A running
     /// kept session keeps costing what it uses: pause it first to leave it
     /// costing nothing.
     /// [`Client::kept_sessions`](crate::Client::kept_sessions) lists them.

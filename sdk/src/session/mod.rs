@@ -38,8 +38,6 @@ pub use crate::volume::VolumeMount;
 pub use api::{ExecOptions, ExecResult, SessionApi};
 pub use config::{LazyValue, SessionConfig, Snapshot};
 pub use edits::{apply_edits, Change, Edit, EditError, EditResult, InsertAt};
-#[cfg(feature = "kubernetes")]
-pub(crate) use live::agent_pool;
 pub use live::SetupHook;
 pub(crate) use live::{Channel, HELPERS_DIR};
 pub use live::{

@@ -33,8 +33,6 @@ mod upload;
 mod watch;
 pub use describe::SessionDescription;
 pub use fork::MAX_FORKS;
-#[cfg(feature = "kubernetes")]
-pub(crate) use on_cluster::agent_pool;
 pub use pause::{KeptSession, PauseMode, Paused};
 pub use ports::{ExposedPort, PortStream};
 pub use process::{ProcessControl, SpawnOptions, Spawned};

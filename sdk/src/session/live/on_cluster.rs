@@ -14,7 +14,7 @@ use super::launch::connect;
 /// How long the backend waits for the agent's `ready` before greeting it again.
 const REGREET_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 use super::*;
-use crate::cluster::{Cluster, PodView};
+use crate::cluster::Cluster;
 use crate::manifests::{KubeOptions, Manifests, SessionShape};
 
 /// The pod of a session with `c`, as the manifests renderer takes it.
@@ -145,7 +145,7 @@ impl Session {
                     if let Some(cluster) = client.cluster() {
                         let _ = cluster
                             .wait_pod(&name, |p| {
-                                let view = PodView::new(p);
+                                let view = p;
                                 (view.terminated("agent").is_some()
                                     || view.failure("agent").is_some())
                                 .then_some(Ok(()))
