@@ -34,25 +34,16 @@ pub fn with_host_ca(spec: ImageSpec) -> ImageSpec {
 
 /// Runs `python3 -c code` in `image` with the docker CLI; returns stdout.
 pub fn docker_python(image: &str, code: &str) -> String {
-    let out = std::process::Command::new("docker")
-        .args([
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            image,
-            "python3",
-            "-c",
-            code,
-        ])
-        .output()
-        .expect("docker CLI");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        image,
+        "python3",
+        "-c",
+        code,
+    ])
 }
 
 /// Asserts that no container of sandbox `name` is left (containers of runs

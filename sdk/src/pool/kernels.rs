@@ -3,8 +3,6 @@
 //! where [`KernelConfig::preload_modules`](crate::kernel::KernelConfig::preload_modules)
 //! says so), so `kernel()` is a handover.
 
-use std::sync::Arc;
-
 use futures::FutureExt;
 
 use super::{agent_pools, PoolConfig, Pooled, Recipe};
@@ -59,25 +57,12 @@ impl Client {
                 s.start_timeout(within)
             });
             let client = self.clone();
-            Recipe {
-                name: "kernel-pool".into(),
-                fill: Arc::new(move || {
-                    let kernel = client.kernel(config.clone());
-                    async move {
-                        kernel.start().await?;
-                        Ok(kernel)
-                    }
-                    .boxed()
-                }),
-                stop: Arc::new(|k: Kernel| {
-                    async move {
-                        if let Err(e) = k.close().await {
-                            tracing::warn!(error = %e, "closing a pooled kernel");
-                        }
-                    }
-                    .boxed()
-                }),
-            }
+            Recipe::started(
+                "kernel-pool",
+                move || client.kernel(config.clone()),
+                |k| k.start().boxed(),
+                |k| async move { k.close().await }.boxed(),
+            )
         })
         .await?;
         Ok(KernelPool {

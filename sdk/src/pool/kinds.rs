@@ -1,7 +1,5 @@
 //! Pools of started sessions and started code hosts: `start()` becomes a handover.
 
-use std::sync::Arc;
-
 use futures::FutureExt;
 
 use super::{agent_pools, PoolConfig, Pooled, Recipe};
@@ -72,26 +70,13 @@ impl Client {
             // scheduler cannot place then fails it with the scheduler's reason.
             let limit = config.start_timeout.min(pool.start_limit);
             let (client, config) = (self.clone(), config.clone().start_timeout(limit));
-            Recipe {
-                name: "session-pool".into(),
-                fill: Arc::new(move || {
-                    let session = client.session(config.clone());
-                    async move {
-                        session.start().await?;
-                        Ok(session)
-                    }
-                    .boxed()
-                }),
+            Recipe::started(
+                "session-pool",
+                move || client.session(config.clone()),
+                |s| s.start().boxed(),
                 // Stop, not close: a pooled session nobody used has nothing to snapshot.
-                stop: Arc::new(|s: Session| {
-                    async move {
-                        if let Err(e) = s.stop().await {
-                            tracing::warn!(error = %e, "stopping a pooled session");
-                        }
-                    }
-                    .boxed()
-                }),
-            }
+                |s| async move { s.stop().await }.boxed(),
+            )
         })
         .await?;
         Ok(SessionPool {
@@ -118,25 +103,12 @@ impl Client {
         });
         let pooled = super::open(self, pool, agent, |_| {
             let (client, config) = (self.clone(), config.clone());
-            Recipe {
-                name: "code-host-pool".into(),
-                fill: Arc::new(move || {
-                    let host = client.code_host(config.clone());
-                    async move {
-                        host.start().await?;
-                        Ok(host)
-                    }
-                    .boxed()
-                }),
-                stop: Arc::new(|h: CodeHost| {
-                    async move {
-                        if let Err(e) = h.close().await {
-                            tracing::warn!(error = %e, "stopping a pooled code host");
-                        }
-                    }
-                    .boxed()
-                }),
-            }
+            Recipe::started(
+                "code-host-pool",
+                move || client.code_host(config.clone()),
+                |h| h.start().boxed(),
+                |h| async move { h.close().await }.boxed(),
+            )
         })
         .await?;
         Ok(CodeHostPool {

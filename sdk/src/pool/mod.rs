@@ -86,6 +86,39 @@ pub(crate) struct Recipe<T: Send + 'static> {
     pub stop: Discard<T>,
 }
 
+impl<T: Send + Sync + 'static> Recipe<T> {
+    /// Long-lived items (sessions, code hosts, kernels): `make` one, then
+    /// `start` it; one nobody took is ended with `end` (a failure is logged).
+    pub(crate) fn started(
+        name: &str,
+        make: impl Fn() -> T + Send + Sync + 'static,
+        start: for<'a> fn(&'a T) -> futures::future::BoxFuture<'a, Result<()>>,
+        end: fn(T) -> futures::future::BoxFuture<'static, Result<()>>,
+    ) -> Self {
+        let fill: Fill<T> = std::sync::Arc::new(move || {
+            let item = make();
+            futures::FutureExt::boxed(async move {
+                start(&item).await?;
+                Ok(item)
+            })
+        });
+        let pool = name.to_string();
+        let stop: Discard<T> = std::sync::Arc::new(move |item| {
+            let pool = pool.clone();
+            futures::FutureExt::boxed(async move {
+                if let Err(e) = end(item).await {
+                    tracing::warn!(error = %e, %pool, "ending an item the pool made");
+                }
+            })
+        });
+        Recipe {
+            name: name.to_string(),
+            fill,
+            stop,
+        }
+    }
+}
+
 /// Opens the warm pool on agent-sandbox that a pool's takes claim from
 /// instead of holding items (on a cluster whose
 /// [`KubeConfig::agent_sandbox`](crate::KubeConfig::agent_sandbox) is on);

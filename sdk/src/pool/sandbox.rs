@@ -119,7 +119,6 @@ fn fill(client: &Client, sandbox: &Sandbox, image: String, limit: Duration) -> F
         let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
         async move {
             // A pod's own wait names what held it up (see `warm_one`).
-            #[cfg(feature = "kubernetes")]
             if client.cluster().is_some() {
                 return warm_one(&client, &sandbox, &image, limit).await;
             }

@@ -74,10 +74,7 @@ impl Client {
             .iter()
             .map(|s| Ok((s.name.clone(), s.resolve()?)))
             .collect::<Result<_>>()?;
-        #[cfg(feature = "kubernetes")]
         let on_cluster = self.cluster().is_some();
-        #[cfg(not(feature = "kubernetes"))]
-        let on_cluster = false;
         #[cfg(feature = "kubernetes")]
         if on_cluster {
             super::on_cluster::check(sandbox)?;
