@@ -362,11 +362,6 @@ impl Client {
         self.inner.backend.engine().ok_or_else(docker_only)
     }
 
-    /// The cluster, on Kubernetes.
-    pub(crate) fn cluster(&self) -> Option<&crate::backend::Cluster> {
-        self.inner.backend.cluster()
-    }
-
     /// The daemon's version, API version, storage driver and registered
     /// runtimes.
     pub async fn daemon_info(&self) -> Result<crate::DaemonInfo> {
@@ -436,6 +431,11 @@ impl Client {
             engine: self.engine()?,
             reporter: &self.inner.reporter,
         })
+    }
+
+    /// Where this client runs what it launches.
+    pub(crate) fn runs_on(&self) -> &crate::backend::Backend {
+        &self.inner.backend
     }
 
     pub(crate) fn images(&self) -> Result<&ImageResolver> {

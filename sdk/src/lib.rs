@@ -143,7 +143,6 @@ mod egress;
 pub(crate) mod engine;
 pub mod error;
 mod gateway;
-mod held;
 pub mod image;
 pub mod kernel;
 pub mod lifecycle;

@@ -6,9 +6,64 @@
 
 use std::time::Duration;
 
+use super::one_shot::{Launched, OneShot, Warm, WarmOneShot};
 use crate::error::Result;
 use crate::image::{ImageSpec, ResolvedImage};
 use crate::warm::PoolStats;
+
+/// A recipe's pod (nothing to give, without the feature).
+pub(crate) trait PodRecipe {}
+
+impl<T: ?Sized> PodRecipe for T {}
+
+/// A pool's pods (nothing to give, without the feature).
+pub(crate) trait PoolTemplate {}
+
+impl<T: ?Sized> PoolTemplate for T {}
+
+pub(super) async fn agent_pool<T>(
+    cluster: &Cluster,
+    _template: &T,
+    _size: usize,
+) -> Result<super::Claims> {
+    match *cluster {}
+}
+
+// The cluster's side of a launch (`cluster_one_shot`, `cluster_program`),
+// never reached.
+
+pub(super) async fn start<R, T, Fut>(
+    cluster: &Cluster,
+    _recipe: &R,
+    _limit: Duration,
+    _handshake: impl FnOnce(super::Started) -> Fut + Send,
+    _too_slow: impl FnOnce(&str) -> crate::Error,
+) -> Result<T> {
+    match *cluster {}
+}
+
+pub(super) async fn wait_ended(cluster: &Cluster, _name: &str, _container: &str) {
+    match *cluster {}
+}
+
+pub(super) fn refuse_network(
+    _network: &crate::settings::Network,
+    _secrets: &[crate::settings::Secret],
+) -> Result<()> {
+    Ok(())
+}
+
+pub(super) async fn launch<'a>(cluster: &'a Cluster, _plan: &OneShot<'_>) -> Result<Launched<'a>> {
+    match *cluster {}
+}
+
+pub(super) async fn outputs(cluster: &Cluster, _name: &str) -> Result<Option<super::ByteStream>> {
+    match *cluster {}
+}
+
+pub(super) async fn warm(cluster: &Cluster, _plan: &WarmOneShot<'_>) -> Result<Warm> {
+    match *cluster {}
+}
 
 /// A Kubernetes cluster (never, without the feature).
 pub(crate) enum Cluster {}
@@ -34,7 +89,7 @@ impl Cluster {
         match *self {}
     }
 
-    pub(crate) async fn uses_agent_sandbox(&self) -> Result<bool> {
+    pub(crate) async fn code_host_image(&self, _spec: &ImageSpec) -> Result<ResolvedImage> {
         match *self {}
     }
 }

@@ -1,16 +1,45 @@
 //! Where a client runs sandboxes: a Docker daemon, or a Kubernetes cluster
 //! (feature `kubernetes`). The client holds one `Backend` and asks it for
-//! what differs between the two: images, cleanup, what is live, ending.
+//! what differs between the two: launching a one-shot's attempt and a
+//! pool's items for it, images, cleanup, what is live, ending. Each
+//! backend's side of a launch lives in a module of its own
+//! (`docker_one_shot`, `cluster_one_shot`; `program`, `cluster_program`
+//! for long-lived programs); the capabilities above never ask which
+//! backend they run on.
 
 #[cfg(not(feature = "kubernetes"))]
 mod absent;
+#[cfg(feature = "kubernetes")]
+mod cluster_one_shot;
+#[cfg(feature = "kubernetes")]
+mod cluster_program;
+mod docker_one_shot;
+mod held;
+mod one_shot;
 mod pooled;
+mod program;
 
+#[cfg(feature = "kubernetes")]
+pub(crate) use self::{
+    cluster_one_shot::agent_pool as one_shot_agent_pool,
+    cluster_program::{InPod, PodRecipe, PoolTemplate},
+};
 #[cfg(feature = "kubernetes")]
 pub(crate) use crate::cluster::{AgentPool, ClaimGuard, Cluster, PodGuard};
 #[cfg(not(feature = "kubernetes"))]
-pub(crate) use absent::{AgentPool, ClaimGuard, Cluster, PodGuard};
+use absent::{self as cluster_one_shot, self as cluster_program};
+#[cfg(not(feature = "kubernetes"))]
+pub(crate) use absent::{AgentPool, ClaimGuard, Cluster, PodGuard, PodRecipe, PoolTemplate};
+pub(crate) use held::Held;
+pub use one_shot::{InputsTar, INPUTS_DIR, OUTPUTS_DIR};
+pub(crate) use one_shot::{JobDelivery, Launched, OneShot, OneShotShape, Warm, WarmOneShot};
 pub(crate) use pooled::{Claims, Pooled};
+pub(crate) use program::{InContainer, Recipe, Started};
+
+/// An archive as it streams out of a container or pod.
+pub(crate) type ByteStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = crate::error::Result<bytes::Bytes>> + Send + 'static>,
+>;
 
 use crate::engine::{labels, Engine};
 use crate::error::Result;
@@ -28,6 +57,47 @@ pub(crate) enum Backend {
     // Made by a client on a cluster only (feature `kubernetes`).
     #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
     Kubernetes(Cluster),
+}
+
+/// What a backend gives beyond running programs: a capability refuses,
+/// before anything is made, what its backend lacks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Offers {
+    pub(crate) backend: &'static str,
+    /// Paths of this machine's, mounted.
+    pub(crate) host_paths: bool,
+    /// Pausing, resuming and forking from a checkpoint or a stopped container.
+    pub(crate) checkpoints: bool,
+    /// Named volumes that outlive their containers.
+    pub(crate) volumes: bool,
+    /// Committing a container to an image (snapshots).
+    pub(crate) image_commit: bool,
+}
+
+impl Offers {
+    pub(crate) const DOCKER: Offers = Offers {
+        backend: "docker",
+        host_paths: true,
+        checkpoints: true,
+        volumes: true,
+        image_commit: true,
+    };
+    pub(crate) const CLUSTER: Offers = Offers {
+        backend: "kubernetes",
+        host_paths: false,
+        checkpoints: false,
+        volumes: false,
+        image_commit: false,
+    };
+
+    /// The refusal of `feature` here, with what to do instead.
+    pub(crate) fn unsupported(&self, feature: &str, hint: &str) -> crate::Error {
+        crate::Error::Unsupported {
+            backend: self.backend,
+            feature: feature.into(),
+            hint: hint.into(),
+        }
+    }
 }
 
 /// What [`Client::reap`](crate::Client::reap) removed.
@@ -84,14 +154,6 @@ impl Backend {
         }
     }
 
-    /// The cluster, if this is Kubernetes.
-    pub(crate) fn cluster(&self) -> Option<&Cluster> {
-        match self {
-            Backend::Kubernetes(cluster) => Some(cluster),
-            Backend::Docker { .. } => None,
-        }
-    }
-
     /// The image `spec` names, made where this backend makes images: built
     /// or pulled on Docker (its progress also to `also`); on a cluster, a
     /// prebuilt reference, or built and pushed (`KubeConfig::push_images`).
@@ -109,6 +171,58 @@ impl Backend {
                 None => images.resolve(spec).await,
             },
             Backend::Kubernetes(cluster) => cluster.resolve_image(spec).await,
+        }
+    }
+
+    /// The code host image for `spec`: made here on Docker (the bridge is
+    /// compiled once per machine); on a cluster, the one its nodes pull.
+    pub(crate) async fn resolve_code_host_image(&self, spec: &ImageSpec) -> Result<ResolvedImage> {
+        match self {
+            Backend::Docker { engine, images } => {
+                let spec = crate::image::bridge::code_host_image(engine, images, spec).await?;
+                images.resolve(&spec).await
+            }
+            Backend::Kubernetes(cluster) => cluster.code_host_image(spec).await,
+        }
+    }
+
+    /// Starts a long-lived program as `recipe` says, attaches to it and
+    /// runs `handshake` with it, all within `limit`; past it, `too_slow`
+    /// with what the start may be waiting for (on a cluster, the
+    /// scheduler's reason comes first). The container or pod is owned from
+    /// before its create request: an error, the limit or a dropped future
+    /// removes it.
+    pub(crate) async fn start_program<R, T, Fut>(
+        &self,
+        recipe: &R,
+        limit: std::time::Duration,
+        handshake: impl FnOnce(Started) -> Fut + Send,
+        too_slow: impl FnOnce(&str) -> crate::Error,
+    ) -> Result<T>
+    where
+        R: Recipe,
+        Fut: std::future::Future<Output = Result<T>> + Send,
+    {
+        match self {
+            Backend::Docker { engine, .. } => {
+                program::on_docker(engine, recipe, limit, handshake, too_slow).await
+            }
+            Backend::Kubernetes(cluster) => {
+                cluster_program::start(cluster, recipe, limit, handshake, too_slow).await
+            }
+        }
+    }
+
+    /// Waits until the program in `id` (a container; on a cluster, its pod's
+    /// container `container`) has ended, or is gone.
+    pub(crate) async fn wait_ended(&self, id: &str, container: &str) {
+        match self {
+            Backend::Docker { engine, .. } => {
+                let _ = engine.wait_container(id).await;
+            }
+            Backend::Kubernetes(cluster) => {
+                cluster_program::wait_ended(cluster, id, container).await
+            }
         }
     }
 
@@ -146,6 +260,91 @@ impl Backend {
                 .map(|(id, _)| id)
                 .collect()),
             Backend::Kubernetes(cluster) => cluster.live_pods().await,
+        }
+    }
+
+    /// What this backend gives beyond running programs.
+    pub(crate) fn offers(&self) -> Offers {
+        match self {
+            Backend::Docker { .. } => Offers::DOCKER,
+            Backend::Kubernetes(_) => Offers::CLUSTER,
+        }
+    }
+
+    /// Whether a one-shot's job may travel inline (in a cold container's
+    /// environment, on a warm one's handover line): a pod takes its job as
+    /// an archive.
+    pub(crate) fn inline_jobs(&self) -> bool {
+        matches!(self, Backend::Docker { .. })
+    }
+
+    /// Whether a program's stdout and stderr come back apart, so a runner
+    /// can frame its outputs on stdout: a pod's log mixes them.
+    pub(crate) fn separates_streams(&self) -> bool {
+        matches!(self, Backend::Docker { .. })
+    }
+
+    /// Whether a policy's way out is dockhand's egress gateway; on a
+    /// cluster an allow-list is each pod's own NetworkPolicy instead.
+    pub(crate) fn uses_gateway(&self) -> bool {
+        matches!(self, Backend::Docker { .. })
+    }
+
+    /// Refuses, before anything is made, a network or secrets this backend
+    /// cannot give (a cluster has no gateway to bind secrets to hosts).
+    pub(crate) fn refuse_network(
+        &self,
+        network: &crate::settings::Network,
+        secrets: &[crate::settings::Secret],
+    ) -> Result<()> {
+        match self {
+            Backend::Docker { .. } => Ok(()),
+            Backend::Kubernetes(_) => cluster_one_shot::refuse_network(network, secrets),
+        }
+    }
+
+    /// Launches a one-shot's attempt: a pool's item handed the job, or a
+    /// container or pod made for it, its output attached.
+    pub(crate) async fn launch_one_shot(&self, plan: &OneShot<'_>) -> Result<Launched<'_>> {
+        match self {
+            Backend::Docker { engine, .. } => docker_one_shot::launch(engine, plan).await,
+            // Boxed: inline, the cluster's launch would make every run's
+            // future (the Docker one's too) as large as it is.
+            Backend::Kubernetes(cluster) => Box::pin(cluster_one_shot::launch(cluster, plan)).await,
+        }
+    }
+
+    /// The outputs archive of a launched attempt whose program ended;
+    /// `None` if it left no `/var/outputs`.
+    pub(crate) async fn one_shot_outputs(&self, held: &Held) -> Result<Option<ByteStream>> {
+        match self {
+            Backend::Docker { engine, .. } => docker_one_shot::outputs(engine, held.id()).await,
+            Backend::Kubernetes(cluster) => cluster_one_shot::outputs(cluster, held.id()).await,
+        }
+    }
+
+    /// Makes one of a one-shot pool's items: a started container waiting
+    /// on its stdin, or a pod waiting for its inputs.
+    pub(crate) async fn warm_one_shot(&self, plan: &WarmOneShot<'_>) -> Result<Warm> {
+        match self {
+            Backend::Docker { engine, .. } => docker_one_shot::warm(engine, plan).await,
+            Backend::Kubernetes(cluster) => cluster_one_shot::warm(cluster, plan).await,
+        }
+    }
+
+    /// Where a pool of `size` items like `template` takes from: on a
+    /// cluster that uses agent-sandbox, claims on a warm pool of pods it
+    /// opens now; else (`None`) the pool's own items.
+    pub(crate) async fn agent_pool<T: PoolTemplate>(
+        &self,
+        template: &T,
+        size: usize,
+    ) -> Result<Claims> {
+        match self {
+            Backend::Docker { .. } => Ok(None),
+            Backend::Kubernetes(cluster) => {
+                cluster_program::agent_pool(cluster, template, size).await
+            }
         }
     }
 

@@ -14,12 +14,12 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::channel::{Channel, Offer};
+use super::channel::Channel;
 use super::protocol::{self, BridgeConfig, FromRunner, ToRunner};
+use crate::backend::Held;
 use crate::client::Client;
 use crate::engine::{ContainerSpec, LogChunk};
 use crate::error::{Error, Result};
-use crate::held::Held;
 use crate::image::ImageSpec;
 use crate::sandbox::{confine, Hardening, Network, Resources};
 use crate::util::push_tail;
@@ -42,7 +42,16 @@ pub(crate) struct Launch<'a> {
 /// The code host's container: the bridge under Monty, always fully
 /// hardened and offline (the code is a model's).
 pub(crate) fn host_spec(how: &Launch<'_>, image: &str) -> Result<ContainerSpec> {
-    let config = serde_json::to_string(&how.bridge)
+    host_spec_with(how, image, &how.bridge)
+}
+
+/// [`host_spec`] with the bridge's settings `bridge` instead of `how`'s.
+pub(crate) fn host_spec_with(
+    how: &Launch<'_>,
+    image: &str,
+    bridge: &BridgeConfig,
+) -> Result<ContainerSpec> {
+    let config = serde_json::to_string(bridge)
         .map_err(|e| Error::spec("code host settings", e.to_string()))?;
     let mut spec = ContainerSpec {
         image: image.to_string(),
@@ -107,6 +116,10 @@ impl Runner {
             stderr: String::new(),
             in_flight: None,
         }
+    }
+    /// Speaks over `channel` from now on (the bridge connected to it).
+    pub(super) fn use_channel(&mut self, channel: Channel) {
+        self.fast = Some(channel);
     }
 
     pub async fn send(&mut self, message: &ToRunner) -> Result<()> {
@@ -195,115 +208,6 @@ impl Client {
                 .await?;
         self.images()?.resolve(&spec).await
     }
-}
-
-/// On Docker: makes the image if needed, then creates the container,
-/// uploads the bridge, attaches, starts it and waits for the bridge's
-/// `ready`, all of that within `start_timeout`.
-pub(super) async fn launch_on_docker(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
-    // The image first, outside the start limit: the first build on a
-    // machine compiles the bridge (minutes), under the builder's own limits.
-    let spec = crate::image::bridge::code_host_image(client.engine()?, client.images()?, how.image)
-        .await?;
-    let image = client.images()?.resolve(&spec).await?;
-    let limit = how.start_timeout;
-    match tokio::time::timeout(limit, launch_unbounded(client, how, image.reference)).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::CodeHostUnavailable {
-            reason: format!("the code host did not become ready within {limit:?}"),
-        }),
-    }
-}
-
-async fn launch_unbounded(
-    client: &Client,
-    how: Launch<'_>,
-    image: String,
-) -> Result<(Runner, String)> {
-    let engine = client.engine()?;
-    // The direct channel needs the daemon's filesystem to be this one;
-    // gVisor does not pass host sockets through.
-    let offer = if engine.shares_filesystem() && how.isolation.runtime_name().is_none() {
-        Some(Offer::new()?)
-    } else {
-        None
-    };
-    let mut how = how;
-    if let Some(offer) = &offer {
-        how.bridge.socket = Some(offer.socket_path());
-        how.bridge.token = Some(offer.token().to_string());
-    }
-    let mut spec = host_spec(&how, &image)?;
-    if let Some(offer) = &offer {
-        spec.mounts.push(offer.mount());
-    }
-    // The mounted directories first: one that is missing is the caller's
-    // error, before any container exists.
-    let mounts = if how.mounts.is_empty() {
-        None
-    } else {
-        let mounts = how.mounts.to_vec();
-        Some(
-            crate::util::blocking("packing the mounted directories", move || {
-                super::mounts::archive(&mounts)
-            })
-            .await?,
-        )
-    };
-    if let Some(tar) = &mounts {
-        super::mounts::check_size(tar, how.mounts_size)?;
-    }
-    let container = engine.create_container(&spec).await?;
-    let attached = engine.attach(container.id()).await?;
-    engine.start_container(container.id()).await?;
-    let mut runner = Runner::attached(Held::Container(container), attached.input, attached.output);
-    let mut accepting = offer.map(|offer| Box::pin(offer.accept()));
-    loop {
-        let next = match &mut accepting {
-            Some(accept) => tokio::select! {
-                channel = accept => {
-                    accepting = None;
-                    match channel {
-                        Ok(channel) => {
-                            tracing::debug!("the code host's bridge is on the direct channel");
-                            runner.fast = Some(channel);
-                        }
-                        Err(e) => tracing::debug!(error = %e, "the bridge's socket failed; using the attach stream"),
-                    }
-                    continue;
-                }
-                next = runner.next() => next,
-            },
-            None => runner.next().await,
-        };
-        match next {
-            Some(Ok(FromRunner::Ready { .. })) => break,
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(e),
-            None => return Err(bridge_exited(&runner.stderr)),
-        }
-    }
-    if let Some(tar) = &mounts {
-        // Their volume is in memory: what is uploaded before the start is
-        // gone when the container starts, so they go in now.
-        let id = runner.container.id().to_string();
-        engine
-            .upload_archive_file(&id, super::mounts::MOUNTS_DIR, &tar.path)
-            .await?;
-        runner.send(&ToRunner::OpenMounts).await?;
-        loop {
-            match runner.next().await {
-                Some(Ok(FromRunner::MountsOpened { error: None })) => break,
-                Some(Ok(FromRunner::MountsOpened { error: Some(e) })) => {
-                    return Err(Error::spec("code host mounts", e))
-                }
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Err(e),
-                None => return Err(bridge_exited(&runner.stderr)),
-            }
-        }
-    }
-    Ok((runner, image))
 }
 
 /// Why the bridge did not come up, with the fix where it is known.

@@ -5,7 +5,7 @@
 
 use futures::FutureExt;
 
-use super::{agent_pools, PoolConfig, Pooled, Recipe};
+use super::{PoolConfig, Pooled, Recipe};
 use crate::client::Client;
 use crate::error::Result;
 use crate::kernel::{Kernel, KernelConfig};
@@ -45,11 +45,7 @@ impl Client {
         self.resolve_image(&config.session_config().image).await?;
         // On agent-sandbox, the cluster keeps the kernels' pods started and
         // each kernel claims one as it starts: nothing is held here.
-        let agent = agent_pools!(|cluster, size| {
-            let session = config.session_config();
-            async move { crate::session::live::on_cluster::agent_pool(cluster, &session, size).await }
-        });
-        let pooled = super::open(self, pool, agent, |pool| {
+        let pooled = super::open(self, pool, &config.session_config(), |pool| {
             // The pod's start has the pool's start limit (see `session_pool`).
             let limit = pool.start_limit;
             let config = config.clone().session(|s| {

@@ -2,7 +2,7 @@
 
 use futures::FutureExt;
 
-use super::{agent_pools, PoolConfig, Pooled, Recipe};
+use super::{PoolConfig, Pooled, Recipe};
 use crate::client::Client;
 use crate::codemode::{CodeHost, CodeHostConfig};
 use crate::error::Result;
@@ -62,10 +62,7 @@ impl Client {
         self.resolve_image(&config.image).await?;
         // On agent-sandbox, the cluster keeps the pods started and each
         // session claims one: nothing is held here.
-        let agent = agent_pools!(
-            |cluster, size| crate::session::live::on_cluster::agent_pool(cluster, &config, size)
-        );
-        let pooled = super::open(self, pool, agent, |pool| {
+        let pooled = super::open(self, pool, &config, |pool| {
             // A fill has the pool's start limit: on a cluster, a pod the
             // scheduler cannot place then fails it with the scheduler's reason.
             let limit = config.start_timeout.min(pool.start_limit);
@@ -94,14 +91,7 @@ impl Client {
     ) -> Result<CodeHostPool> {
         // On agent-sandbox, the cluster keeps the hosts' pods started and
         // each host claims one as it starts: nothing is held here.
-        let agent = agent_pools!(|cluster, size| {
-            let launch = config.launch();
-            async move {
-                let pool = crate::codemode::on_cluster::agent_pool(cluster, launch?, size).await?;
-                Ok(Some(pool))
-            }
-        });
-        let pooled = super::open(self, pool, agent, |_| {
+        let pooled = super::open(self, pool, &config, |_| {
             let (client, config) = (self.clone(), config.clone());
             Recipe::started(
                 "code-host-pool",

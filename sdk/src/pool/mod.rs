@@ -67,8 +67,8 @@ mod kernels;
 mod kinds;
 mod sandbox;
 
+use crate::backend::PoolTemplate;
 pub(crate) use crate::backend::Pooled;
-use crate::backend::{AgentPool, Cluster};
 use crate::client::Client;
 use crate::error::Result;
 use crate::warm::{Discard, Fill, WarmPool};
@@ -119,50 +119,18 @@ impl<T: Send + Sync + 'static> Recipe<T> {
     }
 }
 
-/// Opens the warm pool on agent-sandbox that a pool's takes claim from
-/// instead of holding items (on a cluster whose
-/// [`KubeConfig::agent_sandbox`](crate::KubeConfig::agent_sandbox) is on);
-/// `None` keeps the pool's own items. Made by [`agent_pools!`].
-pub(crate) type AgentPools<'a> = Box<
-    dyn FnOnce(&'a Cluster, usize) -> futures::future::BoxFuture<'a, Result<Option<AgentPool>>>
-        + Send
-        + 'a,
->;
-
-/// An [`AgentPools`] from `|cluster, size| async { ... }` (without the
-/// `kubernetes` feature there is no cluster, and the closure is not compiled).
-macro_rules! agent_pools {
-    (|$cluster:ident, $size:ident| $body:expr) => {{
-        #[cfg(feature = "kubernetes")]
-        let opener: $crate::pool::AgentPools<'_> =
-            Box::new(|$cluster, $size| futures::FutureExt::boxed($body));
-        #[cfg(not(feature = "kubernetes"))]
-        let opener: $crate::pool::AgentPools<'_> =
-            Box::new(|cluster: &$crate::backend::Cluster, _| match *cluster {});
-        opener
-    }};
-}
-pub(crate) use agent_pools;
-
 /// Every pool is opened here: on agent-sandbox (a cluster that uses it, a
-/// pool of one or more), the warm pool `agent_pools` opens keeps the items
-/// started and this pool holds none; else a [`WarmPool`] of `config` made
-/// with `recipe`.
-pub(crate) async fn open<'a, T: Send + 'static>(
-    client: &'a Client,
+/// pool of one or more), a warm pool of pods like `template` keeps the
+/// items started and this pool holds none; else a [`WarmPool`] of `config`
+/// made with `recipe`.
+pub(crate) async fn open<T: Send + 'static>(
+    client: &Client,
     config: PoolConfig,
-    agent_pools: AgentPools<'a>,
+    template: &impl PoolTemplate,
     recipe: impl FnOnce(&PoolConfig) -> Recipe<T>,
 ) -> Result<Pooled<T>> {
     let config = config.normalized();
-    let claims = match client.cluster() {
-        Some(cluster) if config.size > 0 && cluster.uses_agent_sandbox().await? => {
-            agent_pools(cluster, config.size)
-                .await?
-                .map(std::sync::Arc::new)
-        }
-        _ => None,
-    };
+    let claims = client.runs_on().agent_pool(template, config.size).await?;
     let config = if claims.is_some() {
         PoolConfig::new(0)
     } else {

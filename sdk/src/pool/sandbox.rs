@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::FutureExt;
 
-use super::{agent_pools, PoolConfig, Pooled, Recipe};
+use super::{PoolConfig, Pooled, Recipe};
+use crate::backend::{Warm, WarmOneShot};
 use crate::client::Client;
 use crate::error::Result;
-use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value, Warm, WarmContainer};
+use crate::sandbox::{RunOptions, RunOutput, Sandbox, Value};
 use crate::warm::{Discard, Fill, PoolStats};
 
 /// What a warm container runs until it is handed a job: wait for a line on
@@ -83,23 +83,11 @@ impl Client {
             PoolConfig::new(0)
         };
         // On agent-sandbox, the cluster keeps the pods warm and each run
-        // claims one: nothing is held here. An allow-list is a policy of
-        // each pod's own, so such a pool keeps pods of its own.
-        let agent = agent_pools!(|cluster, size| {
-            let reference = image.reference.clone();
-            async move {
-                if matches!(sandbox.runtime().network, crate::Network::Egress(_)) {
-                    return Ok(None);
-                }
-                let pool =
-                    crate::sandbox::on_cluster::agent_pool(cluster, sandbox, &reference, size)
-                        .await?;
-                Ok(Some(pool))
-            }
-        });
-        let pooled = super::open(self, config, agent, |config| Recipe {
+        // claims one: nothing is held here.
+        let template = (sandbox, image.reference.as_str());
+        let pooled = super::open(self, config, &template, |config| Recipe {
             name: format!("pool:{}", sandbox.name()),
-            fill: fill(self, sandbox, image.reference.clone(), config.start_limit),
+            fill: fill(self, sandbox, config.start_limit),
             stop: discard(),
         })
         .await?;
@@ -111,25 +99,31 @@ impl Client {
     }
 }
 
-/// Makes one warm container (a pod on a cluster) of `sandbox` from `image`,
-/// within `limit`.
-fn fill(client: &Client, sandbox: &Sandbox, image: String, limit: Duration) -> Fill<Warm> {
+/// Makes one warm container (a pod on a cluster) of `sandbox`, within `limit`.
+fn fill(client: &Client, sandbox: &Sandbox, limit: Duration) -> Fill<Warm> {
     let (client, sandbox) = (client.clone(), sandbox.clone());
     Arc::new(move || {
-        let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
+        let (client, sandbox) = (client.clone(), sandbox.clone());
         async move {
-            // A pod's own wait names what held it up (see `warm_one`).
-            if client.cluster().is_some() {
-                return warm_one(&client, &sandbox, &image, limit).await;
-            }
-            match tokio::time::timeout(limit, warm_one(&client, &sandbox, &image, limit)).await {
-                Ok(made) => made,
-                Err(_) => Err(crate::Error::Docker {
-                    operation: "start a warm container",
-                    message: format!("it was not running within {limit:?}"),
-                    status: None,
-                }),
-            }
+            // Resolved again: an image removed since is made again, not a
+            // fill that fails until a cold run makes it.
+            let image = client.resolve_image(sandbox.image()).await?.reference;
+            let runner = crate::sandbox::inline_runner(&sandbox);
+            let waiter = match runner {
+                Some(_) => ["python3", "-c", PYTHON_WAITER],
+                None => ["/bin/sh", "-c", SHELL_WAITER],
+            };
+            let plan = WarmOneShot {
+                shape: crate::sandbox::one_shot_shape(&sandbox, &image, Vec::new()),
+                waiter: waiter.map(String::from).to_vec(),
+                waiter_env: runner
+                    .map(|runner| format!("{}={runner}", crate::sandbox::INLINE_RUNNER_ENV))
+                    .into_iter()
+                    .collect(),
+                gateway: client.gateway_access().ok(),
+                limit,
+            };
+            client.runs_on().warm_one_shot(&plan).await
         }
         .boxed()
     })
@@ -139,95 +133,12 @@ fn fill(client: &Client, sandbox: &Sandbox, image: String, limit: Duration) -> F
 fn discard() -> Discard<Warm> {
     Arc::new(|warm: Warm| {
         async move {
-            let removed = match warm {
-                Warm::Container(warm) => warm.container.remove().await,
-                Warm::Pod(pod) => pod.remove().await,
-            };
-            if let Err(e) = removed {
+            if let Err(e) = warm.remove().await {
                 tracing::warn!(error = %e, "removing a pooled container");
             }
         }
         .boxed()
     })
-}
-
-/// One container (a pod on a cluster) that waits for its job.
-async fn warm_one(
-    client: &Client,
-    sandbox: &Sandbox,
-    image: &str,
-    limit: Duration,
-) -> Result<Warm> {
-    #[cfg(feature = "kubernetes")]
-    if let Some(cluster) = client.cluster() {
-        return Ok(Warm::Pod(Box::new(
-            crate::sandbox::on_cluster::warm_pod(cluster, sandbox, image, limit).await?,
-        )));
-    }
-    let _ = (image, limit);
-    Ok(Warm::Container(Box::new(
-        warm_container(client, sandbox).await?,
-    )))
-}
-
-/// Creates, attaches and starts one container that waits for its job.
-async fn warm_container(client: &Client, sandbox: &Sandbox) -> Result<WarmContainer> {
-    let image = client.images()?.resolve(sandbox.image()).await?;
-    let runner = crate::sandbox::inline_runner(sandbox);
-    let cmd = match runner {
-        Some(_) => ["python3", "-c", PYTHON_WAITER],
-        None => ["/bin/sh", "-c", SHELL_WAITER],
-    };
-    let mut spec =
-        crate::sandbox::container_spec(sandbox, &image.reference, cmd.map(String::from).to_vec());
-    spec.open_stdin = true;
-    if let Some(runner) = runner {
-        spec.env
-            .push(format!("{}={runner}", crate::sandbox::INLINE_RUNNER_ENV));
-    }
-    spec.extra_labels
-        .insert("dev.dockhand.pool".into(), sandbox.name().to_string());
-    // Under a policy: the container's own network and registration, made
-    // with it, so that its run starts with its way out ready.
-    let egress = match &sandbox.runtime().network {
-        crate::Network::Egress(policy) => {
-            let lease =
-                crate::gateway::Lease::open(client.gateway_access()?, policy, Vec::new()).await?;
-            lease.apply(&mut spec);
-            Some(lease)
-        }
-        _ => None,
-    };
-    let engine = client.engine()?;
-    let container = engine.create_container(&spec).await?;
-    let id = container.id().to_string();
-    let started = async {
-        if let Some(lease) = &egress {
-            lease.install(engine, &id).await?;
-        }
-        if sandbox.image().is_prebuilt() {
-            let tar = crate::sandbox::writable_root()?;
-            engine
-                .upload_archive(&id, crate::sandbox::OUTPUTS_DIR, Bytes::from(tar))
-                .await?;
-        }
-        // Attached before the start, so nothing the program says is missed
-        // and the handover is a write on a stream already open.
-        let attached = engine.attach(&id).await?;
-        engine.start_container(&id).await?;
-        Ok(attached)
-    };
-    match started.await {
-        Ok(attached) => Ok(WarmContainer {
-            container,
-            attached,
-            egress,
-        }),
-        Err(e) => {
-            let _ = container.remove().await;
-            Err(e)
-        }
-    }
 }
 
 impl SandboxPool {

@@ -1,8 +1,7 @@
 //! How an attempt ends, on either backend: the outputs archive read as it
-//! streams, the verdict from how the program ended, and the deadline every
-//! step of the attempt runs within.
+//! streams, and the verdict from how the program ended.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -70,22 +69,4 @@ pub(super) async fn collect_streamed(
             message: e.to_string(),
             status: None,
         })?
-}
-
-/// Runs `step` within the attempt's deadline, if it has one; past it, the
-/// run's [`Error::Timeout`] (nothing was printed yet).
-pub(super) async fn within<T>(
-    deadline: Option<(tokio::time::Instant, Duration)>,
-    step: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        None => step.await,
-        Some((at, limit)) => tokio::time::timeout_at(at, step).await.unwrap_or_else(|_| {
-            Err(Error::Timeout {
-                timeout: limit,
-                stdout: String::new(),
-                stderr: String::new(),
-            })
-        }),
-    }
 }

@@ -242,42 +242,7 @@ fn append_from_disk<W: std::io::Write>(
     Ok(builder)
 }
 
-/// The archive of a run's inputs: in memory when small, else in a temporary
-/// file (removed with the last clone) that is streamed to the daemon.
-#[derive(Clone, Debug)]
-pub enum InputsTar {
-    /// Small: held in memory.
-    Memory(bytes::Bytes),
-    /// Large: on disk.
-    Spooled(std::sync::Arc<tempfile::TempPath>),
-}
-
-impl InputsTar {
-    /// The archive as a byte stream (a cluster's attach stream takes it so).
-    #[cfg(feature = "kubernetes")]
-    pub async fn reader(&self) -> Result<std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>> {
-        Ok(match self {
-            InputsTar::Memory(tar) => Box::pin(std::io::Cursor::new(tar.clone())),
-            InputsTar::Spooled(path) => Box::pin(
-                tokio::fs::File::open(path.to_path_buf())
-                    .await
-                    .map_err(|e| Error::io("reading the spooled inputs archive", e))?,
-            ),
-        })
-    }
-
-    /// Extracts the archive into `dir` of container `id`.
-    pub async fn upload(&self, engine: &crate::engine::Engine, id: &str, dir: &str) -> Result<()> {
-        match self {
-            InputsTar::Memory(tar) => engine.upload_archive(id, dir, tar.clone()).await,
-            InputsTar::Spooled(path) => engine.upload_archive_file(id, dir, path).await,
-        }
-    }
-}
-
-/// The environment variable an inline job travels in (the runner removes it
-/// before the code runs).
-pub const INLINE_JOB_ENV: &str = "DOCKHAND_JOB";
+pub use crate::backend::InputsTar;
 
 /// The most bytes an inline job may have: well under the kernel's 128 KiB
 /// limit on one environment string.
@@ -288,7 +253,7 @@ const INLINE_LIMIT: usize = 96 << 10;
 pub const INLINE_RUNNER_ENV: &str = "DOCKHAND_RUNNER";
 
 /// The runner for inline jobs of `sandbox`: auto-IO code whose inputs are
-/// all values. It reads the job from [`INLINE_JOB_ENV`] and sends the
+/// all values. It reads the job from `DOCKHAND_JOB` and sends the
 /// outputs frame when the job names a marker.
 pub fn inline_runner(sandbox: &Sandbox) -> Option<String> {
     let auto_io = matches!(sandbox.program, Program::Code { auto_io: true, .. });
@@ -301,7 +266,7 @@ pub fn inline_runner(sandbox: &Sandbox) -> Option<String> {
 
 /// A job that needs no upload: auto-IO code whose inputs are all values
 /// travels as `python3 -c <runner>` with the code, the inputs' texts and the
-/// frame marker as JSON in [`INLINE_JOB_ENV`] (a cold container's
+/// frame marker as JSON in `DOCKHAND_JOB` (a cold container's
 /// environment, or a warm one's stdin), which saves the inputs upload (an
 /// Engine API call that re-executes dockerd to extract). File and Dir
 /// inputs, other modes and big jobs are uploaded as before. Returns the
@@ -353,12 +318,6 @@ fn handover_script(cmd: &[String]) -> String {
     let quoted =
         shlex::try_join(cmd.iter().map(String::as_str)).unwrap_or_else(|_| "false".to_string());
     format!("exec {quoted} </dev/null\n")
-}
-
-/// An archive that makes the root of the directory it is extracted into
-/// writable by everyone (for `/var/outputs` in images that lack it).
-pub fn writable_root() -> Result<Vec<u8>> {
-    archive::build_tar(&[(".", 0o777)], &[])
 }
 
 /// The archive extracted into `/run/secrets`: one file per secret, readable

@@ -57,17 +57,13 @@ pub use crate::settings::{
 };
 pub use crate::settings::{Secret, SecretMount, SECRETS_DIR};
 pub use attempt::{Attempt, RunOptions, RunOutput};
-pub(crate) use attempt::{Warm, WarmContainer};
 pub use cache::{CacheStats, OutputCache, DEFAULT_CACHE_LIMIT};
 pub(crate) use capture::tail as capture_tail;
 pub use capture::{CapturedText, OutputHandler, OutputLine, StreamKind, LINE_PIECE};
-pub(crate) use inputs::{
-    inline_runner, named as named_inputs, secrets_archive, writable_root, INLINE_RUNNER_ENV,
-};
-pub(crate) use launch::container_spec;
+pub(crate) use inputs::{inline_runner, named as named_inputs, secrets_archive, INLINE_RUNNER_ENV};
+pub(crate) use launch::shape as one_shot_shape;
 pub(crate) use outputs::collect as collect_outputs;
 pub use outputs::{FromOutputs, Outputs};
-pub(crate) use preamble::OUTPUTS_DIR;
 pub use quick::NO_INPUTS;
 pub use spec::{Param, Program, Sandbox, SandboxBuilder, DEFAULT_OUTPUT_LIMIT};
 pub use value::{FromValue, Type, Value};

@@ -13,10 +13,7 @@
 use super::spec::Param;
 use super::value::Type;
 
-/// Directory inside the container where inputs land.
-pub const INPUTS_DIR: &str = "/var/inputs";
-/// Directory inside the container where outputs are collected from.
-pub const OUTPUTS_DIR: &str = "/var/outputs";
+pub use crate::backend::{INPUTS_DIR, OUTPUTS_DIR};
 /// Dockhand's own files, beside the inputs (input names cannot start with `.`).
 pub const CONTROL_DIR: &str = ".dockhand";
 /// The user's code, under the control directory.

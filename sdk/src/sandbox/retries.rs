@@ -3,11 +3,10 @@
 
 use std::time::Instant;
 
-use super::attempt::Warm;
 use super::attempt::{Attempt, Prepared, RunOptions, RunOutput};
 use super::cache;
 use super::spec::Sandbox;
-use crate::backend::Pooled;
+use crate::backend::{Pooled, Warm};
 use crate::client::Client;
 use crate::error::{Error, Result};
 
@@ -34,7 +33,7 @@ impl Client {
             number += 1;
             tries_left -= 1;
             let attempt_started = Instant::now();
-            match self.attempt(sandbox, prepared, number, options, pool).await {
+            match super::launch::attempt(self, sandbox, prepared, number, options, pool).await {
                 Ok(mut out) => {
                     attempts.push(Attempt {
                         number,

@@ -5,12 +5,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::attempt::{JobDelivery, Prepared, RunOptions, RunOutput, Warm};
+use super::attempt::{Prepared, RunOptions, RunOutput};
 use super::cache;
 use super::inputs;
 use super::spec::Sandbox;
 use super::value::Value;
-use crate::backend::Pooled;
+use crate::backend::{JobDelivery, Pooled, Warm};
 use crate::client::Client;
 use crate::error::Result;
 use crate::settings::SecretMount;
@@ -74,11 +74,8 @@ impl Client {
             .iter()
             .map(|s| Ok((s.name.clone(), s.resolve()?)))
             .collect::<Result<_>>()?;
-        let on_cluster = self.cluster().is_some();
-        #[cfg(feature = "kubernetes")]
-        if on_cluster {
-            super::on_cluster::check(sandbox)?;
-        }
+        let backend = self.runs_on();
+        backend.refuse_network(&rt.network, &rt.secrets)?;
         let image = self.resolve_image(&sandbox.image).await?;
 
         // A run that may fetch data is not replayed unless asked: what it
@@ -117,10 +114,10 @@ impl Client {
         // A pooled run takes its warm container's way out, or opens one if it
         // starts cold; secrets bound to hosts need theirs now (such sandboxes
         // are not pooled).
-        // On a cluster, an allow-list is each pod's own policy instead.
+        // Where the backend has no gateway, an allow-list is each pod's own
+        // policy instead.
         let bound = rt.secrets.iter().any(|s| s.hosts().is_some());
-        let on_docker = self.backend() == "docker";
-        let (egress, secrets) = if on_docker && (pool.is_none() || bound) {
+        let (egress, secrets) = if backend.uses_gateway() && (pool.is_none() || bound) {
             crate::gateway::open_for(self.gateway_access()?, &rt.network, &rt.secrets, secrets)
                 .await?
         } else {
@@ -140,12 +137,12 @@ impl Client {
             let owner = rt.hardening.owner_ids();
             Some(Bytes::from(inputs::secrets_archive(&file_secrets, owner)?))
         };
-        // A cluster's pod takes its job as an archive, and its log mixes
-        // stdout with stderr, so no frame is read from it.
-        let frame_marker = (!on_cluster)
+        // A frame needs stdout apart from stderr; an inline job, a backend
+        // that takes one (a pod takes its job as an archive).
+        let frame_marker = (backend.separates_streams())
             .then(|| inputs::frame_marker(sandbox))
             .flatten();
-        let inline = (!on_cluster)
+        let inline = (backend.inline_jobs())
             .then(|| inputs::inline_job(sandbox, &inputs, frame_marker.as_deref()))
             .flatten();
         let job = match inline {
@@ -163,7 +160,6 @@ impl Client {
             }
         };
         let mut prepared = Prepared {
-            needs_outputs_dir: sandbox.image.is_prebuilt(),
             image,
             job,
             frame_marker,
@@ -179,27 +175,5 @@ impl Client {
             lease.close().await;
         }
         outcome
-    }
-
-    /// One attempt in one fresh container: a warm one from `pool` if one is
-    /// ready, else one made now.
-    pub(super) async fn attempt(
-        &self,
-        sandbox: &Sandbox,
-        prepared: &Prepared,
-        number: u32,
-        options: &RunOptions,
-        pool: Option<&Pooled<Warm>>,
-    ) -> Result<RunOutput> {
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = self.cluster() {
-            // Boxed: inline, the cluster's attempt would make every run's
-            // future (the Docker one's too) as large as it is.
-            return Box::pin(super::on_cluster::attempt(
-                cluster, sandbox, prepared, number, options, pool,
-            ))
-            .await;
-        }
-        super::launch::attempt_on_docker(self, sandbox, prepared, number, options, pool).await
     }
 }

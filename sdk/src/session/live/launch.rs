@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::engine::{copy_checkpoint, Engine};
-use crate::sandbox::{secrets_archive, SecretMount, SECRETS_DIR};
+use crate::sandbox::{secrets_archive, SECRETS_DIR};
 
 /// How a session's running container was made: what a fork of it is made
 /// from (the same settings, its secrets' values included, kept in memory
@@ -18,128 +18,6 @@ pub(super) struct Launched {
 pub(super) struct Carry {
     pub(super) routes: Routes,
     pub(super) next_id: u64,
-}
-
-impl Session {
-    pub(super) async fn launch(&self) -> Result<Arc<Conn>> {
-        let c = &self.inner.config;
-        validate(c)?;
-        let client = &self.inner.client;
-        #[cfg(feature = "kubernetes")]
-        if let Some(cluster) = client.cluster() {
-            if c.pausable || !c.volumes.is_empty() {
-                return Err(Error::Unsupported {
-                    backend: "kubernetes",
-                    feature: "pausable, kept and volume-mounting sessions".into(),
-                    hint: "run them on a Docker client (`Client::connect()`)".into(),
-                });
-            }
-            return self.launch_on_cluster(cluster).await;
-        }
-        crate::volume::check_mounted(client, &c.volumes).await?;
-        // A host path means nothing to a daemon on another machine: say so
-        // before anything is created, not as a confusing mount failure.
-        for m in &c.mounts {
-            client.engine()?.require_shared_filesystem(
-                format!("session mount {} -> {}", m.host_path, m.container_path),
-                "copy the files in with write_file (or a snapshot image) instead of a mount",
-            )?;
-        }
-        let image = client.images()?.resolve(&c.image).await?;
-        lock(&self.inner.status).life.image = Some(image.reference.clone());
-        let engine = client.engine()?;
-        let agent = AgentProgram::for_engine(engine).await?;
-        let mut spec = container_spec(c, &image.reference)?;
-        spec.cmd = agent.command();
-        let resolved = c
-            .secrets
-            .iter()
-            .map(|s| Ok((s.name().to_string(), s.resolve()?)))
-            .collect::<Result<Vec<_>>>()?;
-        // Under a policy: the session's network and gateway registration;
-        // secrets bound to hosts become placeholders here.
-        let redactions = resolved.clone();
-        let (egress, secrets) =
-            crate::gateway::open_for(client.gateway_access()?, &c.network, &c.secrets, resolved)
-                .await?;
-        let mut file_secrets = Vec::new();
-        for (secret, (name, value)) in c.secrets.iter().zip(&secrets) {
-            match secret.mount() {
-                SecretMount::Env => spec.env.push(format!("{name}={value}")),
-                SecretMount::File => file_secrets.push((name.clone(), value.clone())),
-            }
-        }
-        if let Some(lease) = &egress {
-            lease.apply(&mut spec);
-        }
-        // What comes back is redacted of the values, not of placeholders.
-        *lock(&self.inner.secrets) = redactions;
-        if !file_secrets.is_empty() {
-            spec.scratch_volumes.push(SECRETS_DIR.into());
-        }
-        let h = &c.hardening;
-        if !h.read_only_root {
-            // A writable root keeps /tmp in the filesystem, so snapshots hold it.
-            spec.tmpfs.clear();
-        }
-        // One host-side deadline from create to the agent's first line: a
-        // runtime that wedges in `start` (seen with runsc) or a daemon that
-        // stops answering must not hang `start()`. Dropping the block drops
-        // the container's guard, which removes it.
-        *lock(&self.inner.launched) = Some(Launched {
-            spec: spec.clone(),
-            file_secrets: file_secrets.clone(),
-        });
-        let started = async {
-            let container = engine.create_container(&spec).await?;
-            let id = container.id().to_string();
-            // One archive, the agent's volume reached through `/`: the
-            // daemon runs a process of its own for each upload (85 ms of
-            // host CPU each, measured on Docker 20.10).
-            let (to, tar) = match h.read_only_root {
-                true => (AGENT_DIR, programs_tar(agent, &c.helpers)?),
-                false => (
-                    "/",
-                    start_tar(agent, &c.helpers, &c.workspace, h.owner_ids())?,
-                ),
-            };
-            engine.upload_archive(&id, to, Bytes::from(tar)).await?;
-            // A new volume's root is root's: the session's user is given
-            // the ones it may write (an upload reaches mounted volumes).
-            if !h.read_only_root {
-                for v in c.volumes.iter().filter(|v| !v.read_only) {
-                    let (parent, tar) = owned_dir_tar(&v.path, h.owner_ids())?;
-                    engine
-                        .upload_archive(&id, &parent, Bytes::from(tar))
-                        .await?;
-                }
-            }
-            if !file_secrets.is_empty() {
-                let tar = secrets_archive(&file_secrets, h.owner_ids())?;
-                engine
-                    .upload_archive(&id, SECRETS_DIR, Bytes::from(tar))
-                    .await?;
-            }
-            if let Some(lease) = &egress {
-                lease.install(engine, &id).await?;
-            }
-            let attached = engine.attach(&id).await?;
-            engine.start_container(&id).await?;
-            connect_container(engine, Held::Container(container), attached, egress, None).await
-        };
-        match tokio::time::timeout(c.start_timeout, started).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::SessionUnavailable {
-                reason: format!(
-                    "the session's container did not start within {:?} \
-                     ({} is the daemon or its runtime wedged? \
-                     `SessionConfig::start_timeout` allows more)",
-                    c.start_timeout,
-                    agent.needs()
-                ),
-            }),
-        }
-    }
 }
 
 /// Speaks with the agent of the container `held` through `attached` until
@@ -338,92 +216,6 @@ pub(super) async fn prepare_restore(
     Ok(container)
 }
 
-/// Bad settings, found before anything is resolved or created.
-fn validate(c: &SessionConfig) -> Result<crate::sandbox::Resources> {
-    let resources = c.checked_resources()?;
-    for m in &c.mounts {
-        if !m.container_path.starts_with('/') || !m.host_path.starts_with('/') {
-            return Err(Error::spec(
-                "session",
-                format!(
-                    "mount {} -> {}: both paths must be absolute",
-                    m.host_path, m.container_path
-                ),
-            ));
-        }
-    }
-    if !c.workspace.starts_with('/') || c.workspace == "/" {
-        return Err(Error::spec(
-            "session",
-            format!(
-                "workspace `{}` must be an absolute directory other than /",
-                c.workspace
-            ),
-        ));
-    }
-    Ok(resources)
-}
-
-/// The container every session of `c` is made with, secrets aside (their
-/// values are added at start; a Kubernetes rendering refers to them instead).
-pub(crate) fn container_spec(c: &SessionConfig, image: &str) -> Result<ContainerSpec> {
-    let resources = validate(c)?;
-    let mut env = vec![
-        "HOME=/tmp".to_string(),
-        "PYTHONUNBUFFERED=1".to_string(),
-        format!("DOCKHAND_WORKSPACE={}", c.workspace),
-        format!("DOCKHAND_ROOTS={}", c.roots().join(":")),
-        // The agent ends a command that is about to use them all up.
-        format!("DOCKHAND_PIDS_LIMIT={}", resources.pids),
-    ];
-    // Lazy values are resolved now, when the session is created.
-    for (name, value) in &c.env {
-        let value = match value {
-            EnvValue::Plain(v) => v.clone(),
-            EnvValue::Lazy(f) => f(),
-        };
-        env.push(format!("{name}={value}"));
-    }
-    let mut labels = HashMap::new();
-    if let Some(name) = &c.name {
-        labels.insert("dev.dockhand.session-name".to_string(), name.clone());
-    }
-    let mut spec = ContainerSpec {
-        image: image.to_string(),
-        // Where Docker's containers have it; a cluster's pod renders its own.
-        cmd: vec![super::agent::static_path()],
-        entrypoint: Some(Vec::new()),
-        env,
-        working_dir: Some(c.workspace.clone()),
-        kind: "session",
-        extra_labels: labels,
-        scratch_volumes: vec![AGENT_DIR.into()],
-        mounts: c.mounts.clone(),
-        open_stdin: true,
-        no_log: true,
-        // The agent exits when its stdin closes, as it does when the owner
-        // dies; the daemon then removes the container, unless it is to be
-        // paused (a pause stops it) or kept.
-        auto_remove: !c.pausable,
-        kept: c.keep,
-        volumes: c
-            .volumes
-            .iter()
-            .map(|v| {
-                (
-                    crate::volume::docker_name(&v.name),
-                    v.path.clone(),
-                    v.read_only,
-                )
-            })
-            .collect(),
-        ..Default::default()
-    };
-    confine(&mut spec, &resources, &c.hardening, &c.network);
-    spec.runtime = c.isolation.runtime_name().map(String::from);
-    Ok(spec)
-}
-
 /// The agent and the helpers as a tar to extract at `/var/inputs`: all
 /// root-owned, files 0644 in a 0755 directory, so the session's user can
 /// run them and change none of them.
@@ -455,7 +247,7 @@ fn programs(
 /// What a new container needs before it starts, as one tar to extract at
 /// `/`: the workspace (see [`workspace_tar`]) and the agent with its
 /// helpers in the agent's directory (a volume, reached through `/`).
-fn start_tar(
+pub(super) fn start_tar(
     agent: AgentProgram,
     helpers: &[(&'static str, &'static str)],
     workspace: &str,
@@ -515,7 +307,7 @@ fn append_workspace<W: std::io::Write>(
 
 /// The directory `path` alone, owned by the session's user, as a tar to
 /// extract in its parent (returned with it): the parents keep their owners.
-fn owned_dir_tar(path: &str, (uid, gid): (u64, u64)) -> Result<(String, Vec<u8>)> {
+pub(super) fn owned_dir_tar(path: &str, (uid, gid): (u64, u64)) -> Result<(String, Vec<u8>)> {
     let trimmed = path.trim_end_matches('/');
     let (parent, leaf) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
     let parent = if parent.is_empty() { "/" } else { parent };
