@@ -17,8 +17,9 @@ use crate::settings::Network;
 
 pub(super) use crate::cluster::refuse_network;
 
-/// The pod's shape as the manifests renderer takes it, from `opts`' image.
-fn render_shape<'a>(
+/// The pod's shape as the manifests renderer takes it, from `opts`' image,
+/// running `command`.
+pub(crate) fn render_shape<'a>(
     shape: &OneShotShape<'a>,
     opts: &KubeOptions,
     command: Vec<String>,

@@ -158,6 +158,13 @@ async fn claim_or_plan(cluster: &Cluster, pod: &InPod<'_>) -> Result<(String, Co
         }
         // None bound in time: a pod of its own.
     }
+    let plan = plan(cluster, pod).await?;
+    Ok((plan.name.clone(), Coming::Planned(plan)))
+}
+
+/// `pod` planned under a name of its own, with its allow-list and, if it
+/// takes one, the agent's image.
+async fn plan(cluster: &Cluster, pod: &InPod<'_>) -> Result<crate::cluster::PodPlan> {
     let allow = crate::cluster::allow_list(&pod.network).await?;
     let agent = match pod.agent_image {
         true => Some(cluster.agent_image().await?),
@@ -176,7 +183,26 @@ async fn claim_or_plan(cluster: &Cluster, pod: &InPod<'_>) -> Result<(String, Co
     if let Some(list) = allow {
         list.apply(&mut plan);
     }
-    Ok((plan.name.clone(), Coming::Planned(plan)))
+    Ok(plan)
+}
+
+/// A warm pool of `size` pods like `pod` on agent-sandbox (see
+/// `cluster::AgentPool`), for a pool's takes to claim from.
+pub(crate) async fn agent_pool_of(
+    cluster: &Cluster,
+    pod: &InPod<'_>,
+    size: usize,
+) -> Result<AgentPool> {
+    let plan = plan(cluster, pod).await?;
+    let egress = pod.network != Network::None;
+    AgentPool::open(
+        cluster,
+        plan.pod,
+        plan.companions,
+        (egress, pod.container),
+        size,
+    )
+    .await
 }
 
 /// Waits until container `container` of pod `name` has ended (or the pod is gone).

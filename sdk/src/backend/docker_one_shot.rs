@@ -115,10 +115,7 @@ pub(super) async fn launch<'a>(engine: &'a Engine, plan: &OneShot<'_>) -> Result
     let mut cold_egress = None;
     if plan.egress.is_none() {
         if let crate::Network::Egress(policy) = plan.shape.network {
-            let access = plan.gateway.ok_or_else(|| {
-                Error::spec("network", "an egress policy needs the egress gateway")
-            })?;
-            let opened = crate::gateway::Lease::open(access, policy, Vec::new());
+            let opened = open_lease(plan.gateway, policy);
             cold_egress = Some(within(deadline, opened).await?);
         }
     }
@@ -199,6 +196,16 @@ pub(super) async fn outputs(engine: &Engine, id: &str) -> Result<Option<super::B
     }
 }
 
+/// A way out under `policy` for one container, through the gateway `access` reaches.
+async fn open_lease(
+    access: Option<crate::gateway::Access<'_>>,
+    policy: &crate::Egress,
+) -> Result<crate::gateway::Lease> {
+    let access = access
+        .ok_or_else(|| Error::spec("network", "an egress policy needs the egress gateway"))?;
+    crate::gateway::Lease::open(access, policy, Vec::new()).await
+}
+
 /// An empty directory anyone may write, for an image's missing /var/outputs.
 fn writable_root() -> Result<Bytes> {
     Ok(Bytes::from(crate::archive::build_tar(
@@ -231,10 +238,7 @@ async fn warm_container(engine: &Engine, plan: &WarmOneShot<'_>) -> Result<WarmC
     // with it, so that its run starts with its way out ready.
     let egress = match plan.shape.network {
         crate::Network::Egress(policy) => {
-            let access = plan.gateway.ok_or_else(|| {
-                Error::spec("network", "an egress policy needs the egress gateway")
-            })?;
-            let lease = crate::gateway::Lease::open(access, policy, Vec::new()).await?;
+            let lease = open_lease(plan.gateway, policy).await?;
             lease.apply(&mut spec);
             Some(lease)
         }

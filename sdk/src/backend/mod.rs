@@ -21,8 +21,8 @@ mod program;
 
 #[cfg(feature = "kubernetes")]
 pub(crate) use self::{
-    cluster_one_shot::agent_pool as one_shot_agent_pool,
-    cluster_program::{InPod, PodRecipe, PoolTemplate},
+    cluster_one_shot::{agent_pool as one_shot_agent_pool, render_shape},
+    cluster_program::{agent_pool_of, InPod, PodRecipe, PoolTemplate},
 };
 #[cfg(feature = "kubernetes")]
 pub(crate) use crate::cluster::{AgentPool, ClaimGuard, Cluster, PodGuard};
@@ -60,7 +60,8 @@ pub(crate) enum Backend {
 }
 
 /// What a backend gives beyond running programs: a capability refuses,
-/// before anything is made, what its backend lacks.
+/// before anything is made, what its backend lacks, and takes the ways a
+/// backend has (an inline job, a frame, the gateway) where it has them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Offers {
     pub(crate) backend: &'static str,
@@ -72,6 +73,15 @@ pub(crate) struct Offers {
     pub(crate) volumes: bool,
     /// Committing a container to an image (snapshots).
     pub(crate) image_commit: bool,
+    /// A policy's way out through dockhand's egress gateway; on a cluster
+    /// an allow-list is each pod's own NetworkPolicy instead.
+    pub(crate) gateway: bool,
+    /// A one-shot's job inline (in a cold container's environment, on a
+    /// warm one's handover line): a pod takes its job as an archive.
+    pub(crate) inline_jobs: bool,
+    /// A program's stdout and stderr apart, so a runner can frame its
+    /// outputs on stdout: a pod's log mixes them.
+    pub(crate) separate_streams: bool,
 }
 
 impl Offers {
@@ -81,6 +91,9 @@ impl Offers {
         checkpoints: true,
         volumes: true,
         image_commit: true,
+        gateway: true,
+        inline_jobs: true,
+        separate_streams: true,
     };
     pub(crate) const CLUSTER: Offers = Offers {
         backend: "kubernetes",
@@ -88,6 +101,9 @@ impl Offers {
         checkpoints: false,
         volumes: false,
         image_commit: false,
+        gateway: false,
+        inline_jobs: false,
+        separate_streams: false,
     };
 
     /// The refusal of `feature` here, with what to do instead.
@@ -269,25 +285,6 @@ impl Backend {
             Backend::Docker { .. } => Offers::DOCKER,
             Backend::Kubernetes(_) => Offers::CLUSTER,
         }
-    }
-
-    /// Whether a one-shot's job may travel inline (in a cold container's
-    /// environment, on a warm one's handover line): a pod takes its job as
-    /// an archive.
-    pub(crate) fn inline_jobs(&self) -> bool {
-        matches!(self, Backend::Docker { .. })
-    }
-
-    /// Whether a program's stdout and stderr come back apart, so a runner
-    /// can frame its outputs on stdout: a pod's log mixes them.
-    pub(crate) fn separates_streams(&self) -> bool {
-        matches!(self, Backend::Docker { .. })
-    }
-
-    /// Whether a policy's way out is dockhand's egress gateway; on a
-    /// cluster an allow-list is each pod's own NetworkPolicy instead.
-    pub(crate) fn uses_gateway(&self) -> bool {
-        matches!(self, Backend::Docker { .. })
     }
 
     /// Refuses, before anything is made, a network or secrets this backend

@@ -52,7 +52,7 @@ impl InputsTar {
 pub(crate) enum JobDelivery {
     /// As JSON in a cold container's environment, or on a warm one's
     /// handover line, run by `command` (only where the backend takes
-    /// inline jobs: [`Backend::inline_jobs`](super::Backend::inline_jobs)).
+    /// inline jobs: [`Offers::inline_jobs`](super::Offers::inline_jobs)).
     Inline { command: Vec<String>, job: String },
     /// As an archive uploaded into `/var/inputs`, run by `command`.
     Upload {

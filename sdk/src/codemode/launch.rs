@@ -71,12 +71,7 @@ impl crate::backend::Recipe for HostStart<'_> {
 /// timeout. Returns the runner and the image reference.
 pub(super) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, String)> {
     let backend = client.runs_on();
-    if !backend.offers().host_paths && !how.mounts.is_empty() {
-        return Err(backend.offers().unsupported(
-            "mounted directories on a code host",
-            "give the data as inputs or read it through a tool",
-        ));
-    }
+    refuse_mounts(backend.offers(), &how)?;
     // The image first, outside the start limit: the first build on a
     // machine compiles the bridge (minutes), under the builder's own limits.
     let image = backend.resolve_code_host_image(how.image).await?.reference;
@@ -107,6 +102,18 @@ pub(super) async fn launch(client: &Client, how: Launch<'_>) -> Result<(Runner, 
         .start_program(&recipe, limit, handshake, too_slow)
         .await?;
     Ok((runner, image))
+}
+
+/// Mounted directories, refused before anything is made where the backend
+/// has no paths of this machine's (a cluster's nodes).
+pub(super) fn refuse_mounts(offers: crate::backend::Offers, how: &Launch<'_>) -> Result<()> {
+    if offers.host_paths || how.mounts.is_empty() {
+        return Ok(());
+    }
+    Err(offers.unsupported(
+        "mounted directories on a code host",
+        "give the data as inputs or read it through a tool",
+    ))
 }
 
 /// Waits for the bridge's `ready`: on the direct channel if it was offered

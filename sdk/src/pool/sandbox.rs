@@ -87,7 +87,7 @@ impl Client {
         let template = (sandbox, image.reference.as_str());
         let pooled = super::open(self, config, &template, |config| Recipe {
             name: format!("pool:{}", sandbox.name()),
-            fill: fill(self, sandbox, config.start_limit),
+            fill: fill(self, sandbox, image.reference.clone(), config.start_limit),
             stop: discard(),
         })
         .await?;
@@ -99,15 +99,13 @@ impl Client {
     }
 }
 
-/// Makes one warm container (a pod on a cluster) of `sandbox`, within `limit`.
-fn fill(client: &Client, sandbox: &Sandbox, limit: Duration) -> Fill<Warm> {
+/// Makes one warm container (a pod on a cluster) of `sandbox` from `image`
+/// (resolved when the pool opened), within `limit`.
+fn fill(client: &Client, sandbox: &Sandbox, image: String, limit: Duration) -> Fill<Warm> {
     let (client, sandbox) = (client.clone(), sandbox.clone());
     Arc::new(move || {
-        let (client, sandbox) = (client.clone(), sandbox.clone());
+        let (client, sandbox, image) = (client.clone(), sandbox.clone(), image.clone());
         async move {
-            // Resolved again: an image removed since is made again, not a
-            // fill that fails until a cold run makes it.
-            let image = client.resolve_image(sandbox.image()).await?.reference;
             let runner = crate::sandbox::inline_runner(&sandbox);
             let waiter = match runner {
                 Some(_) => ["python3", "-c", PYTHON_WAITER],

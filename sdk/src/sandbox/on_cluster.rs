@@ -8,22 +8,6 @@ use crate::error::Result;
 use crate::manifests::{KubeOptions, Manifests};
 use crate::settings::Network;
 
-/// `sandbox`'s pod running `command`, as the manifests renderer takes it.
-fn shape<'a>(
-    sandbox: &'a Sandbox,
-    opts: &KubeOptions,
-    command: Vec<String>,
-) -> crate::manifests::OneShotShape<'a> {
-    let rt = &sandbox.runtime;
-    crate::manifests::OneShotShape {
-        name: &sandbox.name,
-        spec: super::launch::container_spec(sandbox, opts.image(), command),
-        secrets: &rt.secrets,
-        timeout: rt.timeout,
-        egress: rt.network != Network::None,
-    }
-}
-
 /// A one-shot run of `sandbox` with `inputs` as a Job, plus its
 /// NetworkPolicy (see [`crate::k8s`]).
 ///
@@ -46,7 +30,8 @@ where
     let given = super::inputs::named(inputs);
     let bound = super::inputs::validate(sandbox, given)?;
     let command = super::inputs::command_line(sandbox, &bound);
-    crate::manifests::one_shot_job(shape(sandbox, opts, command), opts)
+    let shape = super::launch::shape(sandbox, opts.image(), Vec::new());
+    crate::manifests::one_shot_job(crate::backend::render_shape(&shape, opts, command), opts)
 }
 
 /// A pool's pods of a sandbox from an image reference.

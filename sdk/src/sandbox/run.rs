@@ -76,6 +76,7 @@ impl Client {
             .collect::<Result<_>>()?;
         let backend = self.runs_on();
         backend.refuse_network(&rt.network, &rt.secrets)?;
+        let offers = backend.offers();
         let image = self.resolve_image(&sandbox.image).await?;
 
         // A run that may fetch data is not replayed unless asked: what it
@@ -117,7 +118,7 @@ impl Client {
         // Where the backend has no gateway, an allow-list is each pod's own
         // policy instead.
         let bound = rt.secrets.iter().any(|s| s.hosts().is_some());
-        let (egress, secrets) = if backend.uses_gateway() && (pool.is_none() || bound) {
+        let (egress, secrets) = if offers.gateway && (pool.is_none() || bound) {
             crate::gateway::open_for(self.gateway_access()?, &rt.network, &rt.secrets, secrets)
                 .await?
         } else {
@@ -139,10 +140,10 @@ impl Client {
         };
         // A frame needs stdout apart from stderr; an inline job, a backend
         // that takes one (a pod takes its job as an archive).
-        let frame_marker = (backend.separates_streams())
+        let frame_marker = (offers.separate_streams)
             .then(|| inputs::frame_marker(sandbox))
             .flatten();
-        let inline = (backend.inline_jobs())
+        let inline = (offers.inline_jobs)
             .then(|| inputs::inline_job(sandbox, &inputs, frame_marker.as_deref()))
             .flatten();
         let job = match inline {

@@ -33,69 +33,66 @@ pub fn session_manifests(config: &SessionConfig, opts: &KubeOptions) -> Result<M
     crate::manifests::session_pod(shape(config, opts)?, opts)
 }
 
-/// A pool of sessions with `c` on agent-sandbox (see `cluster::AgentPool`):
-/// the pod a session would make, as a template, with the agent's ConfigMap
-/// shared by its pods. Sessions with secrets or an allow-list keep pods of
-/// their own (their objects are each pod's).
-async fn agent_pool(
-    cluster: &Cluster,
-    c: &SessionConfig,
-    size: usize,
-) -> Result<Option<crate::cluster::AgentPool>> {
-    refuse_on(crate::backend::Offers::CLUSTER, c)?;
-    crate::cluster::refuse_network(&c.network, &c.secrets)?;
-    if !c.secrets.is_empty() || matches!(c.network, Network::Egress(_)) {
-        return Ok(None);
+/// The pod of a session with `c` from `image`, with the secrets' `values`,
+/// claimed from `claims` if given (and bound within half the start's time,
+/// so one made after still fits).
+fn session_pod<'a>(
+    c: &'a SessionConfig,
+    image: String,
+    values: Vec<(String, String)>,
+    claims: Option<&'a crate::backend::AgentPool>,
+) -> crate::backend::InPod<'a> {
+    crate::backend::InPod {
+        prefix: format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
+        image,
+        values,
+        network: c.network.clone(),
+        render: Box::new(move |opts| session_manifests(c, opts)),
+        agent_image: true,
+        container: "agent",
+        ended_early: Box::new(|code, reason| {
+            Error::SessionUnavailable {
+            reason: format!(
+                "the session agent ended before it was ready ({reason}, exit {code}); is python3 in the image?"
+            ),
+        }
+        }),
+        claims: claims.map(|claims| (claims, crate::warm::WAIT_LIMIT.min(c.start_timeout / 2))),
     }
-    let image = cluster.resolve_image(&c.image).await?;
-    let agent = cluster.agent_image().await?;
-    let plan = cluster.plan_pod(
-        &format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
-        &image.reference,
-        &[],
-        c.network == Network::None,
-        |opts| session_manifests(c, &opts.clone().agent_image(agent)),
-    )?;
-    let egress = c.network != Network::None;
-    crate::cluster::AgentPool::open(cluster, plan.pod, plan.companions, (egress, "agent"), size)
-        .await
-        .map(Some)
 }
 
 impl crate::backend::PodRecipe for SessionStart<'_> {
     fn pod(&self) -> Result<crate::backend::InPod<'_>> {
         let inner = &self.session.inner;
-        let c = &inner.config;
-        Ok(crate::backend::InPod {
-            prefix: format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
-            image: self.image.clone(),
-            values: self.resolved.clone(),
-            network: c.network.clone(),
-            render: Box::new(move |opts| session_manifests(c, opts)),
-            agent_image: true,
-            container: "agent",
-            ended_early: Box::new(|code, reason| {
-                Error::SessionUnavailable {
-                reason: format!(
-                    "the session agent ended before it was ready ({reason}, exit {code}); is python3 in the image?"
-                ),
-            }
-            }),
-            // Half the start's time at most, so one made here still fits.
-            claims: inner
-                .claims
-                .as_deref()
-                .map(|claims| (claims, crate::warm::WAIT_LIMIT.min(c.start_timeout / 2))),
-        })
+        let (image, values) = (self.image.clone(), self.resolved.clone());
+        Ok(session_pod(
+            &inner.config,
+            image,
+            values,
+            inner.claims.as_deref(),
+        ))
     }
 }
 
+/// A pool of sessions with a config on agent-sandbox: the pod a session
+/// would make, as a template, with the agent's ConfigMap shared by its
+/// pods. Sessions with secrets or an allow-list keep pods of their own
+/// (their objects are each pod's).
 impl crate::backend::PoolTemplate for SessionConfig {
     async fn agent_pool(
         &self,
         cluster: &Cluster,
         size: usize,
     ) -> Result<Option<crate::backend::AgentPool>> {
-        agent_pool(cluster, self, size).await
+        refuse_on(crate::backend::Offers::CLUSTER, self)?;
+        crate::cluster::refuse_network(&self.network, &self.secrets)?;
+        if !self.secrets.is_empty() || matches!(self.network, Network::Egress(_)) {
+            return Ok(None);
+        }
+        let image = cluster.resolve_image(&self.image).await?.reference;
+        let pod = session_pod(self, image, Vec::new(), None);
+        crate::backend::agent_pool_of(cluster, &pod, size)
+            .await
+            .map(Some)
     }
 }
