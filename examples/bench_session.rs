@@ -4,7 +4,9 @@
 //! process counted), and the agent's own memory (PSS) per session. Then:
 //! the channel's own round trip (a `stat`), an HTTP
 //! request to a server inside through `connect`, bytes per second through a
-//! port both ways, and how soon a watch reports a file made.
+//! port both ways, and how soon a watch reports a file made. Last, a large
+//! file (100 MiB, `BENCH_SESSION_LARGE_MIB` to change it) written from a
+//! stream and read back as one, beside `docker cp` in and out.
 //!
 //! ```text
 //! cargo run --release --example bench_session -- [N]
@@ -301,5 +303,82 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ms(start),
         ms(close)
     );
-    ports_and_watching(&client, n).await
+    ports_and_watching(&client, n).await?;
+    large_file(&client).await
+}
+
+/// A large file written from a stream and read back as one, beside
+/// `docker cp` of the same bytes into and out of a container.
+async fn large_file(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
+    let mib: usize = std::env::var("BENCH_SESSION_LARGE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let block: Vec<u8> = (0..(1 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    let s = client.session(SessionConfig::new());
+    s.start().await?;
+    let chunks = futures::stream::iter(
+        (0..mib).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(block.clone()))),
+    );
+    let (written, up) = {
+        let t = Instant::now();
+        (
+            s.write_file_from("large.bin", chunks, u64::MAX).await?,
+            t.elapsed(),
+        )
+    };
+    let t = Instant::now();
+    let mut read = 0usize;
+    let mut stream = std::pin::pin!(s.read_file_stream("large.bin", u64::MAX));
+    while let Some(chunk) = stream.next().await {
+        read += chunk?.len();
+    }
+    let down = t.elapsed();
+    assert_eq!((written as usize, read), (mib << 20, mib << 20));
+    let id = s.describe().container_id.unwrap_or_default();
+    let host_file = std::env::temp_dir().join("dockhand-bench-large");
+    std::fs::write(&host_file, block.repeat(mib))?;
+    let (_, cp_in) = timed(|| {
+        docker(&[
+            "cp",
+            host_file.to_str().unwrap_or_default(),
+            &format!("{id}:/tmp/large-cp.bin"),
+        ])
+    });
+    let (_, cp_out) = timed(|| {
+        docker(&[
+            "cp",
+            &format!("{id}:/tmp/large-cp.bin"),
+            host_file.to_str().unwrap_or_default(),
+        ])
+    });
+    let _ = std::fs::remove_file(&host_file);
+    s.close().await?;
+    let rate = |d: Duration| mib as f64 / d.as_secs_f64();
+    println!("a {mib} MiB file:");
+    println!(
+        "{:<38} {:>8.0} ms  {:>6.0} MiB/s",
+        "write_file_from",
+        ms(up),
+        rate(up)
+    );
+    println!(
+        "{:<38} {:>8.0} ms  {:>6.0} MiB/s",
+        "read_file_stream",
+        ms(down),
+        rate(down)
+    );
+    println!(
+        "{:<38} {:>8.0} ms  {:>6.0} MiB/s",
+        "docker cp in (CLI)",
+        ms(cp_in),
+        rate(cp_in)
+    );
+    println!(
+        "{:<38} {:>8.0} ms  {:>6.0} MiB/s",
+        "docker cp out (CLI)",
+        ms(cp_out),
+        rate(cp_out)
+    );
+    Ok(())
 }

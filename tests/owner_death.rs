@@ -11,7 +11,7 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use dockhand::codemode::CodeHostConfig;
-use dockhand::session::SessionConfig;
+use dockhand::session::{SessionApi, SessionConfig};
 use dockhand::Sandbox;
 
 const CHILD_ENV: &str = "DOCKHAND_OWNER_DEATH_CHILD";
@@ -167,4 +167,96 @@ fn volumes(filter: &str) -> usize {
         .output()
         .expect("docker CLI");
     String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+const FORK_CHILD_ENV: &str = "DOCKHAND_OWNER_DEATH_FORK_CHILD";
+
+/// Run as a child process by the test below: starts a session with some
+/// files, prints its container id, then forks it and waits to be killed
+/// (mid-fork, by then).
+#[tokio::test]
+#[ignore = "run as a child process by the fork owner-death test"]
+async fn owner_fork_child() {
+    if std::env::var_os(FORK_CHILD_ENV).is_none() {
+        return;
+    }
+    let client = common::client().await;
+    let session = client.session(SessionConfig::new().pausable(true));
+    session.start().await.expect("session starts");
+    session
+        .exec("head -c 50000000 /dev/urandom > state.bin")
+        .await
+        .expect("files to commit");
+    println!("container {}", session.describe().container_id.unwrap());
+    println!("forking");
+    let forks = session
+        .fork(4, dockhand::session::PauseMode::Filesystem)
+        .await;
+    println!("forked {}", forks.is_ok());
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[test]
+fn killing_the_owner_mid_fork_leaves_no_fork_image() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for delay in [150u64, 600, 1500] {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["owner_fork_child", "--exact", "--ignored", "--nocapture"])
+            .env(FORK_CHILD_ENV, "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("child starts");
+        let mut parent = String::new();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines {
+            let line = line.unwrap();
+            if let Some(id) = line.strip_prefix("container ") {
+                parent = id.to_string();
+            }
+            if line == "forking" {
+                break;
+            }
+        }
+        assert!(!parent.is_empty(), "the child started its session");
+        std::thread::sleep(Duration::from_millis(delay));
+        let pid = child.id();
+        child.kill().expect("SIGKILL the owner");
+        child.wait().unwrap();
+        let killed = Instant::now();
+        let made_from_parent = || {
+            common::docker(&[
+                "images",
+                "-q",
+                "--filter",
+                &format!("label=dev.dockhand.snapshot-of={parent}"),
+            ])
+            .lines()
+            .count()
+        };
+        let owned = format!("dev.dockhand.owner-pid={pid}");
+        let left = || made_from_parent() + common::containers_with_label(&owned);
+        // The watchdog's sweeps take what had landed by then.
+        while killed.elapsed() < Duration::from_secs(15) && left() > 0 {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        // A commit the daemon finished after them is a later process's
+        // `reap` to remove (it carries its dead owner's labels).
+        if left() > 0 {
+            let reaped = runtime.block_on(async {
+                let client = common::client().await;
+                client.reap().await.expect("reap")
+            });
+            eprintln!("{delay} ms: reap removed {reaped:?}");
+        }
+        assert_eq!(
+            (made_from_parent(), common::containers_with_label(&owned)),
+            (0, 0),
+            "killed {delay} ms into a fork: fork images or containers left"
+        );
+        eprintln!(
+            "killed {delay} ms into a fork: nothing left after {:?}",
+            killed.elapsed()
+        );
+    }
 }

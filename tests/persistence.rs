@@ -457,3 +457,199 @@ async fn an_idle_session_pauses_itself_and_the_next_request_resumes_it() {
     s.close().await.unwrap();
     gone(&id).await;
 }
+
+/// Whether any image's saved bytes (`docker save`) hold `needle`.
+fn saved_image_holds(image: &str, needle: &[u8]) -> bool {
+    let path = std::env::temp_dir().join(format!(
+        "dockhand-saved-{}-{}.tar",
+        std::process::id(),
+        image.replace(['/', ':'], "-")
+    ));
+    common::docker(&["save", "-o", path.to_str().unwrap(), image]);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(bytes.len() > 1 << 20, "docker save wrote the image");
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The `Env` of an image as `docker image inspect` shows it.
+fn image_env(image: &str) -> Vec<String> {
+    let json = common::docker(&["image", "inspect", "-f", "{{json .Config.Env}}", image]);
+    serde_json::from_str(json.trim()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_given_as_variables_are_in_no_committed_image() {
+    let client = common::client().await;
+    let value = format!(
+        "dh-image-secret-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let s = client.session(
+        SessionConfig::new()
+            .pausable(true)
+            .env("PLAIN_SETTING", "kept")
+            .secret(dockhand::Secret::value("DH_IMAGE_SECRET", value.clone())),
+    );
+    s.start().await.unwrap();
+    let sees = |s: dockhand::session::Session, value: String| async move {
+        let r = s
+            .exec(&format!(
+                "test \"$DH_IMAGE_SECRET\" = '{value}' && echo same"
+            ))
+            .await
+            .unwrap();
+        r.stdout.trim() == "same"
+    };
+    assert!(
+        sees(s.clone(), value.clone()).await,
+        "the session has its secret"
+    );
+    // A snapshot: the plain setting is in it, the secret nowhere (neither
+    // its configuration nor the container's it records, nor any layer).
+    let snapshot = s.snapshot().await.unwrap();
+    let env = image_env(&snapshot.image);
+    assert!(env.contains(&"PLAIN_SETTING=kept".to_string()), "{env:?}");
+    assert!(
+        !env.iter().any(|e| e.contains("DH_IMAGE_SECRET")),
+        "{env:?}"
+    );
+    let inspected = common::docker(&["image", "inspect", &snapshot.image]);
+    assert!(!inspected.contains(&value), "docker image inspect shows it");
+    assert!(
+        !saved_image_holds(&snapshot.image, value.as_bytes()),
+        "the secret's value is in the saved snapshot"
+    );
+    // A fork's image likewise; the fork itself has the secret again.
+    let forks = s.fork(1, PauseMode::Filesystem).await.unwrap();
+    let fork_image = forks[0]
+        .config()
+        .image_spec()
+        .prebuilt_reference()
+        .unwrap()
+        .to_string();
+    assert!(!image_env(&fork_image).iter().any(|e| e.contains(&value)));
+    assert!(
+        sees(forks[0].clone(), value.clone()).await,
+        "the fork has its secret"
+    );
+    // A session started from the snapshot without the secret has none.
+    let from_snapshot = client
+        .session(SessionConfig::new().image(dockhand::ImageSpec::prebuilt(snapshot.image.clone())));
+    from_snapshot.start().await.unwrap();
+    let r = from_snapshot
+        .exec("echo \"[$DH_IMAGE_SECRET]\"")
+        .await
+        .unwrap();
+    assert_eq!(r.stdout.trim(), "[]");
+    from_snapshot.close().await.unwrap();
+    for fork in forks {
+        fork.close().await.unwrap();
+    }
+    s.close().await.unwrap();
+    client.remove_snapshot(&snapshot).await.unwrap();
+}
+
+/// The images labelled as made from container `id` (forks, snapshots).
+fn images_made_from(id: &str) -> Vec<String> {
+    common::docker(&[
+        "images",
+        "-q",
+        "--filter",
+        &format!("label=dev.dockhand.snapshot-of={id}"),
+    ])
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_fork_leaves_no_image_and_no_container() {
+    let client = common::client().await;
+    let name = format!("dropped-fork-{}", std::process::id());
+    let s = client.session(SessionConfig::new().pausable(true).name(name.clone()));
+    s.start().await.unwrap();
+    s.write_file("state.txt", b"base").await.unwrap();
+    let parent = s.describe().container_id.unwrap();
+    let named = format!("dev.dockhand.session-name={name}");
+    // Dropped at several points: during the commit, while forks start.
+    for after in [20u64, 300, 900] {
+        let forking = s.fork(2, PauseMode::Filesystem);
+        let _ = tokio::time::timeout(Duration::from_millis(after), forking).await;
+        let dropped = Instant::now();
+        loop {
+            let images = images_made_from(&parent);
+            // The parent and the forks carry its name.
+            let forks = common::containers_with_label(&named).saturating_sub(1);
+            if images.is_empty() && forks == 0 {
+                break;
+            }
+            assert!(
+                dropped.elapsed() < Duration::from_secs(40),
+                "{after} ms: images {images:?} and {forks} fork containers left"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        // The parent goes on as before.
+        assert_eq!(s.read_file("state.txt").await.unwrap(), b"base");
+    }
+    s.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_pause_or_resume_leaves_the_session_usable() {
+    let client = common::client().await;
+    let s = client.session(SessionConfig::new().pausable(true));
+    s.start().await.unwrap();
+    s.write_file("kept.txt", b"kept").await.unwrap();
+    for after in [1u64, 100, 400] {
+        let pausing = s.pause(PauseMode::Filesystem);
+        let _ = tokio::time::timeout(Duration::from_millis(after), pausing).await;
+        // Whatever the drop cut short runs to its end: paused and
+        // resumable, or running on.
+        let waited = Instant::now();
+        while s.state() != dockhand::State::Paused && s.state() != dockhand::State::Idle {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "{:?}",
+                s.state()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if s.state() == dockhand::State::Paused {
+            while s.paused_mode().is_none() {
+                assert!(waited.elapsed() < Duration::from_secs(30));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let resuming = s.resume();
+            let _ = tokio::time::timeout(Duration::from_millis(after), resuming).await;
+            // The dropped resume finishes on its own; a resume asked for
+            // meanwhile either does it or finds it done.
+            while s.state() != dockhand::State::Idle {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(30),
+                    "a dropped resume left {:?}",
+                    s.state()
+                );
+                if s.state() == dockhand::State::Paused && s.paused_mode().is_some() {
+                    match s.resume().await {
+                        Ok(()) | Err(Error::InvalidTransition { .. }) => {}
+                        Err(e) => panic!("resume after a dropped resume: {e:?}"),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        assert_eq!(
+            s.read_file("kept.txt").await.unwrap(),
+            b"kept",
+            "{after} ms"
+        );
+        assert_eq!(s.exec("echo on").await.unwrap().stdout, "on\n");
+    }
+    s.close().await.unwrap();
+}

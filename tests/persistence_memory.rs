@@ -415,6 +415,8 @@ async fn everything() {
     full.close().await.unwrap();
     s.close().await.unwrap();
 
+    resumes_never_reach_the_layer_limit(&daemon, &client, &base.reference).await;
+
     // Nothing left: no session container, no fork image.
     let started = Instant::now();
     while daemon.containers_with_label("dev.dockhand.kind=session") > 0 {
@@ -440,6 +442,178 @@ async fn everything() {
         "",
         "fork images left behind"
     );
+}
+
+/// Each memory resume moves the session into a container of an image
+/// committed from the paused one, a layer over the last: on an image
+/// already 95 layers deep (Docker refuses past 125), the resumes flatten
+/// it instead, and a session resumed many more times than the layers left
+/// keeps its process, its files and a bounded depth.
+async fn resumes_never_reach_the_layer_limit(daemon: &SecondDaemon, client: &Client, base: &str) {
+    let deep = deep_image(daemon, base, 95);
+    let depth = |image: &str| -> usize {
+        let out = std::process::Command::new("docker")
+            .args(["-H", &daemon.endpoint, "image", "inspect", "-f"])
+            .args(["{{len .RootFS.Layers}}", image])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    assert!(
+        depth(&deep) >= 95,
+        "the deep image has {} layers",
+        depth(&deep)
+    );
+    let s = client.session(gvisor().image(ImageSpec::prebuilt(deep.clone())));
+    s.start().await.unwrap();
+    let spawned = s.spawn(COUNTER, SpawnOptions::new()).await.unwrap();
+    let mut counter = Lines {
+        events: spawned.events,
+        buffer: String::new(),
+    };
+    let token = counter.next().await.split(' ').next().unwrap().to_string();
+    let mut deepest = 0;
+    for cycle in 0..8 {
+        s.write_file(&format!("cycle-{cycle}.txt"), b"kept")
+            .await
+            .unwrap();
+        s.pause(PauseMode::Memory).await.unwrap();
+        s.resume()
+            .await
+            .unwrap_or_else(|e| panic!("resume {cycle}: {e}"));
+        let image = common_image_of(daemon, &s.describe().container_id.unwrap());
+        deepest = deepest.max(depth(&image));
+    }
+    eprintln!("8 memory resumes from a 95-layer image: the deepest image had {deepest} layers");
+    assert!(deepest <= 97, "resumes stacked layers up to {deepest}");
+    // The same process, counting on, and every file written on the way.
+    let line = counter.next().await;
+    assert!(line.starts_with(&token), "{line} is another process's");
+    for cycle in 0..8 {
+        assert_eq!(
+            s.read_file(&format!("cycle-{cycle}.txt")).await.unwrap(),
+            b"kept"
+        );
+    }
+    s.close().await.unwrap();
+    let _ = std::process::Command::new("docker")
+        .args(["-H", &daemon.endpoint, "rmi", &deep])
+        .output();
+}
+
+/// The image a container was made from.
+fn common_image_of(daemon: &SecondDaemon, id: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["-H", &daemon.endpoint, "inspect", "-f", "{{.Image}}", id])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `base` with `extra` tiny layers on top, loaded into `daemon` (made from
+/// `docker save`'s archive with the layers added, so no container runs).
+fn deep_image(daemon: &SecondDaemon, base: &str, extra: usize) -> String {
+    use std::io::Read;
+    let tag = "dockhand-test/deep:latest".to_string();
+    let dir = daemon.dir().join("deep-image");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let saved = dir.join("base.tar");
+    let ok = std::process::Command::new("docker")
+        .args(["-H", &daemon.endpoint, "save", "-o"])
+        .arg(&saved)
+        .arg(base)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "docker save");
+    let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut archive = tar::Archive::new(std::fs::File::open(&saved).unwrap());
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry.path().unwrap().to_string_lossy().into_owned();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data).unwrap();
+        entries.push((path, data));
+    }
+    fn find(entries: &[(String, Vec<u8>)], name: &str) -> usize {
+        entries.iter().position(|(p, _)| p == name).unwrap()
+    }
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&entries[find(&entries, "manifest.json")].1).unwrap();
+    let config_name = manifest[0]["Config"].as_str().unwrap().to_string();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&entries[find(&entries, &config_name)].1).unwrap();
+    for n in 0..extra {
+        let mut layer = tar::Builder::new(Vec::new());
+        let body = format!("layer {n}\n");
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        layer
+            .append_data(&mut header, format!("deep/{n}"), body.as_bytes())
+            .unwrap();
+        let layer = layer.into_inner().unwrap();
+        let path = dir.join("layer.tar");
+        std::fs::write(&path, &layer).unwrap();
+        let sum = std::process::Command::new("sha256sum")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let hex = String::from_utf8_lossy(&sum.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        let name = format!("deep{n}/layer.tar");
+        config["rootfs"]["diff_ids"]
+            .as_array_mut()
+            .unwrap()
+            .push(format!("sha256:{hex}").into());
+        if let Some(history) = config["history"].as_array_mut() {
+            history.push(serde_json::json!({"created": "2026-01-01T00:00:00Z", "created_by": format!("deep layer {n}")}));
+        }
+        manifest[0]["Layers"]
+            .as_array_mut()
+            .unwrap()
+            .push(name.clone().into());
+        entries.push((name, layer));
+    }
+    let new_config = serde_json::to_vec(&config).unwrap();
+    let at = find(&entries, &config_name);
+    entries[at].1 = new_config;
+    manifest[0]["RepoTags"] = serde_json::json!([tag]);
+    let at = find(&entries, "manifest.json");
+    entries[at].1 = serde_json::to_vec(&manifest).unwrap();
+    // The config's file name is its digest; Docker loads it by the manifest.
+    let mut out = tar::Builder::new(Vec::new());
+    for (path, data) in &entries {
+        if path == "repositories" {
+            continue;
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        out.append_data(&mut header, path, data.as_slice()).unwrap();
+    }
+    let archive = dir.join("deep.tar");
+    std::fs::write(&archive, out.into_inner().unwrap()).unwrap();
+    let loaded = std::process::Command::new("docker")
+        .args(["-H", &daemon.endpoint, "load", "-i"])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(
+        loaded.status.success(),
+        "docker load: {}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    tag
 }
 
 /// The lines of a spawned command's stdout.

@@ -8,16 +8,20 @@ use std::time::{Duration, Instant};
 
 use dockhand::{CacheMode, Error, Hardening, ImageSpec, Network, Sandbox, Secret, Type, Value};
 
-/// Reads the container's CPU quota (cgroup v2 or v1) and, after half a
-/// second of busy looping, how often the kernel throttled it: the mechanism,
-/// not a wall-clock share that a busy machine would skew.
+/// Reads the container's CPU quota (cgroup v2 or v1) and, after the busy
+/// loop has used 0.3 s of CPU, how often the kernel throttled it. The loop
+/// ends on CPU used, not on wall time: on an oversubscribed host a busy loop
+/// may never reach its quota within a wall-clock window, but 0.3 s of CPU
+/// under a quota of 25 ms per 100 ms period cannot be had without being
+/// throttled (the wall-clock bound only stops a loop that gets no CPU at all).
 const CPU_PROBE: &str = "import time\n\
 def read(*paths):\n    for p in paths:\n        try:\n            return open(p).read()\n        except OSError:\n            pass\n    return ''\n\
 v2 = read('/sys/fs/cgroup/cpu.max').split()\n\
 if v2:\n    quota, period = (-1 if v2[0] == 'max' else int(v2[0])), int(v2[1])\n\
 else:\n    quota = int(read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us'))\n    period = int(read('/sys/fs/cgroup/cpu/cpu.cfs_period_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us'))\n\
 t = time.time()\n\
-while time.time() - t < 0.5:\n    pass\n\
+while time.process_time() < 0.3 and time.time() - t < 120:\n    pass\n\
+used = time.process_time()\n\
 stat = dict(line.split() for line in read('/sys/fs/cgroup/cpu.stat', '/sys/fs/cgroup/cpu/cpu.stat', '/sys/fs/cgroup/cpu,cpuacct/cpu.stat').splitlines())\n\
 cpus = quota / period\n\
 throttled = int(stat.get('nr_throttled', 0))\n";
@@ -29,6 +33,7 @@ async fn cpu_limit_throttles() {
         let sb = Sandbox::code(name, CPU_PROBE)
             .output("cpus", Type::Float)
             .output("throttled", Type::Int)
+            .output("used", Type::Float)
             .cpus(cpus)
             .cache(CacheMode::Disable)
             .build()
@@ -39,17 +44,21 @@ async fn cpu_limit_throttles() {
             (
                 out.get::<f64>("cpus").unwrap(),
                 out.get::<i64>("throttled").unwrap(),
+                out.get::<f64>("used").unwrap(),
             )
         }
     };
-    let (quarter, throttled) = probe("cpu-quarter", 0.25).await;
-    eprintln!("0.25 cpus: quota {quarter} of a CPU, throttled {throttled} times in 0.5 s");
+    let (quarter, throttled, used) = probe("cpu-quarter", 0.25).await;
+    eprintln!(
+        "0.25 cpus: quota {quarter} of a CPU, throttled {throttled} times using {used:.3} s of CPU"
+    );
     assert_eq!(quarter, 0.25, "the container's CPU quota");
+    assert!(used >= 0.3, "the loop got {used} s of CPU in two minutes");
     assert!(
         throttled > 0,
-        "a busy loop under a quarter CPU is throttled"
+        "a busy loop that used {used} s of CPU under a quarter CPU is throttled"
     );
-    let (one, _) = probe("cpu-one", 1.0).await;
+    let (one, _, _) = probe("cpu-one", 1.0).await;
     assert_eq!(one, 1.0);
 }
 

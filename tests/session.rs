@@ -579,3 +579,88 @@ async fn input_sent_as_soon_as_a_command_starts_is_never_lost() {
     }
     s.close().await.expect("close");
 }
+
+/// `len` bytes that no compression or pattern shortcut makes cheap.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_files_stream_both_ways_and_a_stalled_reader_wedges_nothing() {
+    const SIZE: usize = 100 << 20;
+    let s = started(SessionConfig::new()).await;
+    let data = noise(SIZE, 0x5eed);
+    let pieces = futures::stream::iter(
+        data.chunks(256 << 10)
+            .map(|c| Ok::<_, std::io::Error>(bytes::Bytes::copy_from_slice(c)))
+            .collect::<Vec<_>>(),
+    );
+    let started_at = Instant::now();
+    let written = s.write_file_from("big.bin", pieces, 1 << 30).await.unwrap();
+    let up = started_at.elapsed();
+    assert_eq!(written, SIZE as u64);
+    // Read back as a stream, in bounded pieces: byte-exact.
+    let started_at = Instant::now();
+    let mut back = Vec::with_capacity(SIZE);
+    let mut chunks = std::pin::pin!(s.read_file_stream("big.bin", 1 << 30));
+    let mut largest = 0;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.unwrap();
+        largest = largest.max(chunk.len());
+        back.extend_from_slice(&chunk);
+    }
+    let down = started_at.elapsed();
+    assert_eq!(back.len(), SIZE);
+    assert!(
+        back == data,
+        "the file read back differs from the one written"
+    );
+    assert!(largest <= 4 << 20, "a chunk of {largest} bytes");
+    eprintln!(
+        "100 MiB: written in {up:?} ({:.0} MiB/s), read back in {down:?} ({:.0} MiB/s)",
+        100.0 / up.as_secs_f64(),
+        100.0 / down.as_secs_f64()
+    );
+    drop(back);
+    assert_eq!(
+        s.exec("wc -c < big.bin").await.unwrap().stdout.trim(),
+        SIZE.to_string()
+    );
+    // Past the session's read limit (64 MiB by default) `read_file` refuses
+    // it before any byte crosses, and the session goes on.
+    match s.read_file("big.bin").await {
+        Err(Error::SessionFile {
+            kind: FileErrorKind::TooLarge,
+            ..
+        }) => {}
+        other => panic!("expected TooLarge, got {:?}", other.map(|b| b.len())),
+    }
+    // A reader that takes one piece and stalls, then goes away: nothing
+    // waits on it, and every later call works.
+    let mut stalled = Box::pin(s.read_file_stream("big.bin", 1 << 30));
+    let first = stalled.next().await.unwrap().unwrap();
+    assert_eq!(first[..], data[..first.len()]);
+    let r = s.exec("echo while-stalled").await.unwrap();
+    assert_eq!(r.stdout, "while-stalled\n");
+    s.write_file("small.txt", b"small").await.unwrap();
+    assert_eq!(s.read_file("small.txt").await.unwrap(), b"small");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(stalled);
+    assert_eq!(s.exec("echo after").await.unwrap().stdout, "after\n");
+    // Into a writer, whole.
+    let mut sink = Vec::new();
+    let n = s.read_file_to("big.bin", &mut sink, 1 << 30).await.unwrap();
+    assert_eq!((n as usize, sink.len()), (SIZE, SIZE));
+    assert!(sink == data);
+    assert_eq!(s.state(), State::Idle);
+    s.close().await.unwrap();
+}

@@ -257,3 +257,45 @@ fn large_uploads_stream_in_bounded_memory() {
         Vec::<String>::new()
     );
 }
+
+/// 100 MiB read back through the E2B SDK byte-exact (timed beside the
+/// upload), with the server's memory within 64 MiB of where it was; a raw
+/// client that takes the first MiB of a download and stops reading holds
+/// nothing up (a command and a small file meanwhile, then everything after
+/// it goes away), and nothing is left behind.
+#[test]
+fn large_downloads_stream_and_a_stalled_reader_wedges_nothing() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let limit = (100u64 << 20).to_string();
+    let server = Server::start_with(0, &["--max-upload", &limit]);
+    let pid = server.pid();
+    let rss_before = proc_kib(pid, "VmRSS:");
+    let r = serve_server::json_output(server.python("large_files.py", &[]));
+    let peak = proc_kib(pid, "VmHWM:");
+    eprintln!(
+        "100 MiB through the E2B SDK: written in {} s, read in {} s; a stalled reader: {}; \
+         server RSS {rss_before} KiB, peak {peak} KiB",
+        r["write_secs"], r["read_secs"], r["while_stalled_secs"]
+    );
+    assert_eq!(r["read_size"], 100 << 20, "{r}");
+    assert_eq!(r["read_exact"], true, "{r}");
+    assert_eq!(r["after_read"], "104857600", "{r}");
+    assert_eq!(r["stalled_status"], "200", "{r}");
+    assert_eq!(r["stalled_got_mib"], 1, "{r}");
+    assert_eq!(r["while_stalled"], "while-stalled", "{r}");
+    assert_eq!(r["small_read"], "small", "{r}");
+    assert_eq!(r["after_stall"], "after", "{r}");
+    assert_eq!(r["again_exact"], true, "{r}");
+    // The SDK's writes and reads are whole 100 MiB bodies on its side; the
+    // server holds a few pieces of each at a time.
+    let grew_mib = peak.saturating_sub(rss_before) / 1024;
+    assert!(
+        grew_mib <= 64,
+        "the transfers grew the server by {grew_mib} MiB"
+    );
+    drop(server);
+    assert_eq!(
+        wait_until_none(pid, Duration::from_secs(60)),
+        Vec::<String>::new()
+    );
+}

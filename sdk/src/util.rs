@@ -76,6 +76,10 @@ pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> crate::
 }
 
 /// Splits a byte stream into lines; partial lines wait for the rest.
+///
+/// Each byte is looked at once: a long line arriving in many small chunks
+/// (a file piece's reply) costs its length, not its length times the number
+/// of chunks.
 #[derive(Debug, Default)]
 pub(crate) struct LineBuffer {
     pending: Vec<u8>,
@@ -84,15 +88,17 @@ pub(crate) struct LineBuffer {
 impl LineBuffer {
     /// Adds bytes; returns the complete lines they finish (without newlines).
     pub(crate) fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
-        self.pending.extend_from_slice(bytes);
         let mut lines = Vec::new();
-        while let Some(nl) = self.pending.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.pending.drain(..=nl).collect();
-            line.pop();
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let mut line = std::mem::take(&mut self.pending);
+            line.extend_from_slice(&rest[..nl]);
             if !line.is_empty() {
                 lines.push(line);
             }
+            rest = &rest[nl + 1..];
         }
+        self.pending.extend_from_slice(rest);
         lines
     }
 }
@@ -109,6 +115,20 @@ mod tests {
         for bad in ["", "1x", "a-b", "é", "a b"] {
             assert!(!is_identifier(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn lines_split_across_chunks_come_whole() {
+        let mut b = super::LineBuffer::default();
+        assert!(b.push(b"ab").is_empty());
+        assert_eq!(b.push(b"c\nd\n\ne"), vec![b"abc".to_vec(), b"d".to_vec()]);
+        assert_eq!(b.push(b"f\n"), vec![b"ef".to_vec()]);
+        // A long line in small chunks: each byte is looked at once.
+        let long = vec![b'x'; 1 << 20];
+        for chunk in long.chunks(1000) {
+            assert!(b.push(chunk).is_empty());
+        }
+        assert_eq!(b.push(b"\n"), vec![long]);
     }
 
     #[test]

@@ -180,25 +180,53 @@ pub fn unary_error(e: &ConnectError) -> Response {
         .into_response()
 }
 
+/// Set once the server is shutting down: open streams end.
+fn draining() -> &'static tokio::sync::watch::Sender<bool> {
+    static DRAINING: std::sync::OnceLock<tokio::sync::watch::Sender<bool>> =
+        std::sync::OnceLock::new();
+    DRAINING.get_or_init(|| tokio::sync::watch::channel(false).0)
+}
+
+/// Ends every open stream, now and from now on, with a retryable
+/// `unavailable` error: the server is shutting down, and a client should
+/// go on through another server (or this one once it is back).
+pub fn start_draining() {
+    draining().send_replace(true);
+}
+
+/// The error that ends a stream at shutdown.
+fn shutting_down() -> ConnectError {
+    ConnectError::new(
+        "unavailable",
+        "the server is shutting down; the sandbox runs on: reconnect to it through another server, or this one once it is back",
+    )
+}
+
 /// The response of a server stream: each item a message, until the first
-/// error, which ends the stream in its end-of-stream envelope.
+/// error, which ends the stream in its end-of-stream envelope. A shutdown
+/// ends it too, with a retryable `unavailable`.
 pub fn stream_response(
     messages: impl Stream<Item = Result<Value, ConnectError>> + Send + 'static,
 ) -> Response {
     let body = futures::stream::unfold(
-        (Box::pin(messages), false),
-        |(mut messages, done)| async move {
+        (Box::pin(messages), false, draining().subscribe()),
+        |(mut messages, done, mut drain)| async move {
             if done {
                 return None;
             }
-            let frame = match messages.next().await {
+            let next = tokio::select! {
+                biased;
+                next = messages.next() => next,
+                _ = drain.wait_for(|draining| *draining) => Some(Err(shutting_down())),
+            };
+            let frame = match next {
                 Some(Ok(message)) => (envelope(0, &message), false),
                 Some(Err(e)) => (envelope(END_STREAM, &json!({"error": e.body()})), true),
                 None => (envelope(END_STREAM, &json!({})), true),
             };
             Some((
                 Ok::<_, std::convert::Infallible>(frame.0),
-                (messages, frame.1),
+                (messages, frame.1, drain),
             ))
         },
     );

@@ -220,14 +220,32 @@ pub async fn download(sandbox: &Sandbox, query: Option<&str>) -> Response {
     let Some(path) = query_path(query) else {
         return api_error(StatusCode::BAD_REQUEST, "the path parameter is missing");
     };
-    match sandbox.session.read_file(&absolute(&path)).await {
-        Ok(bytes) => (
-            [(header::CONTENT_TYPE, "application/octet-stream")],
-            Body::from(bytes),
-        )
-            .into_response(),
+    match streamed(&sandbox.session, &absolute(&path)).await {
+        Ok(answer) => answer,
         Err(e) => http_file_error(&e),
     }
+}
+
+/// A file of `session` as a response body that streams as the client reads
+/// it: the first piece is read before answering, so a missing or too large
+/// file gets its status; the rest follows a few pieces ahead of the client
+/// (one that stops reading holds the next piece back, not the sandbox, and
+/// one that goes away stops the reading). A failure after the first piece
+/// cuts the body short, which clients see as a broken transfer.
+pub(super) async fn streamed(
+    session: &dockhand::session::Session,
+    path: &str,
+) -> Result<Response, Error> {
+    use futures::StreamExt;
+    let limit = session.config().read_limit_bytes();
+    let mut chunks = Box::pin(session.read_file_stream(path, limit));
+    let first = chunks.next().await.transpose()?.unwrap_or_default();
+    let body = futures::stream::once(async move { Ok(first) }).chain(chunks);
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(body),
+    )
+        .into_response())
 }
 
 /// `POST /files`: one file as the body (`?path=`), or several as

@@ -122,6 +122,11 @@ pub struct ServeArgs {
     /// them, or `kill` them (the default without).
     #[arg(long, value_enum)]
     on_shutdown: Option<restore::OnShutdown>,
+    /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests under way
+    /// once it has stopped accepting connections and ended open streams,
+    /// in seconds; what still runs then is cut off.
+    #[arg(long, default_value_t = 5)]
+    shutdown_grace: u64,
     /// Template builds (the SDKs' `Template.build`) run at once; more wait.
     #[arg(long, default_value_t = 2)]
     concurrent_builds: usize,
@@ -561,9 +566,29 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             tracing::debug!(error = %e, "TCP_NODELAY on a connection");
         }
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    // At a signal: no new connection, open streams told they end (a
+    // retryable `unavailable`), then what is still under way gets the
+    // grace before it is cut off.
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let serving = std::future::IntoFuture::into_future(
+        axum::serve(listener, app).with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            connect::start_draining();
+            signalled_tx.send_replace(true);
+        }),
+    );
+    let grace = Duration::from_secs(args.shutdown_grace);
+    let cut_off = async move {
+        let _ = signalled.wait_for(|s| *s).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        served = serving => served?,
+        () = cut_off => tracing::warn!(
+            target: SERVE_LOG,
+            "requests still under way after the {grace:?} shutdown grace were cut off"
+        ),
+    }
     reaper.abort();
     helpers.abort();
     for task in sampler.into_iter().chain(metrics_listener) {

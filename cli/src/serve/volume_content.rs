@@ -322,10 +322,9 @@ async fn answer(
             }
             Ok((StatusCode::CREATED, axum::Json(one(&session, &path).await?)).into_response())
         }
-        ("file", Method::GET) => {
-            let bytes = session.read_file(&path).await.map_err(|e| file_error(&e))?;
-            Ok(([("content-type", "application/octet-stream")], bytes).into_response())
-        }
+        ("file", Method::GET) => super::files::streamed(&session, &path)
+            .await
+            .map_err(|e| file_error(&e)),
         ("file", Method::PUT) => {
             check_owner(query.uid, query.gid)?;
             if query.force != Some(true) && one(&session, &path).await.is_ok() {

@@ -43,6 +43,9 @@ pub struct ManagedImage {
     pub size: i64,
     /// When it was made (seconds since the epoch).
     pub created: i64,
+    /// Its labels (an image made for one process's use names its owner).
+    #[serde(skip)]
+    pub(crate) labels: HashMap<String, String>,
 }
 
 impl Engine {
@@ -155,6 +158,7 @@ impl Engine {
                 tags: i.repo_tags,
                 size: i.size,
                 created: i.created,
+                labels: i.labels,
             })
             .collect())
     }

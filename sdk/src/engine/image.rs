@@ -21,6 +21,9 @@ pub struct ImageInfo {
     pub labels: HashMap<String, String>,
     /// Size in bytes.
     pub size: i64,
+    /// How many filesystem layers it stacks (Docker refuses to make an
+    /// image of more than 125).
+    pub layers: usize,
 }
 
 /// Build output, or the builder's final error.
@@ -41,6 +44,10 @@ impl Engine {
                 id: img.id.unwrap_or_default(),
                 labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
                 size: img.size.unwrap_or_default(),
+                layers: img
+                    .root_fs
+                    .and_then(|r| r.layers)
+                    .map_or(0, |layers| layers.len()),
             })),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(self.docker_err("inspect image", e)),
@@ -152,6 +159,11 @@ impl Engine {
     }
 
     /// Commits a container's filesystem as image `target`, labelled as `kind`.
+    ///
+    /// Docker copies the container's configuration, its environment
+    /// included, into the image (as its `Config` and `ContainerConfig`):
+    /// nothing secret may be in a container's configuration that is ever
+    /// committed.
     pub async fn commit_container(
         &self,
         id: &str,
@@ -180,6 +192,62 @@ impl Engine {
         Ok(created.id)
     }
 
+    /// Makes image `target` of one layer from a (stopped) container's whole
+    /// filesystem, with the container's configuration (variables, user,
+    /// working directory, command) and labels as `commit_container` gives
+    /// them; its id. Where each commit of a container made from the last
+    /// one's image adds a layer, this starts the stack again.
+    pub async fn flatten_container(
+        &self,
+        id: &str,
+        target: &str,
+        kind: &str,
+        extra_labels: HashMap<String, String>,
+    ) -> Result<String> {
+        let inspected = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(|e| self.docker_err("inspect container", e))?;
+        let config = inspected.config.unwrap_or_default();
+        let mut labels = labels::durable(kind);
+        labels.extend(extra_labels);
+        let changes = config_changes(&config, &labels);
+        let (repo, tag) = split_reference(target);
+        let options = CreateImageOptionsBuilder::default()
+            .from_src("-")
+            .repo(repo)
+            .tag(tag)
+            .changes(changes)
+            .build();
+        let filesystem = self.docker.export_container(id).map(|chunk| {
+            chunk.map_err(|e| std::io::Error::other(format!("exporting the container: {e}")))
+        });
+        let mut imported = self.docker.create_image(
+            Some(options),
+            Some(bollard::body_try_stream(filesystem)),
+            None,
+        );
+        while let Some(step) = imported.next().await {
+            let step = step.map_err(|e| self.docker_err("import image", e))?;
+            if let Some(e) = step.error_detail.and_then(|d| d.message) {
+                return Err(Error::Docker {
+                    operation: "import image",
+                    message: e,
+                    status: None,
+                });
+            }
+        }
+        match self.inspect_image(target).await? {
+            Some(image) => Ok(image.id),
+            None => Err(Error::Docker {
+                operation: "import image",
+                message: format!("the daemon made no image {target}"),
+                status: None,
+            }),
+        }
+    }
+
     /// Images carrying the SDK's labels and the given `kind`: `(id, tags)`.
     pub async fn list_managed_images(&self, kind: &str) -> Result<Vec<(String, Vec<String>)>> {
         Ok(self
@@ -191,13 +259,28 @@ impl Engine {
             .collect())
     }
 
-    /// Removes images of `kind` that have no tag left and no container
-    /// (a snapshot removed while a sandbox from it still ran); their ids.
+    /// Removes images of `kind` that no container uses and that either have
+    /// no tag left (a snapshot removed while a sandbox from it still ran)
+    /// or were made for a process that is gone (a fork's or a resume's
+    /// image whose owner was killed while making it); their ids.
     pub(crate) async fn prune_untagged(&self, kind: &str) -> Result<Vec<String>> {
         let mut removed = Vec::new();
         for image in self.managed_images().await? {
+            if image.kind != kind {
+                continue;
+            }
             let untagged = image.tags.iter().all(|t| t == "<none>:<none>");
-            if image.kind == kind && untagged && self.remove_image_if_unused(&image.id).await? {
+            let orphaned = labels::owner_is_gone(&image.labels);
+            if !untagged && !orphaned {
+                continue;
+            }
+            // By each name, then by id: an image with several names is
+            // removed by id only once it has none left.
+            let mut unused = true;
+            for tag in image.tags.iter().filter(|t| *t != "<none>:<none>") {
+                unused &= self.remove_image_if_unused(tag).await?;
+            }
+            if unused && self.remove_image_if_unused(&image.id).await? {
                 removed.push(image.id);
             }
         }
@@ -220,6 +303,44 @@ impl Engine {
             }) => Ok(false),
             Err(e) => Err(self.docker_err("remove image", e)),
         }
+    }
+
+    /// Removes image `reference` in the background, on the process's
+    /// remover: an image still being committed (its request went out, the
+    /// caller went away) is waited for, and one a container still uses
+    /// (the containers of dropped forks, being removed meanwhile) is tried
+    /// again, for at most `within`. What is left then carries its owner's
+    /// labels, so the owner's watchdog or a later `reap` removes it.
+    pub(crate) fn remove_image_later(&self, reference: String, within: Duration) {
+        let engine = self.clone();
+        let what = format!("image {reference}");
+        super::submit_job(
+            what,
+            Box::pin(async move {
+                let deadline = tokio::time::Instant::now() + within;
+                let mut seen = false;
+                loop {
+                    match engine.inspect_image(&reference).await {
+                        Ok(Some(_)) => {
+                            seen = true;
+                            if let Ok(true) = engine.remove_image_if_unused(&reference).await {
+                                return;
+                            }
+                        }
+                        // Gone after it was seen, or never made.
+                        Ok(None) if seen => return,
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(image = %reference, error = %e, "removing an image left by a dropped call");
+                        }
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }),
+        );
     }
 
     /// Removes the tag `reference` alone: the image stays under its other
@@ -297,6 +418,53 @@ fn digest_in(status: &str) -> Option<&str> {
     (digest.len() == "sha256:".len() + 64).then_some(digest)
 }
 
+/// The Dockerfile instructions that give an imported image a container's
+/// configuration and `labels`, as `docker import --change` takes them:
+/// every value double-quoted with `"`, `\` and `$` escaped, so no text in
+/// it is read as syntax or expanded as a variable.
+fn config_changes(
+    config: &bollard::models::ContainerConfig,
+    labels: &HashMap<String, String>,
+) -> Vec<String> {
+    let quoted = |text: &str| {
+        let mut out = String::with_capacity(text.len() + 2);
+        out.push('"');
+        for c in text.chars() {
+            if matches!(c, '"' | '\\' | '$') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out.push('"');
+        out
+    };
+    let mut changes = Vec::new();
+    for entry in config.env.iter().flatten() {
+        if let Some((name, value)) = entry.split_once('=') {
+            changes.push(format!("ENV {name}={}", quoted(value)));
+        }
+    }
+    if let Some(dir) = config.working_dir.as_deref().filter(|d| !d.is_empty()) {
+        changes.push(format!("WORKDIR {}", quoted(dir)));
+    }
+    if let Some(user) = config.user.as_deref().filter(|u| !u.is_empty()) {
+        changes.push(format!("USER {}", quoted(user)));
+    }
+    let exec_form = |args: &Vec<String>| serde_json::to_string(args).unwrap_or_default();
+    if let Some(entrypoint) = config.entrypoint.as_ref().filter(|e| !e.is_empty()) {
+        changes.push(format!("ENTRYPOINT {}", exec_form(entrypoint)));
+    }
+    if let Some(cmd) = config.cmd.as_ref().filter(|c| !c.is_empty()) {
+        changes.push(format!("CMD {}", exec_form(cmd)));
+    }
+    let mut labels: Vec<_> = labels.iter().collect();
+    labels.sort();
+    for (name, value) in labels {
+        changes.push(format!("LABEL {}={}", quoted(name), quoted(value)));
+    }
+    changes
+}
+
 /// Splits `repo[:tag]` (a registry port is not a tag) into repository and tag.
 pub(crate) fn split_reference(reference: &str) -> (&str, &str) {
     match reference.rfind(':') {
@@ -307,6 +475,8 @@ pub(crate) fn split_reference(reference: &str) -> (&str, &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::split_reference;
 
     #[test]
@@ -319,6 +489,34 @@ mod tests {
         );
         assert_eq!(super::digest_in("Pushed"), None);
         assert_eq!(super::digest_in("digest: sha256:short size: 1"), None);
+    }
+
+    #[test]
+    fn an_imported_image_gets_the_containers_configuration() {
+        let config = bollard::models::ContainerConfig {
+            env: Some(vec![
+                "PATH=/usr/bin:/bin".into(),
+                "QUOTED=a \"b\" $c \\d".into(),
+                "EMPTY=".into(),
+            ]),
+            working_dir: Some("/home/user".into()),
+            user: Some("1000:1000".into()),
+            cmd: Some(vec!["/var/inputs/.dockhand/agent".into(), "--x".into()]),
+            ..Default::default()
+        };
+        let labels = HashMap::from([("dev.dockhand.kind".to_string(), "snapshot".to_string())]);
+        assert_eq!(
+            super::config_changes(&config, &labels),
+            [
+                "ENV PATH=\"/usr/bin:/bin\"",
+                "ENV QUOTED=\"a \\\"b\\\" \\$c \\\\d\"",
+                "ENV EMPTY=\"\"",
+                "WORKDIR \"/home/user\"",
+                "USER \"1000:1000\"",
+                "CMD [\"/var/inputs/.dockhand/agent\",\"--x\"]",
+                "LABEL \"dev.dockhand.kind\"=\"snapshot\"",
+            ]
+        );
     }
 
     #[test]

@@ -46,10 +46,19 @@ pub fn host_name() -> String {
 /// Labels for a short-lived object (container) owned by this process.
 pub fn owned(kind: &str) -> HashMap<String, String> {
     let mut labels = durable(kind);
-    labels.insert(SESSION.into(), session_id().into());
-    labels.insert(OWNER_HOST.into(), host_name());
-    labels.insert(OWNER_PID.into(), std::process::id().to_string());
+    labels.extend(owner());
     labels
+}
+
+/// The labels that name this process as an object's owner: its watchdog
+/// removes what carries them when the process goes, and so does a later
+/// process's `reap`.
+pub fn owner() -> HashMap<String, String> {
+    HashMap::from([
+        (SESSION.to_string(), session_id().to_string()),
+        (OWNER_HOST.to_string(), host_name()),
+        (OWNER_PID.to_string(), std::process::id().to_string()),
+    ])
 }
 
 /// Labels for an object meant to outlive the process (images, snapshots).

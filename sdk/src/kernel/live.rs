@@ -39,6 +39,11 @@ pub(super) struct Context {
     /// When a run of this context was dropped unfinished (its interrupt
     /// sent): the next run gives it the interrupt's grace, then restarts.
     pub(super) abandoned: Arc<Mutex<Option<Instant>>>,
+    /// The request id of the run under way: its events alone are taken.
+    /// Events queue here between runs (a thread the last run left running
+    /// prints while the next is being sent), so each is checked again as
+    /// it is read, not only as it is routed.
+    pub(super) run: Option<String>,
 }
 
 pub(super) struct Inner {
@@ -149,7 +154,7 @@ impl Kernel {
             armed: true,
             abandoned: context.abandoned.clone(),
         };
-        submit(&link, name, code).await?;
+        context.run = Some(submit(&link, name, code).await?);
         let mut collector = Collector::new(self.inner.config.text_limit);
         let mut outcome = None;
         if let Some(at) = abandoned {
@@ -169,7 +174,7 @@ impl Kernel {
                     self.restart_locked(&mut context).await?;
                     link = self.ready(&mut context).await?;
                     guard.link = link.clone();
-                    submit(&link, name, code).await?;
+                    context.run = Some(submit(&link, name, code).await?);
                     collector = Collector::new(self.inner.config.text_limit);
                 }
                 Collected::Timeout => {}
@@ -249,7 +254,8 @@ impl Kernel {
             let Ok(Some(event)) = tokio::time::timeout_at(until.into(), events.recv()).await else {
                 break;
             };
-            if let Event::Msg { msg, .. } = event {
+            let own = event.parent().flatten() == context.run.as_deref();
+            if let (Event::Msg { msg, .. }, true) = (event, own) {
                 self.fold(collector, msg, options);
                 if !collector.value_may_trail() {
                     break;
@@ -281,6 +287,13 @@ impl Kernel {
                 Ok(None) => return Collected::Err(self.gone(context)),
                 Ok(Some(event)) => event,
             };
+            // Routed while an earlier run was still the one expected.
+            if event
+                .parent()
+                .is_some_and(|parent| parent.is_none() || parent != context.run.as_deref())
+            {
+                continue;
+            }
             match event {
                 Event::Msg { msg, .. } => {
                     self.fold(collector, msg, options);
@@ -481,6 +494,7 @@ impl Kernel {
                 return Ok(());
             }
             let context = Arc::new(tokio::sync::Mutex::new(Context {
+                run: None,
                 name: name.to_string(),
                 cwd,
                 language,
@@ -666,8 +680,8 @@ impl Drop for Interrupter {
 }
 
 /// Sends `code` to the context's kernel as a new run, which from now on is
-/// the only one whose messages the context takes.
-async fn submit(link: &Link, context: &str, code: &str) -> Result<()> {
+/// the only one whose messages the context takes; its request id.
+async fn submit(link: &Link, context: &str, code: &str) -> Result<String> {
     let (id, msg) = execute_request(code);
     link.expect(context, Some(&id));
     link.send(&Op::Send {
@@ -675,7 +689,8 @@ async fn submit(link: &Link, context: &str, code: &str) -> Result<()> {
         channel: "shell",
         msg,
     })
-    .await
+    .await?;
+    Ok(id)
 }
 
 fn tail(text: &str, keep: usize) -> &str {

@@ -38,6 +38,7 @@ impl Kernel {
                 return;
             };
             let context = Context {
+                run: None,
                 name: found.ctx.clone(),
                 cwd: found.cwd,
                 language: found.language,

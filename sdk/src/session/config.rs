@@ -270,6 +270,11 @@ impl SessionConfig {
         self
     }
 
+    /// The largest file `read_file` returns (see [`read_limit`](Self::read_limit)).
+    pub fn read_limit_bytes(&self) -> u64 {
+        self.read_limit
+    }
+
     /// How long a file operation may go unanswered before the session is
     /// taken to have stopped answering (default 30 s); commands get their
     /// own timeout plus 5 s.

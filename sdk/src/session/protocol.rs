@@ -94,14 +94,21 @@ pub enum Request {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         close: bool,
     },
-    /// Read a file.
+    /// Read a file; with `length`, only the piece of at most that many
+    /// bytes at `offset` (a streamed read), answered with the file's size.
     Read {
         /// Request id.
         id: u64,
         /// Path.
         path: String,
-        /// The largest file to return.
+        /// The largest file to return (or to read in pieces).
         max_bytes: u64,
+        /// Where the piece starts.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
+        /// The most the piece holds (the agent may hold it to less).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        length: Option<u64>,
     },
     /// Write a file atomically (parents created); with `offset`, write
     /// the bytes at that place in the file instead, making it if need be (a
@@ -317,6 +324,10 @@ pub enum Reply {
         /// File content (read), base64.
         #[serde(default)]
         data: Option<String>,
+        /// The file's size when a piece of it was read (an agent that
+        /// reads no pieces leaves it out and sends the whole file).
+        #[serde(default)]
+        size: Option<u64>,
         /// Entries (list).
         #[serde(default)]
         entries: Option<Vec<DirEntry>>,

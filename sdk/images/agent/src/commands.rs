@@ -75,6 +75,9 @@ pub fn exec(req: &Value) -> Result<(), Refused> {
     let mut env: BTreeMap<OsString, OsString> = std::env::vars_os()
         .filter(|(k, _)| k != "DOCKHAND_ROOTS")
         .collect();
+    for (name, value) in &a.secret_env {
+        env.insert(name.into(), value.into());
+    }
     if let Some(extra) = req.get("env").and_then(Value::as_object) {
         for (k, v) in extra {
             if let Some(v) = v.as_str() {

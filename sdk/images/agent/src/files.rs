@@ -67,6 +67,12 @@ pub fn read(req: &Value) -> Reply {
             ),
         ));
     }
+    if let Some(length) = req.get("length").and_then(Value::as_u64) {
+        let offset = req.get("offset").and_then(Value::as_u64).unwrap_or(0);
+        let data =
+            read_piece(&file, offset, length.min(MAX_PIECE)).map_err(|e| Refused::os(asked, &e))?;
+        return Ok(object(json!({"data": b64(&data), "size": meta.len()})));
+    }
     let mut data = Vec::with_capacity(meta.len() as usize);
     // One byte past the limit tells a file that grew while it was read.
     (&mut file)
@@ -80,6 +86,26 @@ pub fn read(req: &Value) -> Reply {
         ));
     }
     Ok(object(json!({"data": b64(&data)})))
+}
+
+/// The most one piece of a streamed read carries: its reply is one line
+/// on the agent's stdout, which every other reply waits behind.
+const MAX_PIECE: u64 = 4 << 20;
+
+/// Up to `length` bytes at `offset` (fewer only at the end of the file).
+fn read_piece(file: &File, offset: u64, length: u64) -> std::io::Result<Vec<u8>> {
+    let mut data = vec![0; length as usize];
+    let mut filled = 0;
+    while filled < data.len() {
+        match file.read_at(&mut data[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(filled);
+    Ok(data)
 }
 
 pub fn write(req: &Value) -> Reply {
@@ -313,6 +339,39 @@ mod tests {
             .map(|e| e["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["one.txt", "two"]);
+    }
+
+    #[test]
+    fn a_file_reads_in_pieces_with_its_size() {
+        crate::testing::workspace();
+        let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        ok(write(&json!({"path": "p/data", "data": b64(&data)})));
+        let mut back = Vec::new();
+        let mut offset = 0u64;
+        loop {
+            let piece = ok(read(
+                &json!({"path": "p/data", "offset": offset, "length": 4096}),
+            ));
+            assert_eq!(piece["size"], 10_000);
+            let bytes = unb64(piece["data"].as_str().unwrap()).unwrap();
+            if bytes.is_empty() {
+                break;
+            }
+            offset += bytes.len() as u64;
+            back.extend(bytes);
+        }
+        assert_eq!(back, data);
+        // A piece is never larger than the most one line carries.
+        let huge = ok(read(
+            &json!({"path": "p/data", "offset": 9_000, "length": u64::MAX}),
+        ));
+        assert_eq!(
+            unb64(huge["data"].as_str().unwrap()).unwrap(),
+            data[9_000..]
+        );
+        // The whole file's limit holds for its pieces too.
+        let refused = read(&json!({"path": "p/data", "length": 1, "max_bytes": 100})).unwrap_err();
+        assert_eq!(refused.kind, "too_large");
     }
 
     #[test]

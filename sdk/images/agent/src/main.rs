@@ -34,6 +34,11 @@ use crate::reply::{send, Refused};
 /// What the agent's threads share.
 pub struct Agent {
     pub workspace: String,
+    /// Secrets given as variables, added to every command's environment:
+    /// read from the file the host puts beside this program (root's, on
+    /// the agent's own volume), so they are in no image committed from
+    /// the container.
+    pub secret_env: Vec<(String, String)>,
     pub roots: Vec<String>,
     /// The container's pids limit (threads count too), as the host set it.
     pub pids_limit: u64,
@@ -76,6 +81,7 @@ impl Agent {
             .collect();
         Agent {
             workspace,
+            secret_env: secret_env(),
             roots,
             pids_limit: std::env::var("DOCKHAND_PIDS_LIMIT")
                 .ok()
@@ -128,6 +134,31 @@ impl Agent {
 static AGENT: OnceLock<Agent> = OnceLock::new();
 
 /// The agent's shared state (made before any thread starts).
+/// The file of secrets given as variables, beside this program.
+const SECRET_ENV_FILE: &str = "secret-env.json";
+
+/// The secrets given as variables (none when the host sent none).
+fn secret_env() -> Vec<(String, String)> {
+    let Some(path) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(SECRET_ENV_FILE)))
+    else {
+        return Vec::new();
+    };
+    secret_env_of(&std::fs::read(path).unwrap_or_default())
+}
+
+/// The names and values of a secrets' file (a JSON object of strings).
+fn secret_env_of(text: &[u8]) -> Vec<(String, String)> {
+    match serde_json::from_slice::<serde_json::Map<String, Value>>(text) {
+        Ok(values) => values
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value.as_str()?.to_string())))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 pub fn agent() -> &'static Agent {
     AGENT.get_or_init(Agent::from_env)
 }
@@ -324,6 +355,19 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_secrets_file_gives_names_and_string_values() {
+        assert_eq!(
+            super::secret_env_of(br#"{"TOKEN": "abc", "N": 1, "B": "x=y"}"#),
+            [
+                ("B".to_string(), "x=y".to_string()),
+                ("TOKEN".to_string(), "abc".to_string())
+            ]
+        );
+        assert!(super::secret_env_of(b"").is_empty());
+        assert!(super::secret_env_of(b"[1]").is_empty());
+    }
 
     #[test]
     fn install_to_copies_the_running_program_executable() {

@@ -89,6 +89,45 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     None
 }
 
+/// The IPv6 networks that carry IPv4 addresses (those `canonical` reads),
+/// with the bit at which the IPv4 address starts.
+const IPV4_CARRIERS: [(Ipv6Addr, u8, u8); 5] = [
+    // IPv4-mapped, `::ffff:0:0/96`.
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96, 96),
+    // IPv4-compatible, `::/96`.
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96, 96),
+    // NAT64, `64:ff9b::/96` and `64:ff9b:1::/48` (the address at the end).
+    (Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96, 96),
+    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48, 96),
+    // 6to4, `2002::/16` (the address right after the prefix).
+    (Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16, 16),
+];
+
+/// The IPv4 networks whose addresses some address of `net` carries: an
+/// IPv6 entry written over a range of IPv4-carrying addresses names those
+/// IPv4 addresses too (`::ffff:a9fe:0/112` is `169.254.0.0/16`; `2002::/16`
+/// or `::/0` hold a spelling of every IPv4 address).
+fn embedded_ipv4_nets(net: &ipnet::Ipv6Net) -> impl Iterator<Item = ipnet::Ipv4Net> + '_ {
+    IPV4_CARRIERS
+        .iter()
+        .filter_map(move |&(base, base_len, start)| {
+            let carrier = ipnet::Ipv6Net::new(base, base_len).ok()?;
+            if net.contains(&carrier) {
+                // Wider than the carrier: every IPv4 address.
+                return ipnet::Ipv4Net::new(Ipv4Addr::UNSPECIFIED, 0).ok();
+            }
+            if !carrier.contains(net) {
+                return None;
+            }
+            let bits = u128::from(net.network());
+            let v4 = ((bits >> (128 - start as u32 - 32)) & 0xffff_ffff) as u32;
+            let fixed = net.prefix_len().saturating_sub(start).min(32);
+            ipnet::Ipv4Net::new(Ipv4Addr::from(v4), fixed)
+                .ok()
+                .map(|n| n.trunc())
+        })
+}
+
 /// An IPv4 address in the spellings `inet_aton` accepts and
 /// `Ipv4Addr::from_str` does not: one to four parts, each decimal, `0x`
 /// hexadecimal or `0`-prefixed octal, the last part filling the bytes left
@@ -151,7 +190,18 @@ impl Rule {
             (Hosts::Suffix(suffix), Target::Name(t)) => t
                 .strip_suffix(suffix.as_str())
                 .is_some_and(|head| head.ends_with('.') && head.len() > 1),
-            (Hosts::Net(net), Target::Ip(ip)) => net.contains(ip),
+            (Hosts::Net(net), Target::Ip(ip)) => {
+                net.contains(ip)
+                    || match (net, ip) {
+                        // An IPv4 address (every spelling of one is read as
+                        // the address itself) is in an IPv6 network that
+                        // holds a spelling of it.
+                        (IpNet::V6(net), IpAddr::V4(v4)) => {
+                            embedded_ipv4_nets(net).any(|within| within.contains(v4))
+                        }
+                        _ => false,
+                    }
+            }
             _ => false,
         }
     }
@@ -339,6 +389,62 @@ mod tests {
         }
         assert_eq!(Target::parse("[::]"), Target::Ip("::".parse().unwrap()));
         assert_eq!(Target::parse("[::1]"), Target::Ip("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv6_entries_deny_the_ipv4_addresses_spelled_inside_them() {
+        for (entry, denied, open) in [
+            ("::ffff:0:0/96", "[::ffff:169.254.169.254]", "[2001:db8::1]"),
+            ("::ffff:0:0/96", "169.254.169.254", "[::1]"),
+            ("64:ff9b::/96", "[64:ff9b::a9fe:a9fe]", "[2001:db8::1]"),
+            ("64:ff9b::/96", "10.0.0.1", "[64:ff9b:2::1]"),
+            ("2002::/16", "[2002:a9fe:a9fe::1]", "[2003::1]"),
+            ("2002::/16", "127.0.0.1", "[2001:db8::1]"),
+            (
+                "::ffff:169.254.169.254/128",
+                "169.254.169.254",
+                "169.254.169.253",
+            ),
+            ("::ffff:a9fe:0/112", "[::ffff:169.254.1.2]", "169.255.0.1"),
+            ("::ffff:a9fe:0/112", "0xa9fe0102", "[::ffff:169.255.0.1]"),
+            (
+                "2002:a9fe::/32",
+                "[2002:a9fe:a9fe:1234::]",
+                "[2002:a9ff::1]",
+            ),
+            ("2002:a9fe::/32", "169.254.9.9", "169.253.9.9"),
+            ("64:ff9b:1::/48", "[64:ff9b:1::a00:1]", "[64:ff9b:2::a00:1]"),
+            ("::/0", "10.1.2.3", "example.com"),
+        ] {
+            let policy = Policy {
+                allow: vec![rule(Hosts::Any, None)],
+                deny: vec![rule(Hosts::Net(entry.parse().unwrap()), None)],
+            };
+            let target = Target::parse(denied);
+            assert!(!policy.allows(&target, 80), "{denied} passed {entry}");
+            if let Target::Ip(ip) = target {
+                assert!(
+                    !policy.allows_address(ip, 80),
+                    "{denied} resolved, past {entry}"
+                );
+            }
+            assert!(
+                policy.allows(&Target::parse(open), 80),
+                "{open} under {entry}"
+            );
+        }
+        // The same holds for allow entries: an IPv6 entry allows the IPv4
+        // addresses spelled inside it, and nothing else.
+        let policy = Policy {
+            allow: vec![rule(
+                Hosts::Net("::ffff:10.0.0.0/104".parse().unwrap()),
+                None,
+            )],
+            deny: vec![],
+        };
+        assert!(policy.allows(&Target::parse("10.9.9.9"), 80));
+        assert!(policy.allows(&Target::parse("[::ffff:10.1.1.1]"), 80));
+        assert!(!policy.allows(&Target::parse("11.0.0.1"), 80));
     }
 
     #[test]

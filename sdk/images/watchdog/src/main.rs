@@ -1,6 +1,6 @@
-//! dockhand's watchdog: removes one process's containers and volumes when
-//! that process goes, and a container's scratch volumes as soon as the
-//! container goes.
+//! dockhand's watchdog: removes one process's containers, volumes, networks and
+//! own-use images when that process goes, and a container's scratch volumes as
+//! soon as the container goes.
 //!
 //! Runs as the only program of a `FROM scratch` image that dockhand builds
 //! itself, one container per owning process, with the daemon's socket

@@ -71,6 +71,19 @@ impl Owner {
         }
         self.remove_volumes(Filter::All);
         self.remove_networks();
+        self.remove_images();
+    }
+
+    /// Removes the images made for the owner's own use (a fork's, a
+    /// resume's), never forced: the daemon refuses one a container still
+    /// uses (a kept session's), which a later `reap` removes once unused.
+    /// Snapshots and built images carry no owner and are never listed.
+    fn remove_images(&self) {
+        let filter = http::encode(&json!({ "label": [self.session_label()] }).to_string());
+        let listed = list(&format!("/images/json?filters={filter}"));
+        for id in image_ids(&listed) {
+            let _ = http::request("DELETE", &format!("/images/{id}"));
+        }
     }
 
     /// Removes the owner's networks (its sandboxes' egress networks). The
@@ -156,6 +169,21 @@ fn network_ids(listed: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The ids of an image listing (`sha256:<hex>`, as a plain id: nothing
+/// else is put in a path).
+fn image_ids(listed: &Value) -> Vec<String> {
+    listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| {
+            let id = i["Id"].as_str()?;
+            let hex = id.strip_prefix("sha256:").unwrap_or(id);
+            is_token(hex).then(|| hex.to_string())
+        })
+        .collect()
+}
+
 /// The scratch token of the container a `destroy` event is about.
 pub fn scratch_token_of_event(line: &str) -> Option<String> {
     let event: Value = serde_json::from_str(line).ok()?;
@@ -203,6 +231,17 @@ mod tests {
         let listed = json!([{"Id": "abc123", "Name": "n1"}, {"Id": "../x"}, {"Name": "n3"}]);
         assert_eq!(network_ids(&listed), vec!["abc123"]);
         assert!(network_ids(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn image_ids_come_from_the_listing_and_are_plain() {
+        let listed = json!([
+            {"Id": "sha256:0abc", "RepoTags": ["dockhand/fork:x"]},
+            {"Id": "sha256:../../containers/x"},
+            {"RepoTags": []}
+        ]);
+        assert_eq!(image_ids(&listed), vec!["0abc"]);
+        assert!(image_ids(&Value::Null).is_empty());
     }
 
     #[test]

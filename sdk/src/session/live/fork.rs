@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicUsize;
 
 use futures::future::join_all;
 
+use super::commit::Lifetime;
 use super::launch::{connect_container, prepare_restore, Carry};
 use super::pause::PauseMode;
 use super::*;
@@ -14,22 +15,50 @@ use crate::engine::Engine;
 /// The most forks one call makes.
 pub const MAX_FORKS: usize = 64;
 
-/// The image forks were made from: removed when the last of them closes.
+/// The image forks were made from: removed when the last of them closes,
+/// or, when forks are dropped unclosed (a dropped `fork`, say), once the
+/// last of them is gone and their containers with it.
 pub(super) struct ForkImage {
     image: String,
+    engine: Engine,
     live: AtomicUsize,
+    removed: std::sync::atomic::AtomicBool,
 }
 
 impl ForkImage {
+    fn new(engine: &Engine, image: String, forks: usize) -> Arc<Self> {
+        Arc::new(ForkImage {
+            image,
+            engine: engine.clone(),
+            live: AtomicUsize::new(forks),
+            removed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
     /// One fork closed; the last one removes the image.
-    pub(super) async fn release(&self, client: &Client) {
+    pub(super) async fn release(&self) {
         if self.live.fetch_sub(1, Ordering::SeqCst) != 1 {
             return;
         }
-        if let Ok(engine) = client.engine() {
-            if let Err(e) = engine.remove_image_if_unused(&self.image).await {
-                tracing::warn!(image = %self.image, error = %e, "removing a fork image failed");
+        match self.engine.remove_image_if_unused(&self.image).await {
+            Ok(true) => self.removed.store(true, Ordering::SeqCst),
+            // A kept fork still runs from it: the owner's labels let a
+            // later `reap` remove it once unused.
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(image = %self.image, error = %e, "removing a fork image failed")
             }
+        }
+    }
+}
+
+impl Drop for ForkImage {
+    fn drop(&mut self) {
+        if !self.removed.load(Ordering::SeqCst) {
+            // The forks' containers are being removed meanwhile: tried
+            // again while they still use it.
+            self.engine
+                .remove_image_later(self.image.clone(), Duration::from_secs(30));
         }
     }
 }
@@ -74,14 +103,9 @@ impl Session {
     }
 
     async fn fork_files(&self, n: usize) -> Result<Vec<Session>> {
-        let snapshot = self.snapshot().await?;
-        lock(&self.inner.status)
-            .snapshots
-            .retain(|s| *s != snapshot.image);
-        let image = Arc::new(ForkImage {
-            image: snapshot.image.clone(),
-            live: AtomicUsize::new(n),
-        });
+        let engine = self.inner.client.engine()?.clone();
+        let snapshot = self.commit_snapshot(Lifetime::Owned).await?;
+        let image = ForkImage::new(&engine, snapshot.image.clone(), n);
         let mut config = self.inner.config.clone();
         config.image = crate::image::ImageSpec::prebuilt(snapshot.image.clone());
         // The parent's setup made the files the forks start from.
@@ -145,14 +169,9 @@ impl Session {
         let from = engine.checkpoint_path(&parent, &checkpoint).await?;
         let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
         let image_ref = format!("dockhand/fork:{}-{stamp}", &parent[..12.min(parent.len())]);
-        let labels = HashMap::from([("dev.dockhand.snapshot-of".to_string(), parent.clone())]);
-        engine
-            .commit_container(&parent, &image_ref, "snapshot", labels)
+        self.relocation_image(engine, &parent, &launched.spec.image, &image_ref)
             .await?;
-        let image = Arc::new(ForkImage {
-            image: image_ref.clone(),
-            live: AtomicUsize::new(n),
-        });
+        let image = ForkImage::new(engine, image_ref.clone(), n);
         let mut config = self.inner.config.clone();
         config.image = crate::image::ImageSpec::prebuilt(image_ref.clone());
         config.setup.clear();
@@ -169,16 +188,9 @@ impl Session {
             })
             .collect();
         let started = join_all(forks.iter().map(|fork| {
-            let mut spec = launched.spec.clone();
-            spec.image = image_ref.clone();
-            fork.start_restored(
-                engine,
-                spec,
-                &launched.file_secrets,
-                &from,
-                &checkpoint,
-                next_id,
-            )
+            let mut launched = launched.clone();
+            launched.spec.image = image_ref.clone();
+            fork.start_restored(engine, launched, &from, &checkpoint, next_id)
         }))
         .await;
         // The links to its checkpoint's files changed their change times:
@@ -208,13 +220,12 @@ impl Session {
         Err(e)
     }
 
-    /// Starts this (new) session in a container made with `spec`, restored
-    /// from a copy of the checkpoint at `from`.
+    /// Starts this (new) session in a container made as `launched` says,
+    /// restored from a copy of the checkpoint at `from`.
     async fn start_restored(
         &self,
         engine: &Engine,
-        spec: ContainerSpec,
-        file_secrets: &[(String, String)],
+        launched: launch::Launched,
         from: &std::path::Path,
         checkpoint: &str,
         next_id: u64,
@@ -223,8 +234,7 @@ impl Session {
         self.set_state(State::Running)?;
         let c = &self.inner.config;
         let started = async {
-            let container =
-                prepare_restore(engine, &spec, c, file_secrets, from, checkpoint).await?;
+            let container = prepare_restore(engine, &launched, c, from, checkpoint).await?;
             let id = container.id().to_string();
             let attached = engine.attach(&id).await?;
             engine
@@ -248,10 +258,7 @@ impl Session {
             .await
         };
         let conn = self.come_up("a fork", started).await?;
-        *lock(&self.inner.launched) = Some(launch::Launched {
-            spec,
-            file_secrets: file_secrets.to_vec(),
-        });
+        *lock(&self.inner.launched) = Some(launched);
         self.runs_in(conn, Some(checkpoint.to_string()))
     }
 }

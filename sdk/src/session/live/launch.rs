@@ -11,6 +11,8 @@ use crate::sandbox::{secrets_archive, SECRETS_DIR};
 pub(super) struct Launched {
     pub(super) spec: ContainerSpec,
     pub(super) file_secrets: Vec<(String, String)>,
+    /// Secrets given as variables (see `SECRET_ENV_FILE`).
+    pub(super) env_secrets: Vec<(String, String)>,
 }
 
 /// What a memory resume carries over: the routes of replies to requests
@@ -175,17 +177,17 @@ pub(super) async fn connect(
     }
 }
 
-/// A new container made with `spec`, holding the session's programs and
-/// secrets and a copy of the checkpoint at `from`, ready to start from it.
+/// A new container made as `launched` says, holding the session's programs
+/// and secrets and a copy of the checkpoint at `from`, ready to start from it.
 pub(super) async fn prepare_restore(
     engine: &Engine,
-    spec: &ContainerSpec,
+    launched: &Launched,
     c: &SessionConfig,
-    file_secrets: &[(String, String)],
     from: &std::path::Path,
     checkpoint: &str,
 ) -> Result<crate::engine::ContainerGuard> {
-    let container = engine.create_container(spec).await?;
+    let (file_secrets, env_secrets) = (&launched.file_secrets, &launched.env_secrets);
+    let container = engine.create_container(&launched.spec).await?;
     let id = container.id().to_string();
     engine
         .upload_archive(
@@ -194,6 +196,7 @@ pub(super) async fn prepare_restore(
             Bytes::from(programs_tar(
                 AgentProgram::for_engine(engine).await?,
                 &c.helpers,
+                env_secrets,
             )?),
         )
         .await?;
@@ -216,24 +219,35 @@ pub(super) async fn prepare_restore(
     Ok(container)
 }
 
+/// The file beside the agent that holds the secrets given as variables
+/// (a JSON object of names and values): the agent adds them to every
+/// command's environment. They are not in the container's own
+/// configuration, which Docker copies into every image committed from it
+/// (snapshots, forks, resumes); the agent's directory is a volume, which
+/// no commit takes.
+const SECRET_ENV_FILE: &str = "secret-env.json";
+
 /// The agent and the helpers as a tar to extract at `/var/inputs`: all
 /// root-owned, files 0644 in a 0755 directory, so the session's user can
-/// run them and change none of them.
+/// run them and change none of them (nor the secrets' file, which holds
+/// what its commands' environment holds anyway).
 pub(super) fn programs_tar(
     agent: AgentProgram,
     helpers: &[(&'static str, &'static str)],
+    secret_env: &[(String, String)],
 ) -> Result<Vec<u8>> {
-    let (dir, files) = programs(agent, helpers, "");
+    let (dir, files) = programs(agent, helpers, secret_env, "")?;
     crate::archive::build_tar(&[(&dir, 0o755)], &files)
 }
 
 /// The agent's directory (under `prefix`; `""`: relative to the agent's
-/// volume) and the agent and the helpers in it.
+/// volume) and the agent, the helpers and the secrets' file in it.
 fn programs(
     agent: AgentProgram,
     helpers: &[(&'static str, &'static str)],
+    secret_env: &[(String, String)],
     prefix: &str,
-) -> (String, Vec<crate::archive::TarFile>) {
+) -> Result<(String, Vec<crate::archive::TarFile>)> {
     let dir = format!("{prefix}.dockhand");
     let mut files = vec![agent.file(&dir)];
     files.extend(
@@ -241,7 +255,19 @@ fn programs(
             .iter()
             .map(|(name, text)| crate::archive::TarFile::new(format!("{dir}/{name}"), *text)),
     );
-    (dir, files)
+    if !secret_env.is_empty() {
+        let values: serde_json::Map<String, serde_json::Value> = secret_env
+            .iter()
+            .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
+            .collect();
+        let text = serde_json::to_vec(&values)
+            .map_err(|e| Error::io("writing the secrets' file", std::io::Error::other(e)))?;
+        files.push(crate::archive::TarFile::new(
+            format!("{dir}/{SECRET_ENV_FILE}"),
+            text,
+        ));
+    }
+    Ok((dir, files))
 }
 
 /// What a new container needs before it starts, as one tar to extract at
@@ -250,13 +276,14 @@ fn programs(
 pub(super) fn start_tar(
     agent: AgentProgram,
     helpers: &[(&'static str, &'static str)],
+    secret_env: &[(String, String)],
     workspace: &str,
     owner: (u64, u64),
 ) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     append_workspace(&mut builder, workspace, owner)?;
     let prefix = format!("{}/", AGENT_DIR.trim_matches('/'));
-    let (dir, files) = programs(agent, helpers, &prefix);
+    let (dir, files) = programs(agent, helpers, secret_env, &prefix)?;
     crate::archive::append_files(&mut builder, &[(&dir, 0o755)], &files)?;
     builder
         .into_inner()
@@ -463,6 +490,7 @@ mod tests {
         let tar = super::start_tar(
             super::AgentProgram::fake(b"\x7fELF"),
             &helpers,
+            &[],
             "/home/user",
             (1000, 1000),
         )

@@ -16,9 +16,11 @@ pub use crate::image::agent::FROM_IMAGE_ENV as AGENT_FROM_IMAGE_ENV;
 pub(crate) use agent::AgentProgram;
 mod channel;
 pub(crate) use channel::Channel;
+mod commit;
 mod exec;
 use exec::exec_grace;
 mod describe;
+mod download;
 mod egress;
 mod files;
 mod fork;
@@ -508,41 +510,6 @@ impl Session {
         Error::SessionUnavailable { reason: why }
     }
 
-    /// Commits the container's filesystem (the workspace included, mounts not)
-    /// to a labelled image that a new session can start from.
-    pub async fn snapshot(&self) -> Result<Snapshot> {
-        let conn = self.conn()?;
-        let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
-        let name: String = self
-            .inner
-            .config
-            .name
-            .clone()
-            .unwrap_or_else(|| conn.container_id.chars().take(12).collect())
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        let image = format!("dockhand/snapshot:{name}-{stamp}");
-        let labels = HashMap::from([(
-            "dev.dockhand.snapshot-of".to_string(),
-            conn.container_id.clone(),
-        )]);
-        let id = self
-            .inner
-            .client
-            .engine()?
-            .commit_container(&conn.container_id, &image, "snapshot", labels)
-            .await?;
-        lock(&self.inner.status).snapshots.push(image.clone());
-        Ok(Snapshot { image, id })
-    }
-
     async fn teardown(&self) {
         let parked = lock(&self.inner.parked).take();
         if let Some(parked) = parked {
@@ -594,7 +561,7 @@ impl Session {
         }
         let fork_image = lock(&self.inner.fork_image).take();
         if let Some(image) = fork_image {
-            image.release(&self.inner.client).await;
+            image.release().await;
         }
         Ok(snapshot)
     }
@@ -622,19 +589,12 @@ impl SessionApi for Session {
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        match self
-            .file_request(path, |id, path| Request::Read {
-                id,
-                path,
-                max_bytes: self.inner.config.read_limit,
-            })
-            .await?
-        {
-            Reply::Ok {
-                data: Some(data), ..
-            } => unb64(&data).map_err(|e| Error::SessionUnavailable { reason: e }),
-            _ => Ok(Vec::new()),
-        }
+        // In pieces: a large file costs no single request (nor reply line)
+        // longer than one piece.
+        let mut data = Vec::new();
+        self.read_file_to(path, &mut data, self.inner.config.read_limit)
+            .await?;
+        Ok(data)
     }
 
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<()> {

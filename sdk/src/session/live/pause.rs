@@ -123,6 +123,15 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub async fn pause(&self, mode: PauseMode) -> Result<Paused> {
+        // A pause is a transaction: once begun it runs to its end on a task
+        // of its own, so a caller that goes away mid-way leaves the session
+        // paused and resumable (or running, if the pause failed), never
+        // marked paused with nothing parked.
+        let session = self.clone();
+        run_to_end("pause", async move { session.pause_now(mode).await }).await
+    }
+
+    async fn pause_now(&self, mode: PauseMode) -> Result<Paused> {
         // A cluster's pods cannot pause: said first, whatever else is asked.
         let engine = self.inner.client.engine()?.clone();
         let _one_at_a_time = self.inner.start_lock.lock().await;
@@ -251,16 +260,13 @@ impl Session {
         let from = engine.checkpoint_path(old, checkpoint).await?;
         let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S%3f");
         let image = format!("dockhand/paused:{}-{stamp}", &old[..12.min(old.len())]);
-        let labels = HashMap::from([("dev.dockhand.snapshot-of".to_string(), old.to_string())]);
-        engine
-            .commit_container(old, &image, "snapshot", labels)
+        self.relocation_image(engine, old, &launched.spec.image, &image)
             .await?;
         launched.spec.image = image.clone();
         let fresh = super::launch::prepare_restore(
             engine,
-            &launched.spec,
+            &launched,
             &self.inner.config,
-            &launched.file_secrets,
             &from,
             checkpoint,
         )
@@ -337,6 +343,12 @@ impl Session {
     /// A checkpoint the runtime refuses (altered, or another container's)
     /// is [`Error::Checkpoint`], and the session's container is removed.
     pub async fn resume(&self) -> Result<()> {
+        // Like a pause, run to its end whatever becomes of the caller.
+        let session = self.clone();
+        run_to_end("resume", async move { session.resume_now().await }).await
+    }
+
+    async fn resume_now(&self) -> Result<()> {
         let _one_at_a_time = self.inner.start_lock.lock().await;
         let state = self.state();
         if state != State::Paused {
@@ -403,6 +415,20 @@ impl Session {
         let conn = self.come_up("the resume", resumed).await?;
         self.runs_in(conn, checkpoint)
     }
+}
+
+/// Runs `step` on a task of its own and waits for it: dropping the wait
+/// leaves the step running to its end.
+async fn run_to_end<T: Send + 'static>(
+    what: &str,
+    step: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(step).await.map_err(|e| {
+        Error::io(
+            "a session's pause or resume",
+            std::io::Error::other(format!("the {what} did not finish: {e}")),
+        )
+    })?
 }
 
 /// Pauses the session once it has been idle for `idle`, until it closes
