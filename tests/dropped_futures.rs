@@ -309,3 +309,49 @@ async fn a_write_dropped_mid_request_leaves_the_session_usable() {
     );
     session.close().await.unwrap();
 }
+
+/// The networks this process owns (egress ways out, made ahead or leased).
+fn own_networks() -> usize {
+    let out = std::process::Command::new("docker")
+        .args(["network", "ls", "-q", "--filter"])
+        .arg(format!(
+            "label=dev.dockhand.owner-pid={}",
+            std::process::id()
+        ))
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Starts of sessions behind an allow-list dropped at every stage (the
+/// gateway's network being created, connected, the holder started, the
+/// session's container made): once the last is gone, so is every network
+/// (the gateway goes with its last sandbox, its ways out with it), while
+/// this process lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_egress_starts_leave_no_network() {
+    let client = common::client().await;
+    let config = || SessionConfig::new().network(dockhand::Egress::allow(["api.example.test"]));
+    // One start that finishes first: the gateway's image is made.
+    let first = client.session(config());
+    first.start().await.unwrap();
+    first.close().await.unwrap();
+    for after in [1u64, 5, 20, 60, 120, 250, 400, 600, 900, 1500] {
+        let s = client.session(config());
+        let _ = tokio::time::timeout(Duration::from_millis(after), s.start()).await;
+        drop(s);
+    }
+    let started = Instant::now();
+    while own_networks() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "{} networks of this process left behind",
+            own_networks()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "dropped egress starts: no network left {:?} after the last",
+        started.elapsed()
+    );
+}

@@ -117,9 +117,11 @@ async fn a_bound_host_that_echoes_the_secret_gives_back_only_the_placeholder() {
          https = echo('https://api.example.test/echo')\n\
          http = echo('http://api.example.test/echo', proxy=False, enc='gzip, br')\n\
          gz = echo('https://api.example.test/echo/gzip')\n\
+         two = echo('https://api.example.test/echo/two-encodings')\n\
+         te = echo('http://api.example.test/echo/te-gzip', proxy=False)\n\
          got = https['headers'].get('x-echo-auth', '')\n\
          relay = fetch('https://other.example.test/', headers={{'Authorization': got}})\n\
-         result = json.dumps({{'key': key, 'https': https, 'http': http, 'gzip': gz, 'relay': relay}})\n\
+         result = json.dumps({{'key': key, 'https': https, 'http': http, 'gzip': gz, 'two': two, 'te': te, 'relay': relay}})\n\
          echoed = got"
     );
     let sandbox = Sandbox::code("egress-echo", code)
@@ -157,13 +159,17 @@ async fn a_bound_host_that_echoes_the_secret_gives_back_only_the_placeholder() {
             "{key}: every echo in the chunked body: {body}"
         );
     }
-    // A host that compresses anyway is refused, not passed on unsearched.
-    assert_eq!(status(&r["gzip"]), 502, "{}", r["gzip"]);
-    assert!(
-        r["gzip"]["body"].as_str().unwrap().contains("gzip"),
-        "{}",
-        r["gzip"]
-    );
+    // A host that compresses anyway is refused, not passed on unsearched,
+    // however it frames it (a second Content-Encoding after `identity`, a
+    // compressing transfer coding).
+    for framing in ["gzip", "two", "te"] {
+        assert_eq!(status(&r[framing]), 502, "{framing}: {}", r[framing]);
+        assert!(
+            r[framing]["body"].as_str().unwrap().contains("gzip"),
+            "{framing}: {}",
+            r[framing]
+        );
+    }
     // What it got back is worth nothing elsewhere.
     assert_eq!(status(&r["relay"]), 200, "{}", r["relay"]);
     assert_ne!(
@@ -235,6 +241,56 @@ async fn a_run_whose_gateway_dies_under_it_fails_typed() {
         "{outcome:?}"
     );
     assert_reaches_the_api(&client, policy, &servers).await;
+    drop(client);
+    assert_nothing_left().await;
+}
+
+/// A WebSocket through the gateway: carried both ways for a host the
+/// sandbox may reach, and refused (403, before any `101`) for a host bound
+/// to a secret, whose answers could not have the value taken out.
+#[tokio::test]
+async fn websockets_are_carried_except_to_hosts_bound_to_secrets() {
+    let _serial = SERIAL.lock().await;
+    let (client, _servers) = setup().await;
+    let code = "import json, socket\n\
+        def ws(host):\n    \
+            s = socket.create_connection((host, 80), timeout=10)\n    \
+            s.sendall(('GET /ws HTTP/1.1\\r\\nHost: %s\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n'\n               \
+                'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\nSec-WebSocket-Version: 13\\r\\n\\r\\n' % host).encode())\n    \
+            head = b''\n    \
+            while b'\\r\\n\\r\\n' not in head:\n        \
+                got = s.recv(4096)\n        \
+                if not got:\n            \
+                    break\n        \
+                head += got\n    \
+            status = int(head.split(b' ', 2)[1]) if head.startswith(b'HTTP/') else None\n    \
+            echoed = ''\n    \
+            if status == 101:\n        \
+                s.sendall(b'ping over the socket')\n        \
+                echoed = s.recv(4096).decode()\n    \
+            s.close()\n    \
+            return {'status': status, 'echoed': echoed}\n\
+        result = json.dumps({'open': ws('other.example.test'), 'bound': ws('api.example.test')})";
+    let sandbox = Sandbox::code("egress-websocket", code)
+        .output("result", Type::Str)
+        .network(Egress::allow(["*.example.test"]))
+        .secret(Secret::for_hosts(
+            "API_KEY",
+            "sk-websocket-bound-9f2",
+            ["api.example.test"],
+        ))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("a sandbox");
+    let out = client
+        .run(&sandbox, dockhand::NO_INPUTS)
+        .await
+        .expect("runs");
+    let r: Value = serde_json::from_str(&out.get::<String>("result").unwrap()).unwrap();
+    assert_eq!(r["open"]["status"], 101, "{r}");
+    assert_eq!(r["open"]["echoed"], "ping over the socket", "{r}");
+    assert_eq!(r["bound"]["status"], 403, "{r}");
+    assert_eq!(r["bound"]["echoed"], "", "{r}");
     drop(client);
     assert_nothing_left().await;
 }

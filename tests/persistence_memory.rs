@@ -309,6 +309,8 @@ async fn everything() {
         .iter()
         .all(|k| k.id != kept_id));
 
+    Box::pin(swapped_kept_checkpoints_are_refused(&daemon, &client)).await;
+
     // A checkpoint changed after the pause is refused, typed; the session
     // is removed cleanly and starts again.
     let paused = s.pause(PauseMode::Memory).await.unwrap();
@@ -415,7 +417,12 @@ async fn everything() {
     full.close().await.unwrap();
     s.close().await.unwrap();
 
-    resumes_never_reach_the_layer_limit(&daemon, &client, &base.reference).await;
+    Box::pin(resumes_never_reach_the_layer_limit(
+        &daemon,
+        &client,
+        &base.reference,
+    ))
+    .await;
 
     // Nothing left: no session container, no fork image.
     let started = Instant::now();
@@ -444,6 +451,45 @@ async fn everything() {
     );
 }
 
+/// Two kept sessions' checkpoints swapped while no process holds them:
+/// resumed by id (as a later process resumes them, from the seals kept in
+/// the cache directory) each is refused, and resumes once put back.
+async fn swapped_kept_checkpoints_are_refused(daemon: &SecondDaemon, client: &Client) {
+    let mut kept_ids = Vec::new();
+    for name in ["kept-a", "kept-b"] {
+        let k = client.session(gvisor().keep(true).name(name));
+        k.start().await.unwrap();
+        k.write_file("who.txt", name.as_bytes()).await.unwrap();
+        kept_ids.push(k.pause(PauseMode::Memory).await.unwrap().id);
+    }
+    let (a, b) = (
+        checkpoint_dir(daemon, &kept_ids[0]),
+        checkpoint_dir(daemon, &kept_ids[1]),
+    );
+    let swap = || {
+        let aside = a.with_extension("aside");
+        std::fs::rename(&a, &aside).unwrap();
+        std::fs::rename(&b, &a).unwrap();
+        std::fs::rename(&aside, &b).unwrap();
+    };
+    swap();
+    for id in &kept_ids {
+        match client.resume_session(id, SessionConfig::new()).await {
+            Err(Error::Checkpoint { operation, .. }) => assert_eq!(operation, "resume"),
+            other => panic!("a swapped checkpoint resumed: {:?}", other.map(|_| ())),
+        }
+    }
+    swap();
+    for (id, name) in kept_ids.iter().zip(["kept-a", "kept-b"]) {
+        let k = client
+            .resume_session(id, SessionConfig::new())
+            .await
+            .unwrap();
+        assert_eq!(k.read_file("who.txt").await.unwrap(), name.as_bytes());
+        k.close().await.unwrap();
+    }
+}
+
 /// Each memory resume moves the session into a container of an image
 /// committed from the paused one, a layer over the last: on an image
 /// already 95 layers deep (Docker refuses past 125), the resumes flatten
@@ -464,6 +510,7 @@ async fn resumes_never_reach_the_layer_limit(daemon: &SecondDaemon, client: &Cli
         "the deep image has {} layers",
         depth(&deep)
     );
+    let leftovers_before = runtime_leftovers(daemon);
     let s = client.session(gvisor().image(ImageSpec::prebuilt(deep.clone())));
     s.start().await.unwrap();
     let spawned = s.spawn(COUNTER, SpawnOptions::new()).await.unwrap();
@@ -499,6 +546,45 @@ async fn resumes_never_reach_the_layer_limit(daemon: &SecondDaemon, client: &Cli
     let _ = std::process::Command::new("docker")
         .args(["-H", &daemon.endpoint, "rmi", &deep])
         .output();
+    // No shim process and no checkpoint copy of containerd's per resume.
+    let started = Instant::now();
+    let mut after = runtime_leftovers(daemon);
+    while after > leftovers_before && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        after = runtime_leftovers(daemon);
+    }
+    eprintln!(
+        "shims and containerd checkpoint copies: {leftovers_before:?} before, {after:?} after"
+    );
+    assert!(
+        after.0 <= leftovers_before.0 && after.1 <= leftovers_before.1,
+        "8 resumes left (shims, checkpoint copies) {after:?}, from {leftovers_before:?}"
+    );
+}
+
+/// The daemon's runtime shim processes, and containerd's checkpoint copies
+/// in the temporary directory (`ctrd-checkpoint*`).
+fn runtime_leftovers(daemon: &SecondDaemon) -> (usize, usize) {
+    let dir = daemon.dir().display().to_string();
+    let shims = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("containerd-shim") && c.contains(&dir))
+        .count();
+    let copies = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("ctrd-checkpoint")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    (shims, copies)
 }
 
 /// The image a container was made from.

@@ -72,8 +72,14 @@ pub async fn run(command: ImagesCommand, host: Option<String>, json: bool) -> Re
 pub async fn reap(host: Option<String>, json: bool) -> Result<ExitCode> {
     let client = crate::connect(host, json).await?;
     let report = client.reap().await?;
-    // Kept sessions are left on purpose: listed, not removed.
-    let kept = client.kept_sessions().await?;
+    // Kept sessions are left on purpose: listed, not removed. A cluster
+    // keeps none (its backend refuses kept sessions), so there is nothing
+    // to list there.
+    let kept = match client.kept_sessions().await {
+        Ok(kept) => kept,
+        Err(dockhand::Error::Unsupported { .. }) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
     if json {
         println!(
             "{}",

@@ -111,6 +111,19 @@ fn bad_input_is_a_clear_message_and_exit_2() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("lots"));
+    // A server's bad key is said first, with no daemon to reach too.
+    dockhand()
+        .args([
+            "-H",
+            "tcp://127.0.0.1:1",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("DOCKHAND_SERVE_API_KEYS", "short")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("too short"));
 }
 
 #[test]

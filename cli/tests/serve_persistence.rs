@@ -349,3 +349,57 @@ fn memory_pauses_and_snapshots_through_the_sdks_under_gvisor() {
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+/// SIGTERM while a command's stream is open: the server stops taking
+/// connections, ends the stream with a retryable error at once, and exits
+/// within its grace; the sandbox is kept and the next server runs commands
+/// in it.
+#[test]
+fn a_restart_ends_open_streams_and_exits_within_its_grace() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.display().to_string();
+    let mut first = Server::start_with(0, &["--state-dir", &state_arg, "--shutdown-grace", "3"]);
+    let mut holder = first
+        .python("drain.py", &["hold"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(holder.stdout.take().unwrap()));
+    let id = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .strip_prefix("running ")
+        .expect("the sandbox runs")
+        .to_string();
+    // The command's stream is open (its `sleep` started).
+    std::thread::sleep(Duration::from_secs(2));
+    let signalled = std::time::Instant::now();
+    unsafe { libc::kill(first.pid() as i32, libc::SIGTERM) };
+    let status = loop {
+        if let Some(status) = first.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(30),
+            "the server still ran 30 s after SIGTERM (grace 3 s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let exited = signalled.elapsed();
+    let ended: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    holder.wait().unwrap();
+    eprintln!("SIGTERM with a command stream open: the server exited after {exited:?} ({status}); the command's call: {ended}");
+    assert!(status.success(), "{status}");
+    // Ended by the server, not by the command (which sleeps 120 s) or a
+    // client-side timeout.
+    assert_ne!(ended["ended"], "returned", "{ended}");
+    assert!(ended["secs"].as_f64().unwrap() < 60.0, "{ended}");
+    let second = Server::start_with(0, &["--state-dir", &state_arg]);
+    let r = json_output(second.python("drain.py", &["after", &id]));
+    assert_eq!(r["file"], "kept across the restart");
+    assert_eq!(r["echo"], "after\n");
+    drop(second);
+}

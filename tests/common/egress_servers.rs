@@ -20,7 +20,9 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 /// Under `/echo` it is a hostile host instead: it sends the Authorization
 /// header back verbatim, in a header and in a body chunked so that the
 /// value is split across chunks (`/echo/gzip`: compressed, whatever the
-/// request asked for).
+/// request asked for; `/echo/two-encodings` says `identity` then `gzip`;
+/// `/echo/te-gzip` compresses in its transfer coding). `/ws` switches to a
+/// WebSocket's protocol and echoes what comes.
 const SERVER: &str = r#"
 import gzip, hashlib, http.server, json, ssl, threading
 class Echo(http.server.BaseHTTPRequestHandler):
@@ -41,6 +43,20 @@ class Echo(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
+        if self.path == "/echo/two-encodings":
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "identity")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if self.path == "/echo/te-gzip":
+            body = gzip.compress(body)
+            self.send_header("Transfer-Encoding", "gzip, chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            return
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for i in range(0, len(body), 7):
@@ -52,6 +68,20 @@ class Echo(http.server.BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         if self.path.startswith("/echo"):
             return self.echo(auth)
+        if self.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            # Switches, then echoes every byte (what crosses is the client's).
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.wfile.flush()
+            while True:
+                data = self.connection.recv(4096)
+                if not data:
+                    break
+                self.connection.sendall(data)
+            self.close_connection = True
+            return
         body = json.dumps({
             "host": self.headers.get("Host", ""),
             "path": self.path,

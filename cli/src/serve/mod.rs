@@ -431,8 +431,10 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             format!("{:?}", args.on_shutdown.unwrap_or(restore::OnShutdown::Kill)).to_lowercase()
         );
     }
-    let client = crate::connect(host, true).await?;
+    // What is wrong in the server's own settings is said before the
+    // daemon is asked anything: a bad key is a bad key with no daemon too.
     let keys = Keys::load(args.api_keys.as_deref(), args.api_keys_file.as_deref())?;
+    let client = crate::connect(host, true).await?;
     let store = match &args.state_dir {
         Some(dir) => Some(Arc::new(state::Store::open(dir)?)),
         None => None,

@@ -147,6 +147,88 @@ pub(crate) fn mark_unique(dir: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join(name), b"")
 }
 
+/// Removes containerd's copies of the checkpoint at `dir`; how many.
+///
+/// For each restore, containerd unpacks the checkpoint into a directory
+/// of its own under its temporary directory (`ctrd-checkpoint*`) and never
+/// removes it (containerd/containerd#10166): a host that resumes often
+/// fills its disk. A copy is known by the markers `mark_unique` put in
+/// the checkpoint: the same set, which no other checkpoint has. Called
+/// once the restored container runs (its runtime has read the copy).
+pub(crate) fn remove_runtime_copies(dir: &Path) -> usize {
+    let markers = |dir: &Path| -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().starts_with("dockhand-"))
+            .collect()
+    };
+    let ours = markers(dir);
+    if ours.is_empty() {
+        return 0;
+    }
+    let mut places = vec![std::env::temp_dir()];
+    if !places.iter().any(|p| p == Path::new("/tmp")) {
+        places.push("/tmp".into());
+    }
+    let mut removed = 0;
+    for place in places {
+        for entry in std::fs::read_dir(&place).into_iter().flatten().flatten() {
+            let copy = entry.path();
+            let is_copy = entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("ctrd-checkpoint")
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+                && markers(&copy) == ours;
+            if is_copy && std::fs::remove_dir_all(&copy).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// Ends the runtime shim of container `id`, which is gone: a container
+/// checkpointed or restored under gVisor leaves its shim
+/// (`containerd-shim-runc-v2 ... -id <id>`, about 13 MB) running after
+/// Docker removed it, one more per memory resume. Only a shim naming that
+/// exact container is signalled; on a daemon of another machine, or
+/// without the right to signal it, nothing happens. How many were ended.
+pub(crate) fn end_orphaned_shims(id: &str) -> usize {
+    if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return 0;
+    }
+    let mut ended = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_shim = args
+            .first()
+            .is_some_and(|a| a.ends_with(b"containerd-shim-runc-v2"));
+        let names_it = args
+            .windows(2)
+            .any(|w| w[0] == b"-id" && w[1] == id.as_bytes());
+        // SAFETY: kill(2) with a pid read from /proc and a plain signal
+        // number touches no memory of this process.
+        if is_shim && names_it && unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            ended += 1;
+        }
+    }
+    ended
+}
+
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<u64> {
     std::fs::create_dir_all(to)?;
     let mut bytes = 0;
@@ -239,6 +321,146 @@ impl Seal {
     }
 }
 
+impl Seal {
+    /// The seal as bytes that name every file's path, size, inode and
+    /// change time.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (path, size, inode, secs, nanos) in &self.0 {
+            out.extend_from_slice(&(path.len() as u64).to_le_bytes());
+            out.extend_from_slice(path.as_bytes());
+            for n in [*size, *inode, *secs as u64, *nanos as u64] {
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+        out
+    }
+}
+
+/// Seals kept for a later process: what a kept session's memory pause
+/// wrote, so that any process that resumes it (not only the one that
+/// paused it) refuses a checkpoint changed or swapped since. Each is a
+/// MAC over the container, the checkpoint's name and its seal, keyed by a
+/// secret of this machine's cache directory (mode 0600), stored there:
+/// nothing in the daemon's directories, which whoever swaps checkpoints
+/// can write, vouches for a checkpoint.
+pub(crate) struct KeptSeals {
+    dir: std::path::PathBuf,
+}
+
+type Mac = hmac::Hmac<sha2::Sha256>;
+
+impl KeptSeals {
+    /// The seals under `cache_dir`.
+    pub(crate) fn new(cache_dir: &Path) -> Self {
+        KeptSeals {
+            dir: cache_dir.join("checkpoint-seals"),
+        }
+    }
+
+    fn key(&self) -> std::io::Result<Vec<u8>> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join("key");
+        if let Ok(key) = std::fs::read(&path) {
+            if key.len() == 32 {
+                return Ok(key);
+            }
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let mut key = vec![0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let temporary = self
+            .dir
+            .join(format!("key.{}", uuid::Uuid::new_v4().simple()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        file.write_all(&key)?;
+        file.sync_all()?;
+        // Two processes making the key at once: the first one kept wins.
+        match std::fs::hard_link(&temporary, &path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                key = std::fs::read(&path)?;
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&temporary);
+                return Err(e);
+            }
+        }
+        let _ = std::fs::remove_file(&temporary);
+        Ok(key)
+    }
+
+    fn file(&self, container: &str, checkpoint: &str) -> std::path::PathBuf {
+        let plain = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        let name = if plain(container) && plain(checkpoint) {
+            format!("{container}.{checkpoint}")
+        } else {
+            format!(
+                "{:x}",
+                sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(format!(
+                    "{container}\0{checkpoint}"
+                )))
+            )
+        };
+        self.dir.join(name)
+    }
+
+    fn mac(&self, container: &str, checkpoint: &str, seal: &Seal) -> std::io::Result<Mac> {
+        use hmac::Mac as _;
+        let mut mac =
+            Mac::new_from_slice(&self.key()?).map_err(|e| std::io::Error::other(e.to_string()))?;
+        for part in [container.as_bytes(), checkpoint.as_bytes()] {
+            mac.update(&(part.len() as u64).to_le_bytes());
+            mac.update(part);
+        }
+        mac.update(&seal.encode());
+        Ok(mac)
+    }
+
+    /// Keeps `seal` of `container`'s checkpoint `checkpoint`.
+    pub(crate) fn keep(
+        &self,
+        container: &str,
+        checkpoint: &str,
+        seal: &Seal,
+    ) -> std::io::Result<()> {
+        use hmac::Mac as _;
+        let tag = self
+            .mac(container, checkpoint, seal)?
+            .finalize()
+            .into_bytes();
+        std::fs::create_dir_all(&self.dir)?;
+        let path = self.file(container, checkpoint);
+        let temporary = path.with_extension(format!("{}", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&temporary, tag)?;
+        std::fs::rename(&temporary, &path)
+    }
+
+    /// Whether the checkpoint is as it was sealed: `None` when no seal of
+    /// it was kept here.
+    pub(crate) fn check(&self, container: &str, checkpoint: &str, now: &Seal) -> Option<bool> {
+        use hmac::Mac as _;
+        let tag = std::fs::read(self.file(container, checkpoint)).ok()?;
+        let mac = self.mac(container, checkpoint, now).ok()?;
+        Some(mac.verify_slice(&tag).is_ok())
+    }
+
+    /// Forgets the seals of a container that is gone.
+    pub(crate) fn forget(&self, container: &str) {
+        let prefix = format!("{container}.");
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
 /// The seal of the checkpoint directory `dir`.
 pub(crate) fn seal(dir: &Path) -> std::io::Result<Seal> {
     use std::os::unix::fs::MetadataExt;
@@ -268,4 +490,64 @@ pub(crate) fn seal(dir: &Path) -> std::io::Result<Seal> {
     walk(dir, "", &mut files)?;
     files.sort();
     Ok(Seal(files))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_kept_seal_refuses_a_swapped_checkpoint_in_any_process() {
+        let base = std::env::temp_dir().join(format!("dh-test-seals-{}", std::process::id()));
+        let (one, two) = (base.join("one"), base.join("two"));
+        for dir in [&one, &two] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("checkpoint.img"), dir.to_string_lossy().as_bytes()).unwrap();
+        }
+        let seals = super::KeptSeals::new(&base.join("cache"));
+        let (seal_one, seal_two) = (super::seal(&one).unwrap(), super::seal(&two).unwrap());
+        seals.keep("c1", "dockhand-a", &seal_one).unwrap();
+        seals.keep("c2", "dockhand-b", &seal_two).unwrap();
+        // Another process: a new reader of the same cache directory.
+        let later = super::KeptSeals::new(&base.join("cache"));
+        assert_eq!(later.check("c1", "dockhand-a", &seal_one), Some(true));
+        // Each other's checkpoint, or the files changed: refused.
+        assert_eq!(later.check("c1", "dockhand-a", &seal_two), Some(false));
+        assert_eq!(later.check("c2", "dockhand-b", &seal_one), Some(false));
+        std::fs::write(one.join("checkpoint.img"), b"changed").unwrap();
+        assert_eq!(
+            later.check("c1", "dockhand-a", &super::seal(&one).unwrap()),
+            Some(false)
+        );
+        // A seal file forged without the key: refused.
+        std::fs::write(base.join("cache/checkpoint-seals/c2.dockhand-b"), [0u8; 32]).unwrap();
+        assert_eq!(later.check("c2", "dockhand-b", &seal_two), Some(false));
+        assert_eq!(later.check("c3", "dockhand-c", &seal_two), None);
+        later.forget("c1");
+        assert_eq!(later.check("c1", "dockhand-a", &seal_one), None);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn only_containerds_copies_of_this_checkpoint_go() {
+        let base = std::env::temp_dir();
+        let pid = std::process::id();
+        let ours = base.join(format!("dh-test-checkpoint-{pid}"));
+        std::fs::create_dir_all(&ours).unwrap();
+        super::mark_unique(&ours).unwrap();
+        super::mark_unique(&ours).unwrap();
+        std::fs::write(ours.join("checkpoint.img"), b"state").unwrap();
+        let copy = base.join(format!("ctrd-checkpoint-dh-test-{pid}-a"));
+        super::copy_dir(&ours, &copy).unwrap();
+        // Another checkpoint's copy (one marker more) and an unmarked one stay.
+        let other = base.join(format!("ctrd-checkpoint-dh-test-{pid}-b"));
+        super::copy_dir(&ours, &other).unwrap();
+        super::mark_unique(&other).unwrap();
+        let plain = base.join(format!("ctrd-checkpoint-dh-test-{pid}-c"));
+        std::fs::create_dir_all(&plain).unwrap();
+        assert_eq!(super::remove_runtime_copies(&ours), 1);
+        assert!(!copy.exists());
+        assert!(other.exists() && plain.exists() && ours.exists());
+        for dir in [ours, other, plain] {
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
 }

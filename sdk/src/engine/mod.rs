@@ -20,7 +20,10 @@ mod usage;
 mod volume;
 mod watchdog;
 
-pub(crate) use checkpoint::{checkpoint_name, copy_checkpoint, mark_unique, seal, Seal};
+pub(crate) use checkpoint::{
+    checkpoint_name, copy_checkpoint, end_orphaned_shims, mark_unique, remove_runtime_copies, seal,
+    KeptSeals, Seal,
+};
 pub use container::{
     Attached, ContainerSpec, ExitStatus, LogChunk, Mount, BYTES_PER_FILE, UNPRIVILEGED_USER,
 };

@@ -109,11 +109,24 @@ impl Engine {
                 let Ok(docker) = engine.reconnect() else {
                     return;
                 };
-                if let Some(container) = &container {
-                    let _ = disconnect_with(&docker, &network, container).await;
-                }
+                // A create (or a connect) whose caller went away may still be
+                // on its way: a network not there yet is looked for again
+                // for a few seconds, and only one seen and removed is done.
+                let mut seen = false;
                 for wait in [0, 200, 800, 2000, 5000] {
                     tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    match docker.inspect_network(&network, None).await {
+                        Err(e) if is_not_found(&e) => {
+                            if seen || wait >= 2000 {
+                                return;
+                            }
+                            continue;
+                        }
+                        _ => seen = true,
+                    }
+                    if let Some(container) = &container {
+                        let _ = disconnect_with(&docker, &network, container).await;
+                    }
                     if remove_network_with(&docker, &network).await.is_ok() {
                         return;
                     }

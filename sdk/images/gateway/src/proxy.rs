@@ -16,7 +16,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, HOST};
+use hyper::header::{
+    HeaderValue, ACCEPT_ENCODING, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST,
+    TRANSFER_ENCODING, UPGRADE,
+};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
@@ -153,6 +156,11 @@ async fn forward(
     state: &State,
     senders: &Senders,
 ) -> Response<Body> {
+    let mut req = req;
+    let upgrading = is_upgrade(req.headers());
+    // The sandbox's side of an upgraded connection (a WebSocket), taken
+    // before the request is sent on.
+    let downstream = upgrading.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -179,6 +187,18 @@ async fn forward(
     let target = Target::parse(host);
     secrets::substitute(&mut parts.headers, &bound, &target, port);
     let swaps = secrets::swaps_for(&bound, &target, port);
+    if swaps.is_some() && upgrading {
+        // What crosses an upgraded connection is no HTTP the gateway could
+        // take the secrets' values out of: refused before any 101.
+        return refuse(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "dockhand egress gateway: {host} is bound to secrets, and an upgraded \
+                 connection (a WebSocket) to it could not have their values taken out of \
+                 its answers; use plain HTTP requests to it"
+            ),
+        );
+    }
     if swaps.is_some() {
         // A compressed answer could not be searched for the values.
         parts
@@ -210,6 +230,18 @@ async fn forward(
     let answer = sender.send_request(Request::from_parts(parts, body)).await;
     senders.lock().await.insert(key, sender);
     match (answer, swaps) {
+        (Ok(mut response), None) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            // Both sides switched: the bytes are carried as they are.
+            let upstream = hyper::upgrade::on(&mut response);
+            if let Some(downstream) = downstream {
+                tokio::spawn(async move {
+                    if let (Ok(up), Ok(down)) = tokio::join!(upstream, downstream) {
+                        splice(TokioIo::new(down), TokioIo::new(up)).await;
+                    }
+                });
+            }
+            response.map(|b| b.boxed())
+        }
         (Ok(response), None) => response.map(|b| b.boxed()),
         (Ok(response), Some(swaps)) => redacted(response, swaps, host),
         (Err(e), _) => refuse(
@@ -224,24 +256,54 @@ async fn forward(
 /// did not ask for cannot be searched: it is refused, not passed on.
 fn redacted(response: Response<Incoming>, swaps: redact::Swaps, host: &str) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
-    if let Some(encoding) = parts.headers.get(CONTENT_ENCODING) {
-        let encoding = String::from_utf8_lossy(encoding.as_bytes())
-            .trim()
-            .to_ascii_lowercase();
-        if !encoding.is_empty() && encoding != "identity" {
-            return refuse(
-                StatusCode::BAD_GATEWAY,
-                &format!(
-                    "dockhand egress gateway: {host} answered in the {encoding} encoding \
-                     (identity was asked for); the answer is not passed on because the \
-                     secrets sent to it could not be taken out of it"
-                ),
-            );
-        }
+    if let Some(encoding) = unsearchable_framing(&parts.headers) {
+        return refuse(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "dockhand egress gateway: {host} answered in the {encoding} encoding \
+                 (identity was asked for); the answer is not passed on because the \
+                 secrets sent to it could not be taken out of it"
+            ),
+        );
     }
     swaps.headers(&mut parts.headers);
     parts.headers.remove(CONTENT_LENGTH);
     Response::from_parts(parts, redact::RedactedBody::new(body, swaps).boxed())
+}
+
+/// The first coding of an answer's body that is not the bytes as they are,
+/// in any of its `Content-Encoding` fields (each may list several) or its
+/// `Transfer-Encoding` fields beyond `chunked` (which hyper undoes): such a
+/// body cannot be searched for the secrets' values.
+fn unsearchable_framing(headers: &hyper::HeaderMap) -> Option<String> {
+    let codings = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| !c.is_empty() && c != "identity")
+            .collect::<Vec<_>>()
+    };
+    codings(CONTENT_ENCODING).into_iter().next().or_else(|| {
+        codings(TRANSFER_ENCODING)
+            .into_iter()
+            .find(|c| c != "chunked")
+    })
+}
+
+/// Whether a request asks to switch protocols (a WebSocket's handshake).
+fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
+    headers.contains_key(UPGRADE)
+        && headers.get_all(CONNECTION).iter().any(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
 }
 
 /// CONNECT: a tunnel to an allowed host, or TLS terminated here when the
@@ -416,4 +478,60 @@ fn empty(status: StatusCode) -> Response<Body> {
 /// Binds a listener on every address (the sandbox's networks come and go).
 pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper::header::HeaderValue;
+    use hyper::HeaderMap;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn every_coding_of_an_answer_is_seen() {
+        for (answer, refused) in [
+            (vec![], None),
+            (vec![("content-encoding", "identity")], None),
+            (vec![("transfer-encoding", "chunked")], None),
+            (vec![("content-encoding", "gzip")], Some("gzip")),
+            (
+                vec![
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "gzip"),
+                ],
+                Some("gzip"),
+            ),
+            (vec![("content-encoding", "identity, br")], Some("br")),
+            (vec![("transfer-encoding", "gzip, chunked")], Some("gzip")),
+            (
+                vec![
+                    ("transfer-encoding", "chunked"),
+                    ("transfer-encoding", "deflate"),
+                ],
+                Some("deflate"),
+            ),
+        ] {
+            assert_eq!(
+                super::unsearchable_framing(&headers(&answer)).as_deref(),
+                refused,
+                "{answer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn upgrades_are_told_by_both_headers() {
+        assert!(super::is_upgrade(&headers(&[
+            ("upgrade", "websocket"),
+            ("connection", "keep-alive, Upgrade")
+        ])));
+        assert!(!super::is_upgrade(&headers(&[("upgrade", "websocket")])));
+        assert!(!super::is_upgrade(&headers(&[("connection", "upgrade")])));
+    }
 }

@@ -122,8 +122,10 @@ where
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
+    // With upgrades: a connection that switches protocols (a WebSocket)
+    // is handed over, not closed.
     tokio::spawn(async move {
-        let _ = connection.await;
+        let _ = connection.with_upgrades().await;
     });
     Ok(sender)
 }

@@ -196,6 +196,7 @@ impl Session {
         // The links to its checkpoint's files changed their change times:
         // the parent's seal is taken again (nothing else touched them).
         if let Ok(resealed) = crate::engine::seal(&from) {
+            self.keep_seal(&parent, &checkpoint, &resealed);
             if let Some(parked) = lock(&self.inner.parked).as_mut() {
                 parked.seal = Some(resealed);
             }
@@ -258,6 +259,8 @@ impl Session {
             .await
         };
         let conn = self.come_up("a fork", started).await?;
+        self.forget_runtime_copies(engine, &conn.container_id, checkpoint)
+            .await;
         *lock(&self.inner.launched) = Some(launched);
         self.runs_in(conn, Some(checkpoint.to_string()))
     }

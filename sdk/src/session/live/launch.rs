@@ -78,6 +78,29 @@ impl Session {
         }
     }
 
+    /// Once a container restored from `checkpoint` runs (its agent
+    /// answered, so its runtime has read the checkpoint), containerd's
+    /// unpacked copy of it goes (see `engine::remove_runtime_copies`); on a
+    /// daemon on this machine only, where the copy is.
+    pub(super) async fn forget_runtime_copies(
+        &self,
+        engine: &Engine,
+        container: &str,
+        checkpoint: &str,
+    ) {
+        if !engine.shares_filesystem() {
+            return;
+        }
+        let Ok(dir) = engine.checkpoint_path(container, checkpoint).await else {
+            return;
+        };
+        let removed =
+            tokio::task::spawn_blocking(move || crate::engine::remove_runtime_copies(&dir)).await;
+        if let Ok(n) = removed {
+            tracing::debug!(n, container, "containerd's checkpoint copies removed");
+        }
+    }
+
     /// The session runs in `conn`'s container now, restored from
     /// `checkpoint` if it was (removed at the next pause: the runtime may
     /// still read it).

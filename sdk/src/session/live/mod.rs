@@ -513,16 +513,20 @@ impl Session {
     async fn teardown(&self) {
         let parked = lock(&self.inner.parked).take();
         if let Some(parked) = parked {
+            let id = parked.held.id().to_string();
             parked.remove().await;
+            self.end_shims(&id);
         }
         *lock(&self.inner.launched) = None;
         let conn = lock(&self.inner.conn).take();
         if let Some(conn) = conn {
             let guard = lock(&conn.holder).take();
             if let Some(guard) = guard {
+                let id = guard.id().to_string();
                 if let Err(e) = guard.remove().await {
                     tracing::warn!(error = %e, "removing the session container failed");
                 }
+                self.end_shims(&id);
             }
             let lease = conn.egress.lock().await.take();
             if let Some(lease) = lease {
@@ -532,6 +536,28 @@ impl Session {
         let relocated = lock(&self.inner.relocated).take();
         if let (Some(image), Ok(engine)) = (relocated, self.inner.client.engine()) {
             let _ = engine.remove_image_if_unused(&image).await;
+        }
+    }
+
+    /// After a container of a session under gVisor is removed: its runtime
+    /// shim, which a checkpoint or restore leaves running, is ended too (on
+    /// a daemon of this machine; see `engine::end_orphaned_shims`).
+    fn end_shims(&self, container: &str) {
+        let gvisor = self.inner.config.isolation.runtime_name() == Some("runsc");
+        let local = self
+            .inner
+            .client
+            .engine()
+            .is_ok_and(|engine| engine.shares_filesystem());
+        if gvisor && local {
+            let ended = crate::engine::end_orphaned_shims(container);
+            if ended > 0 {
+                tracing::debug!(
+                    ended,
+                    container,
+                    "runtime shims of a removed container ended"
+                );
+            }
         }
     }
 
@@ -553,7 +579,11 @@ impl Session {
         } else {
             None
         };
+        let container = lock(&self.inner.status).life.container_id.clone();
         self.teardown().await;
+        if let (true, Some(container)) = (self.inner.config.keep, container) {
+            crate::engine::KeptSeals::new(self.inner.client.cache_dir()).forget(&container);
+        }
         {
             let life = &mut lock(&self.inner.status).life;
             life.state = State::Closed;

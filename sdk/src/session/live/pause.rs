@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::{connect_container, Carry};
 use super::*;
-use crate::engine::{checkpoint_name, labels, mark_unique, seal, ContainerGuard, Seal};
+use crate::engine::{checkpoint_name, labels, mark_unique, seal, ContainerGuard, KeptSeals, Seal};
 
 /// What a pause keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -219,6 +219,9 @@ impl Session {
             let _ = mark_unique(path);
         }
         let seal = local.as_deref().and_then(|path| seal(path).ok());
+        if let (Some(sealed), Some(name)) = (&seal, &checkpoint) {
+            self.keep_seal(&id, name, sealed);
+        }
         let checkpoint_bytes = seal.as_ref().map(Seal::bytes);
         *lock(&self.inner.parked) = Some(Parked {
             held,
@@ -235,6 +238,18 @@ impl Session {
             mode,
             checkpoint_bytes,
         })
+    }
+
+    /// A kept session's seal is kept for a later process too (see
+    /// `KeptSeals`); a session that ends with its process needs none.
+    pub(super) fn keep_seal(&self, container: &str, checkpoint: &str, sealed: &Seal) {
+        if !self.inner.config.keep {
+            return;
+        }
+        let seals = KeptSeals::new(self.inner.client.cache_dir());
+        if let Err(e) = seals.keep(container, checkpoint, sealed) {
+            tracing::warn!(error = %e, "keeping a kept session's checkpoint seal failed; a later process will refuse its memory");
+        }
     }
 
     /// A fresh container made from a memory-paused one's files, holding
@@ -286,9 +301,11 @@ impl Session {
     /// The fresh container restored: the paused one goes, and so does the
     /// image the previous move made (the new one holds the files now).
     async fn moved_in(&self, engine: &crate::engine::Engine, old: Held, image: String) {
+        let id = old.id().to_string();
         if let Err(e) = old.remove().await {
             tracing::warn!(error = %e, "removing a resumed session's old container failed");
         }
+        self.end_shims(&id);
         let previous = lock(&self.inner.relocated).replace(image);
         if let Some(previous) = previous {
             let _ = engine.remove_image_if_unused(&previous).await;
@@ -413,6 +430,10 @@ impl Session {
             connect_container(&engine, held, attached, parked.egress, parked.carry).await
         };
         let conn = self.come_up("the resume", resumed).await?;
+        if let Some(name) = &checkpoint {
+            self.forget_runtime_copies(&engine, &conn.container_id, name)
+                .await;
+        }
         self.runs_in(conn, checkpoint)
     }
 }
@@ -476,6 +497,21 @@ impl Client {
     /// resumed yet (see [`Client::resume_session`]): what a server that
     /// restarted holds until a client asks for it.
     pub async fn kept_session(&self, id: &str, config: SessionConfig) -> Result<Session> {
+        // A container's id or name: anything else names no kept session,
+        // and is not sent to the daemon as a path.
+        let plausible = !id.is_empty()
+            && id.len() <= 128
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !plausible {
+            return Err(Error::spec(
+                "session",
+                format!(
+                    "`{id}` is not a kept session's id (a container id, as Session::pause or Client::kept_sessions gives it)"
+                ),
+            ));
+        }
         let engine = self.engine()?.clone();
         let unknown = || Error::SessionUnavailable {
             reason: format!(
@@ -507,6 +543,36 @@ impl Client {
             .get(labels::SCRATCH)
             .cloned()
             .unwrap_or_default();
+        // A memory checkpoint is taken only as it was sealed when paused,
+        // by whichever process paused it (see `KeptSeals`).
+        let sealed = match &checkpoint {
+            Some(name) if engine.shares_filesystem() => {
+                let path = engine.checkpoint_path(id, name).await?;
+                let now = seal(&path).map_err(|e| Error::io("reading a kept checkpoint", e))?;
+                let refused = |reason: String| {
+                    Error::Checkpoint {
+                    operation: "resume",
+                    reason,
+                    state: "the kept session is unchanged; remove it (Client::remove_kept_session) if it cannot be trusted".into(),
+                }
+                };
+                match KeptSeals::new(self.cache_dir()).check(id, name, &now) {
+                    Some(true) => Some(now),
+                    Some(false) => {
+                        return Err(refused(
+                            "the checkpoint's files were changed or replaced after the pause".into(),
+                        ))
+                    }
+                    None => {
+                        return Err(refused(format!(
+                            "no seal of this checkpoint in {}: it was paused by a process with another cache directory (ClientBuilder::cache_dir), or its seal was lost; its memory cannot be vouched for",
+                            self.cache_dir().display()
+                        )))
+                    }
+                }
+            }
+            _ => None,
+        };
         let session = self.session(config.keep(true));
         let mode = if checkpoint.is_some() {
             PauseMode::Memory
@@ -523,7 +589,7 @@ impl Client {
                 next_id: 1 << 40,
             }),
             checkpoint,
-            seal: None,
+            seal: sealed,
             live: found.running,
             since: SystemTime::now(),
         });
@@ -584,6 +650,8 @@ impl Client {
                 reason: format!("`{id}` is not a kept session's container"),
             });
         }
-        engine.remove_container(id, &found.labels).await
+        engine.remove_container(id, &found.labels).await?;
+        KeptSeals::new(self.cache_dir()).forget(id);
+        Ok(())
     }
 }

@@ -17,6 +17,19 @@ pub(super) fn validate(c: &SessionConfig) -> Result<crate::sandbox::Resources> {
                 ),
             ));
         }
+        for path in [&m.host_path, &m.container_path] {
+            check_mount_path(path).map_err(|why| {
+                Error::spec(
+                    "session",
+                    format!("mount {} -> {}: {why}", m.host_path, m.container_path),
+                )
+            })?;
+        }
+    }
+    for v in &c.volumes {
+        check_mount_path(&v.path).map_err(|why| {
+            Error::spec("session", format!("volume {} at {}: {why}", v.name, v.path))
+        })?;
     }
     if !c.workspace.starts_with('/') || c.workspace == "/" {
         return Err(Error::spec(
@@ -28,6 +41,24 @@ pub(super) fn validate(c: &SessionConfig) -> Result<crate::sandbox::Resources> {
         ));
     }
     Ok(resources)
+}
+
+/// Why `path` cannot be where something is mounted: it must be absolute,
+/// not `/`, without `..`, and without the characters Docker's mount
+/// syntax reads as separators (`:` and `,`) or a NUL.
+fn check_mount_path(path: &str) -> std::result::Result<(), String> {
+    if !path.starts_with('/') || path.trim_end_matches('/').is_empty() {
+        return Err("the path must be absolute and not `/`".into());
+    }
+    if path.split('/').any(|part| part == "..") {
+        return Err("the path must not hold `..`".into());
+    }
+    if let Some(c) = path.chars().find(|c| matches!(c, ':' | ',' | '\0')) {
+        return Err(format!(
+            "the path must not hold {c:?} (Docker's mount syntax reads it as a separator)"
+        ));
+    }
+    Ok(())
 }
 
 /// The container every session of `c` is made with, secrets aside (their
@@ -113,4 +144,27 @@ pub(super) fn refuse_on(offers: crate::backend::Offers, c: &SessionConfig) -> Re
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::check_mount_path;
+
+    #[test]
+    fn mount_paths_are_plain_absolute_paths() {
+        for ok in ["/data", "/home/user/shared", "/a b/c"] {
+            assert!(check_mount_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "data",
+            "/",
+            "//",
+            "/data:/etc",
+            "/a,b",
+            "/a/../etc",
+            "/a\0b",
+        ] {
+            assert!(check_mount_path(bad).is_err(), "{bad:?}");
+        }
+    }
 }
