@@ -198,6 +198,14 @@ async fn a_kept_session_outlives_its_handle_and_resumes_by_id() {
 
     // Another owner attaches to it: the same processes, the same files.
     let again = taken_over(&client, &id).await;
+    // While it holds it, no other client takes it over.
+    match client.resume_session(&id, SessionConfig::new()).await {
+        Err(Error::SessionUnavailable { reason }) => assert!(reason.contains("held"), "{reason}"),
+        other => panic!(
+            "a held kept session was taken over: {:?}",
+            other.map(|_| ())
+        ),
+    }
     let alive = again
         .exec(&format!("kill -0 {sleeper} && echo alive"))
         .await
@@ -520,6 +528,20 @@ async fn secrets_given_as_variables_are_in_no_committed_image() {
     );
     let inspected = common::docker(&["image", "inspect", &snapshot.image]);
     assert!(!inspected.contains(&value), "docker image inspect shows it");
+    // A snapshot outlives its process: it names no owner (a fork's image,
+    // below, names this one).
+    let owner_of = |image: &str| {
+        common::docker(&[
+            "image",
+            "inspect",
+            "-f",
+            "{{index .Config.Labels \"dev.dockhand.owner-pid\"}}",
+            image,
+        ])
+        .trim()
+        .to_string()
+    };
+    assert_eq!(owner_of(&snapshot.image), "", "a snapshot's owner");
     assert!(
         !saved_image_holds(&snapshot.image, value.as_bytes()),
         "the secret's value is in the saved snapshot"
@@ -533,6 +555,7 @@ async fn secrets_given_as_variables_are_in_no_committed_image() {
         .unwrap()
         .to_string();
     assert!(!image_env(&fork_image).iter().any(|e| e.contains(&value)));
+    assert_eq!(owner_of(&fork_image), std::process::id().to_string());
     assert!(
         sees(forks[0].clone(), value.clone()).await,
         "the fork has its secret"

@@ -321,7 +321,11 @@ fn a_session_outlives_each_command_until_closed() {
         .args(["rmi", &image])
         .output()
         .unwrap();
-    assert!(removed.status.success());
+    assert!(
+        removed.status.success(),
+        "docker rmi {image}: {}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
 }
 
 #[test]

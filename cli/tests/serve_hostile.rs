@@ -299,3 +299,78 @@ fn large_downloads_stream_and_a_stalled_reader_wedges_nothing() {
         Vec::<String>::new()
     );
 }
+
+/// Sends `request` on a new connection (then closes its writing half when
+/// `finish`) and returns the answer's head, lower-cased.
+fn raw_answer(url: &str, request: &[u8], finish: bool) -> String {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    if finish {
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+/// A refusal sent before the body was read says `Connection: close` (the
+/// client's next request goes on a new connection instead of failing), and
+/// an upload whose multipart body is cut short is the client's mistake
+/// (400), not the sandbox's; the sandbox takes the next upload.
+#[test]
+fn refusals_close_the_connection_and_a_cut_upload_is_a_bad_request() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let server = Server::start_with(0, &[]);
+    let url = server.url.clone();
+    let refused = raw_answer(
+        &url,
+        b"POST /sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\r\n{\"templateID\": \"base\"}",
+        false,
+    );
+    assert!(refused.starts_with("http/1.1 401"), "{refused}");
+    assert!(refused.contains("connection: close"), "{refused}");
+    // Without a body there is nothing unread: the connection stays.
+    let bodiless = raw_answer(&url, b"GET /sandboxes HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    assert!(bodiless.starts_with("http/1.1 401"), "{bodiless}");
+    assert!(!bodiless.contains("connection: close"), "{bodiless}");
+
+    let made = raw_create(&url);
+    assert_eq!(made["status"], 201, "{made}");
+    let made: Value = serde_json::from_str(made["body"].as_str().unwrap()).unwrap();
+    let (id, token) = (
+        made["sandboxID"].as_str().unwrap(),
+        made["envdAccessToken"].as_str().unwrap(),
+    );
+    let part = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"cut.txt\"\r\n\r\nonly the start";
+    let head = format!(
+        "POST /files?path=cut.txt HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {id}\r\nX-Access-Token: {token}\r\n\
+         Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 4096\r\n\r\n{part}"
+    );
+    let cut = raw_answer(&url, head.as_bytes(), true);
+    assert!(cut.starts_with("http/1.1 400"), "{cut}");
+    let whole = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"whole.txt\"\r\n\r\nall of it\r\n--b--\r\n";
+    let head = format!(
+        "POST /files?path=whole.txt HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: {id}\r\nX-Access-Token: {token}\r\n\
+         Content-Type: multipart/form-data; boundary=b\r\nContent-Length: {}\r\n\r\n{whole}",
+        whole.len()
+    );
+    let ok = raw_answer(&url, head.as_bytes(), false);
+    assert!(ok.starts_with("http/1.1 200"), "{ok}");
+    let pid = server.pid();
+    drop(server);
+    assert_eq!(
+        wait_until_none(pid, Duration::from_secs(60)),
+        Vec::<String>::new()
+    );
+}

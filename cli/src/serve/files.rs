@@ -262,6 +262,9 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
         .is_some_and(|v| v.starts_with("multipart/form-data"));
     let mut written = Vec::new();
     let mut total = 0u64;
+    // Set when the client's own body failed (cut short, malformed): the
+    // client's mistake, answered 400, not the sandbox's.
+    let body_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut put = |path: &str| {
         let path = absolute(path);
         let name = path.rsplit('/').next().unwrap_or("").to_string();
@@ -287,9 +290,13 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
             first = false;
             let target = put(&target);
             let room = (limit as u64).saturating_sub(total);
-            match sandbox.session.write_file_from(&target, field, room).await {
+            match sandbox
+                .session
+                .write_file_from(&target, watch_body(field, body_failed.clone()), room)
+                .await
+            {
                 Ok(n) => total += n,
-                Err(e) => return upload_error(&e, limit),
+                Err(e) => return upload_error(&e, limit, &body_failed),
             }
         }
     } else {
@@ -300,16 +307,38 @@ pub async fn upload(sandbox: Arc<Sandbox>, request: Request, limit: usize) -> Re
         let body = request.into_body().into_data_stream();
         if let Err(e) = sandbox
             .session
-            .write_file_from(&target, body, limit as u64)
+            .write_file_from(&target, watch_body(body, body_failed.clone()), limit as u64)
             .await
         {
-            return upload_error(&e, limit);
+            return upload_error(&e, limit, &body_failed);
         }
     }
     axum::Json(Value::Array(written)).into_response()
 }
 
-fn upload_error(e: &Error, limit: usize) -> Response {
+/// `stream`, noting in `failed` when one of its chunks is an error.
+fn watch_body<S, E>(
+    stream: S,
+    failed: Arc<std::sync::atomic::AtomicBool>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+{
+    use futures::StreamExt;
+    stream.inspect(move |chunk| {
+        if chunk.is_err() {
+            failed.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    })
+}
+
+fn upload_error(e: &Error, limit: usize, body_failed: &std::sync::atomic::AtomicBool) -> Response {
+    if body_failed.load(std::sync::atomic::Ordering::SeqCst) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!("the upload's body was cut short or malformed: {e}"),
+        );
+    }
     match e {
         Error::SessionFile {
             kind: FileErrorKind::TooLarge,

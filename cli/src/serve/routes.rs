@@ -92,7 +92,31 @@ pub(super) fn router(server: Arc<Server>) -> Router {
             server.clone(),
             ports::route,
         ))
+        .layer(axum::middleware::from_fn(close_after_refusal))
         .with_state(server)
+}
+
+/// A request with a body refused (a 4xx: no key, an unknown sandbox, too
+/// large) may have been answered before its body was read, and the server
+/// then cannot read the next request on that connection: the answer says
+/// `Connection: close`, so the client opens a new one instead of failing
+/// its next request on this one.
+async fn close_after_refusal(request: Request, next: axum::middleware::Next) -> Response {
+    let headers = request.headers();
+    let declares_body = headers.contains_key(axum::http::header::TRANSFER_ENCODING)
+        || headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0);
+    let mut response = next.run(request).await;
+    if declares_body && response.status().is_client_error() {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> Response {

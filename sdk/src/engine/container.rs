@@ -163,7 +163,7 @@ pub enum LogChunk {
 }
 
 /// How long to wait for a late OOM event before reporting a SIGKILL as a kill.
-const OOM_EVENT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+const OOM_EVENT_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// gVisor's runtime name as daemons register it.
 const GVISOR_RUNTIME: &str = "runsc";

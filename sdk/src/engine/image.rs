@@ -178,7 +178,15 @@ impl Engine {
             .tag(tag)
             .pause(true)
             .build();
+        // Docker copies every label of the container the caller does not
+        // set: the owner's among them, which would make a snapshot meant
+        // to outlive its process look like that process's own (its
+        // watchdog and `reap` remove those). They are set, blank unless
+        // the caller names an owner.
         let mut all_labels = labels::durable(kind);
+        for owner in [labels::SESSION, labels::OWNER_HOST, labels::OWNER_PID] {
+            all_labels.insert(owner.to_string(), String::new());
+        }
         all_labels.extend(extra_labels);
         let config = bollard::models::ContainerConfig {
             labels: Some(all_labels),

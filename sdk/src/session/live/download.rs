@@ -45,7 +45,7 @@ impl Session {
         &self,
         path: &str,
         limit: u64,
-    ) -> impl Stream<Item = Result<Bytes>> + Send + 'static {
+    ) -> futures::stream::BoxStream<'static, Result<Bytes>> {
         let reading = Reading {
             session: self.clone(),
             path: path.to_string(),
@@ -59,6 +59,7 @@ impl Session {
             let next = reading.next().await?;
             Some((next, reading))
         })
+        .boxed()
     }
 
     /// Writes `path` to `to` as it is read (see
@@ -76,7 +77,7 @@ impl Session {
     where
         W: AsyncWrite + Unpin + ?Sized,
     {
-        let mut chunks = std::pin::pin!(self.read_file_stream(path, limit));
+        let mut chunks = self.read_file_stream(path, limit);
         let mut written = 0u64;
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;

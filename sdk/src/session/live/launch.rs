@@ -105,6 +105,12 @@ impl Session {
     /// `checkpoint` if it was (removed at the next pause: the runtime may
     /// still read it).
     pub(super) fn runs_in(&self, conn: Arc<Conn>, checkpoint: Option<String>) -> Result<()> {
+        // A resume may have moved it into a new container: the hold follows.
+        let moved = lock(&self.inner.status).life.container_id.as_deref()
+            != Some(conn.container_id.as_str());
+        if moved || lock(&self.inner.kept_hold).is_none() {
+            self.hold_if_kept(&conn.container_id);
+        }
         {
             let mut status = lock(&self.inner.status);
             status.life.container_id = Some(conn.container_id.clone());

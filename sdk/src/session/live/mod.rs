@@ -24,6 +24,7 @@ mod download;
 mod egress;
 mod files;
 mod fork;
+mod hold;
 mod launch;
 #[cfg(feature = "kubernetes")]
 pub(crate) mod on_cluster;
@@ -160,6 +161,9 @@ struct Inner {
     /// The image of the files of a container moved at a pause (see
     /// `relocate`), removed with the container.
     relocated: Mutex<Option<String>>,
+    /// This handle's hold of a kept session (see `hold`): released when
+    /// the last clone goes.
+    kept_hold: Mutex<Option<hold::Hold>>,
 }
 
 impl Drop for Inner {
@@ -243,6 +247,7 @@ impl Client {
                 launched: Mutex::new(None),
                 fork_image: Mutex::new(None),
                 relocated: Mutex::new(None),
+                kept_hold: Mutex::new(None),
             }),
         }
     }
@@ -310,6 +315,7 @@ impl Session {
             }
         };
         lock(&self.inner.status).life.container_id = Some(conn.container_id.clone());
+        self.hold_if_kept(&conn.container_id);
         *lock(&self.inner.conn) = Some(conn);
         self.set_state(State::Idle)?;
         for step in self.inner.config.setup.clone() {
@@ -350,6 +356,18 @@ impl Session {
             tokio::spawn(pause::idle_timer(Arc::downgrade(&self.inner), idle, mode));
         }
         Ok(())
+    }
+
+    /// A kept session's container is held by this handle from its start
+    /// (a new container: no one else can hold it).
+    fn hold_if_kept(&self, container: &str) {
+        if !self.inner.config.keep {
+            return;
+        }
+        match hold::hold_kept(self.inner.client.cache_dir(), container) {
+            Ok(hold) => *lock(&self.inner.kept_hold) = Some(hold),
+            Err(e) => tracing::warn!(error = %e, "holding a kept session"),
+        }
     }
 
     fn conn(&self) -> Result<Arc<Conn>> {

@@ -573,7 +573,10 @@ impl Client {
             }
             _ => None,
         };
+        // Refused while another client holds it (see `hold`).
+        let held = super::hold::hold_kept(self.cache_dir(), id)?;
         let session = self.session(config.keep(true));
+        *lock(&session.inner.kept_hold) = Some(held);
         let mode = if checkpoint.is_some() {
             PauseMode::Memory
         } else {
