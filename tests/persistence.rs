@@ -569,12 +569,27 @@ async fn secrets_given_as_variables_are_in_no_committed_image() {
         .await
         .unwrap();
     assert_eq!(r.stdout.trim(), "[]");
+    // The snapshot removed while a session runs from it: its image stays
+    // (untagged) while the session needs it, and goes with the session.
+    let image_exists = |id: &str| {
+        std::process::Command::new("docker")
+            .args(["image", "inspect", id])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    client.remove_snapshot(&snapshot).await.unwrap();
+    assert!(image_exists(&snapshot.id), "kept for the session from it");
     from_snapshot.close().await.unwrap();
+    assert!(
+        !image_exists(&snapshot.id),
+        "the removed snapshot's image outlived the last session from it"
+    );
     for fork in forks {
         fork.close().await.unwrap();
     }
     s.close().await.unwrap();
-    client.remove_snapshot(&snapshot).await.unwrap();
 }
 
 /// The images labelled as made from container `id` (forks, snapshots).

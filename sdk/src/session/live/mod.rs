@@ -557,6 +557,23 @@ impl Session {
         }
     }
 
+    /// A snapshot removed while this session ran from it stayed, untagged,
+    /// for the session's container: with the container gone, such images
+    /// go too (any that no container uses any more).
+    async fn forget_removed_snapshot(&self, image: &str) {
+        if !image.starts_with("dockhand/snapshot:") {
+            return;
+        }
+        let Ok(engine) = self.inner.client.engine() else {
+            return;
+        };
+        if let Ok(None) = engine.inspect_image(image).await {
+            if let Err(e) = engine.prune_untagged("snapshot").await {
+                tracing::warn!(error = %e, "removing a removed snapshot's image");
+            }
+        }
+    }
+
     /// After a container of a session under gVisor is removed: its runtime
     /// shim, which a checkpoint or restore leaves running, is ended too (on
     /// a daemon of this machine; see `engine::end_orphaned_shims`).
@@ -597,8 +614,14 @@ impl Session {
         } else {
             None
         };
-        let container = lock(&self.inner.status).life.container_id.clone();
+        let (container, image) = {
+            let status = lock(&self.inner.status);
+            (status.life.container_id.clone(), status.life.image.clone())
+        };
         self.teardown().await;
+        if let Some(image) = image {
+            self.forget_removed_snapshot(&image).await;
+        }
         if let (true, Some(container)) = (self.inner.config.keep, container) {
             crate::engine::KeptSeals::new(self.inner.client.cache_dir()).forget(&container);
         }
