@@ -178,18 +178,8 @@ impl Engine {
             .tag(tag)
             .pause(true)
             .build();
-        // Docker copies every label of the container the caller does not
-        // set: the owner's among them, which would make a snapshot meant
-        // to outlive its process look like that process's own (its
-        // watchdog and `reap` remove those). They are set, blank unless
-        // the caller names an owner.
-        let mut all_labels = labels::durable(kind);
-        for owner in [labels::SESSION, labels::OWNER_HOST, labels::OWNER_PID] {
-            all_labels.insert(owner.to_string(), String::new());
-        }
-        all_labels.extend(extra_labels);
         let config = bollard::models::ContainerConfig {
-            labels: Some(all_labels),
+            labels: Some(image_labels(kind, extra_labels)),
             ..Default::default()
         };
         let created = self
@@ -218,9 +208,7 @@ impl Engine {
             .await
             .map_err(|e| self.docker_err("inspect container", e))?;
         let config = inspected.config.unwrap_or_default();
-        let mut labels = labels::durable(kind);
-        labels.extend(extra_labels);
-        let changes = config_changes(&config, &labels);
+        let changes = config_changes(&config, &image_labels(kind, extra_labels));
         let (repo, tag) = split_reference(target);
         let options = CreateImageOptionsBuilder::default()
             .from_src("-")
@@ -424,6 +412,20 @@ fn digest_in(status: &str) -> Option<&str> {
     let start = status.find("digest: sha256:")? + "digest: ".len();
     let digest = status[start..].split_whitespace().next()?;
     (digest.len() == "sha256:".len() + 64).then_some(digest)
+}
+
+/// The labels of an image made from a container (committed or flattened).
+/// Docker copies every label of the container a commit does not set: the
+/// owner's among them, which would make a snapshot meant to outlive its
+/// process look like that process's own (its watchdog and `reap` remove
+/// those). They are set, blank unless `extra` names an owner.
+fn image_labels(kind: &str, extra: HashMap<String, String>) -> HashMap<String, String> {
+    let mut all = labels::durable(kind);
+    for owner in [labels::SESSION, labels::OWNER_HOST, labels::OWNER_PID] {
+        all.insert(owner.to_string(), String::new());
+    }
+    all.extend(extra);
+    all
 }
 
 /// The Dockerfile instructions that give an imported image a container's
