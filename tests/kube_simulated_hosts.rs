@@ -251,10 +251,9 @@ async fn simulated_what_a_session_on_a_cluster_cannot_do_is_refused_before_anyth
     let refused = [
         config().mount("/tmp", "/data", true),
         config().persist(true),
-        // A pod has no checkpoint, and a node no named volume of this machine's.
-        config().pausable(true),
-        config().keep(true),
-        config().volume("data", "/data"),
+        // Pausable and kept sessions and volumes are claims there
+        // (tests/kube_simulated_storage.rs); a host path and an image
+        // commit are not.
         config().network(Egress::allow(["*.pythonhosted.org"])),
         config()
             .network(Egress::allow(["api.example.test"]))

@@ -211,6 +211,7 @@ pub mod k8s {
     //! # Ok(()) }
     //! ```
 
+    pub use crate::cluster::Storage;
     pub use crate::codemode::on_cluster::code_host_manifests as code_host;
     pub use crate::manifests::{
         KubeOptions, Manifests, Object, Placement, PodMetadata, PodTemplate, SandboxTemplate,

@@ -4,7 +4,10 @@
 //! as like ([`SessionConfig::volume`](crate::session::SessionConfig::volume),
 //! [`volume_read_only`](crate::session::SessionConfig::volume_read_only)).
 //! It is a Docker named volume under a prefix of dockhand's, labelled, so
-//! a session can mount only volumes made through dockhand.
+//! a session can mount only volumes made through dockhand; on a cluster, a
+//! PersistentVolumeClaim of that name (its class, size and access as
+//! [`KubeConfig::storage`](crate::KubeConfig::storage) says), mounted by the
+//! session's pod.
 
 use std::collections::HashMap;
 
@@ -84,7 +87,7 @@ impl Volume {
         let mut all = extra;
         all.insert(labels::VOLUME.into(), name.into());
         let made = client
-            .engine()?
+            .runs_on()
             .create_volume(&docker_name(name), all)
             .await?;
         Ok(Self::from_record(made.labels, made.created, name))
@@ -94,7 +97,7 @@ impl Volume {
     pub async fn get(client: &Client, name: &str) -> Result<Option<Volume>> {
         check_name(name).map_err(|m| Error::spec("volume", m))?;
         Ok(client
-            .engine()?
+            .runs_on()
             .volume(&docker_name(name))
             .await?
             .filter(|v| v.labels.get(labels::VOLUME).map(String::as_str) == Some(name))
@@ -104,8 +107,8 @@ impl Volume {
     /// Every volume made through dockhand on this daemon.
     pub async fn list(client: &Client) -> Result<Vec<Volume>> {
         let mut all: Vec<Volume> = client
-            .engine()?
-            .volumes_labelled(labels::VOLUME)
+            .runs_on()
+            .volumes()
             .await?
             .into_iter()
             .filter_map(|v| {
@@ -127,13 +130,13 @@ impl Volume {
     /// Removes the volume `name` (see [`Volume::remove`]).
     pub async fn remove_named(client: &Client, name: &str) -> Result<()> {
         check_name(name).map_err(|m| Error::spec("volume", m))?;
-        if client.engine()?.remove_volume(&docker_name(name)).await? {
+        if client.runs_on().remove_volume(&docker_name(name)).await? {
             Ok(())
         } else {
             Err(Error::spec(
                 "volume",
                 format!(
-                    "volume `{name}` is mounted by a container; close the sessions using it first"
+                    "volume `{name}` is mounted by a container or pod; close the sessions using it first"
                 ),
             ))
         }
@@ -151,7 +154,7 @@ impl Volume {
     }
 }
 
-/// Docker's name of the volume `name`.
+/// The backend's name of the volume `name` (Docker's volume, a cluster's claim).
 pub(crate) fn docker_name(name: &str) -> String {
     format!("{PREFIX}{name}")
 }
@@ -181,8 +184,10 @@ pub fn check_name(name: &str) -> std::result::Result<(), String> {
     }
 }
 
-/// Checks that each mounted volume exists: Docker would make a missing
-/// one silently, empty, which is never what a caller means.
+/// Checks that each mounted volume exists (Docker would make a missing one
+/// silently, empty, which is never what a caller means; a pod would wait
+/// for it forever), and that no volume gets a second writer where it takes
+/// one.
 pub(crate) async fn check_mounted(client: &Client, volumes: &[VolumeMount]) -> Result<()> {
     for v in volumes {
         if Volume::get(client, &v.name).await?.is_none() {
@@ -195,7 +200,12 @@ pub(crate) async fn check_mounted(client: &Client, volumes: &[VolumeMount]) -> R
             ));
         }
     }
-    Ok(())
+    let writes: Vec<(&str, String)> = volumes
+        .iter()
+        .filter(|v| !v.read_only)
+        .map(|v| (v.name.as_str(), docker_name(&v.name)))
+        .collect();
+    client.runs_on().check_volume_writers(&writes).await
 }
 
 #[cfg(test)]

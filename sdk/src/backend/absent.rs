@@ -65,6 +65,79 @@ pub(super) async fn warm(cluster: &Cluster, _plan: &WarmOneShot<'_>) -> Result<W
     match *cluster {}
 }
 
+// The cluster's storage (`cluster_storage`), never reached.
+
+pub(super) async fn create_volume(
+    cluster: &Cluster,
+    _name: &str,
+    _labels: std::collections::HashMap<String, String>,
+) -> Result<crate::engine::VolumeRecord> {
+    match *cluster {}
+}
+
+pub(super) async fn volume(
+    cluster: &Cluster,
+    _name: &str,
+) -> Result<Option<crate::engine::VolumeRecord>> {
+    match *cluster {}
+}
+
+pub(super) async fn volumes(cluster: &Cluster) -> Result<Vec<crate::engine::VolumeRecord>> {
+    match *cluster {}
+}
+
+pub(super) async fn remove_volume(cluster: &Cluster, _name: &str) -> Result<bool> {
+    match *cluster {}
+}
+
+pub(super) async fn check_writers(cluster: &Cluster, _writes: &[(&str, String)]) -> Result<()> {
+    match *cluster {}
+}
+
+pub(super) async fn files_claim(
+    cluster: &Cluster,
+    _about: &super::FilesOf<'_>,
+) -> Result<FilesClaim> {
+    match *cluster {}
+}
+
+pub(super) async fn kept_files(cluster: &Cluster, _id: &str) -> Result<Option<super::KeptFiles>> {
+    match *cluster {}
+}
+
+pub(super) async fn hold_kept(cluster: &Cluster, _id: &str) -> Result<FilesClaim> {
+    match *cluster {}
+}
+
+pub(super) async fn kept_list(cluster: &Cluster) -> Result<Vec<super::KeptFiles>> {
+    match *cluster {}
+}
+
+pub(super) async fn in_use(cluster: &Cluster, _id: &str) -> Result<bool> {
+    match *cluster {}
+}
+
+pub(super) async fn remove_kept(cluster: &Cluster, _id: &str) -> Result<()> {
+    match *cluster {}
+}
+
+/// A claim of a session's files (never, without the feature).
+pub(crate) enum FilesClaim {}
+
+impl FilesClaim {
+    pub(crate) fn name(&self) -> &str {
+        match *self {}
+    }
+
+    pub(crate) fn release(self) {
+        match self {}
+    }
+
+    pub(crate) async fn remove(self) -> Result<()> {
+        match self {}
+    }
+}
+
 /// A Kubernetes cluster (never, without the feature).
 pub(crate) enum Cluster {}
 

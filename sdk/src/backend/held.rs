@@ -12,6 +12,9 @@ pub(crate) enum Held {
     Pod(crate::backend::PodGuard),
     /// A pod of agent-sandbox's, owned through the claim that holds it.
     Claim(Box<crate::backend::ClaimGuard>),
+    /// Nothing runs: a paused session's pod was deleted, its files stay on
+    /// the claim named here (the session owns the claim).
+    Stopped(String),
 }
 
 impl Held {
@@ -21,6 +24,7 @@ impl Held {
             Held::Container(guard) => guard.id(),
             Held::Pod(guard) => guard.name(),
             Held::Claim(claim) => claim.pod(),
+            Held::Stopped(files) => files,
         }
     }
 
@@ -35,7 +39,8 @@ impl Held {
     pub(crate) fn release(self) {
         match self {
             Held::Container(guard) => guard.release(),
-            // Pods are not kept (kept sessions are refused on a cluster).
+            // A kept session's pod goes with its process: its files stay
+            // on its claim, which the session releases.
             other => drop(other),
         }
     }
@@ -46,6 +51,7 @@ impl Held {
             Held::Container(guard) => guard.remove().await,
             Held::Pod(guard) => guard.remove().await,
             Held::Claim(claim) => claim.remove().await,
+            Held::Stopped(_) => Ok(()),
         }
     }
 }

@@ -13,6 +13,8 @@ mod absent;
 mod cluster_one_shot;
 #[cfg(feature = "kubernetes")]
 mod cluster_program;
+#[cfg(feature = "kubernetes")]
+mod cluster_storage;
 mod docker_one_shot;
 mod held;
 mod one_shot;
@@ -25,11 +27,13 @@ pub(crate) use self::{
     cluster_program::{agent_pool_of, InPod, PodRecipe, PoolTemplate},
 };
 #[cfg(feature = "kubernetes")]
-pub(crate) use crate::cluster::{AgentPool, ClaimGuard, Cluster, PodGuard};
+pub(crate) use crate::cluster::{AgentPool, ClaimGuard, Cluster, FilesClaim, PodGuard};
 #[cfg(not(feature = "kubernetes"))]
-use absent::{self as cluster_one_shot, self as cluster_program};
+use absent::{self as cluster_one_shot, self as cluster_program, self as cluster_storage};
 #[cfg(not(feature = "kubernetes"))]
-pub(crate) use absent::{AgentPool, ClaimGuard, Cluster, PodGuard, PodRecipe, PoolTemplate};
+pub(crate) use absent::{
+    AgentPool, ClaimGuard, Cluster, FilesClaim, PodGuard, PodRecipe, PoolTemplate,
+};
 pub(crate) use held::Held;
 pub use one_shot::{InputsTar, INPUTS_DIR, OUTPUTS_DIR};
 pub(crate) use one_shot::{JobDelivery, Launched, OneShot, OneShotShape, Warm, WarmOneShot};
@@ -41,7 +45,7 @@ pub(crate) type ByteStream = std::pin::Pin<
     Box<dyn futures::Stream<Item = crate::error::Result<bytes::Bytes>> + Send + 'static>,
 >;
 
-use crate::engine::{labels, Engine};
+use crate::engine::{labels, Engine, VolumeRecord};
 use crate::error::Result;
 use crate::image::{ImageResolver, ImageSpec, ResolvedImage};
 use crate::progress::Reporter;
@@ -98,8 +102,11 @@ impl Offers {
     pub(crate) const CLUSTER: Offers = Offers {
         backend: "kubernetes",
         host_paths: false,
-        checkpoints: false,
-        volumes: false,
+        // Files only: a pause keeps the workspace on the session's claim
+        // and deletes the pod (memory is refused when asked).
+        checkpoints: true,
+        // PersistentVolumeClaims.
+        volumes: true,
         image_commit: false,
         gateway: false,
         inline_jobs: false,
@@ -114,6 +121,42 @@ impl Offers {
             hint: hint.into(),
         }
     }
+}
+
+/// What a session keeps its files on, on a backend that stores them apart
+/// from its container (a cluster's claim; see `Backend::files_claim`).
+#[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+pub(crate) struct FilesOf<'a> {
+    /// The session's name, in the claim's.
+    pub(crate) session_name: &'a str,
+    /// The image its pods run (recorded for the process that resumes it).
+    pub(crate) image: &'a str,
+    /// Where the files are mounted: the workspace.
+    pub(crate) workspace: &'a str,
+    /// Outlives this process (a kept session's, a snapshot's).
+    pub(crate) kept: bool,
+    /// A claim to copy, for a fork or a snapshot.
+    pub(crate) from: Option<&'a str>,
+    /// Who reads the files to copy them (`uid`, `gid`).
+    pub(crate) user: Option<(i64, i64)>,
+    /// The claim's kind label (default: a session's files).
+    pub(crate) kind: Option<&'a str>,
+    /// One more label of the caller's.
+    pub(crate) tag: Option<(&'a str, &'a str)>,
+}
+
+/// A kept session's files on a cluster, as another process finds them.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+pub(crate) struct KeptFiles {
+    /// The claim's name: the kept session's id.
+    pub(crate) name: String,
+    /// The image its pods ran.
+    pub(crate) image: String,
+    /// Where its files are mounted.
+    pub(crate) workspace: String,
+    pub(crate) session_name: Option<String>,
+    pub(crate) created: Option<String>,
 }
 
 /// What [`Client::reap`](crate::Client::reap) removed.
@@ -342,6 +385,109 @@ impl Backend {
             Backend::Kubernetes(cluster) => {
                 cluster_program::agent_pool(cluster, template, size).await
             }
+        }
+    }
+
+    /// Makes the named volume `name` (its backend name) with `labels`.
+    pub(crate) async fn create_volume(
+        &self,
+        name: &str,
+        labels: std::collections::HashMap<String, String>,
+    ) -> Result<VolumeRecord> {
+        match self {
+            Backend::Docker { engine, .. } => engine.create_volume(name, labels).await,
+            Backend::Kubernetes(cluster) => {
+                cluster_storage::create_volume(cluster, name, labels).await
+            }
+        }
+    }
+
+    /// The named volume `name`, if it exists.
+    pub(crate) async fn volume(&self, name: &str) -> Result<Option<VolumeRecord>> {
+        match self {
+            Backend::Docker { engine, .. } => engine.volume(name).await,
+            Backend::Kubernetes(cluster) => cluster_storage::volume(cluster, name).await,
+        }
+    }
+
+    /// Every named volume made through dockhand.
+    pub(crate) async fn volumes(&self) -> Result<Vec<VolumeRecord>> {
+        match self {
+            Backend::Docker { engine, .. } => engine.volumes_labelled(labels::VOLUME).await,
+            Backend::Kubernetes(cluster) => cluster_storage::volumes(cluster).await,
+        }
+    }
+
+    /// Removes the named volume `name`: `false` while something mounts it.
+    pub(crate) async fn remove_volume(&self, name: &str) -> Result<bool> {
+        match self {
+            Backend::Docker { engine, .. } => engine.remove_volume(name).await,
+            Backend::Kubernetes(cluster) => cluster_storage::remove_volume(cluster, name).await,
+        }
+    }
+
+    /// Refuses a second writer of a volume that takes one (a cluster's
+    /// `ReadWriteOnce` claim); Docker's volumes take any number. `writes`:
+    /// each volume to be written, by its name and its backend name.
+    pub(crate) async fn check_volume_writers(&self, writes: &[(&str, String)]) -> Result<()> {
+        match self {
+            Backend::Docker { .. } => Ok(()),
+            Backend::Kubernetes(cluster) => cluster_storage::check_writers(cluster, writes).await,
+        }
+    }
+
+    /// A claim for a session's files, where they live apart from its pod
+    /// (a cluster: a pod cannot stop and start again); `None` on Docker,
+    /// whose stopped container keeps them.
+    pub(crate) async fn files_claim(&self, about: &FilesOf<'_>) -> Result<Option<FilesClaim>> {
+        match self {
+            Backend::Docker { .. } => Ok(None),
+            Backend::Kubernetes(cluster) => {
+                cluster_storage::files_claim(cluster, about).await.map(Some)
+            }
+        }
+    }
+
+    /// The kept session `id`'s files, where they live apart from a
+    /// container (a cluster); `None` on Docker or if there is none.
+    pub(crate) async fn kept_files(&self, id: &str) -> Result<Option<KeptFiles>> {
+        match self {
+            Backend::Docker { .. } => Ok(None),
+            Backend::Kubernetes(cluster) => cluster_storage::kept_files(cluster, id).await,
+        }
+    }
+
+    /// Takes the kept session `id`'s files for this process (see
+    /// `kept_files`): refused while another living process holds them.
+    pub(crate) async fn hold_kept_files(&self, id: &str) -> Result<Option<FilesClaim>> {
+        match self {
+            Backend::Docker { .. } => Ok(None),
+            Backend::Kubernetes(cluster) => cluster_storage::hold_kept(cluster, id).await.map(Some),
+        }
+    }
+
+    /// Every kept session's files (a cluster's claims; none on Docker).
+    pub(crate) async fn kept_files_list(&self) -> Result<Vec<KeptFiles>> {
+        match self {
+            Backend::Docker { .. } => Ok(Vec::new()),
+            Backend::Kubernetes(cluster) => cluster_storage::kept_list(cluster).await,
+        }
+    }
+
+    /// Whether something runs on the kept files `id` now.
+    pub(crate) async fn kept_files_in_use(&self, id: &str) -> Result<bool> {
+        match self {
+            Backend::Docker { .. } => Ok(false),
+            Backend::Kubernetes(cluster) => cluster_storage::in_use(cluster, id).await,
+        }
+    }
+
+    /// Removes the kept session `id`'s files and whatever runs on them
+    /// (a cluster's claim and its pods); one gone already is fine.
+    pub(crate) async fn remove_kept_files(&self, id: &str) -> Result<()> {
+        match self {
+            Backend::Docker { .. } => Ok(()),
+            Backend::Kubernetes(cluster) => cluster_storage::remove_kept(cluster, id).await,
         }
     }
 

@@ -34,6 +34,7 @@ pub struct KubeConfig {
     pub(super) agent_image: Option<String>,
     pub(super) placement: crate::manifests::Placement,
     pub(super) pod_start_limit: Option<Duration>,
+    pub(super) storage: super::Storage,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -171,6 +172,24 @@ impl KubeConfig {
     /// makes it), which the nodes must be able to pull or have loaded.
     pub fn agent_image(mut self, reference: impl Into<String>) -> Self {
         self.agent_image = Some(reference.into());
+        self
+    }
+
+    /// What volumes and sessions' kept files are stored on: the
+    /// PersistentVolumeClaims' storage class (default: the cluster's
+    /// default class), their sizes and whether a class lets several pods
+    /// write one claim (see [`Storage`](crate::k8s::Storage)).
+    ///
+    /// ```
+    /// use dockhand::k8s::Storage;
+    /// use dockhand::KubeConfig;
+    /// let config = KubeConfig::infer().storage(
+    ///     Storage::new().class("nfs").volume_size("20Gi").shared_writers(true),
+    /// );
+    /// # let _ = config;
+    /// ```
+    pub fn storage(mut self, storage: super::Storage) -> Self {
+        self.storage = storage;
         self
     }
 

@@ -30,6 +30,7 @@ mod owner;
 mod plan;
 mod pod_watch;
 mod pods;
+mod storage;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -44,6 +45,8 @@ pub use config::KubeConfig;
 pub(crate) use egress::AllowList;
 pub(crate) use plan::PodPlan;
 pub(crate) use pods::{PodGuard, PodView};
+pub use storage::Storage;
+pub(crate) use storage::{is_claim_name, kind_selector, ClaimRecord, FilesClaim, NewClaim};
 
 use crate::error::{ClusterError, Result};
 
@@ -76,6 +79,8 @@ pub(crate) struct Cluster {
     pod_start_limit: Duration,
     /// One watch over this process's pods, shared by every wait.
     pod_watch: pod_watch::PodWatch,
+    /// What claims are made with (see `KubeConfig::storage`).
+    storage: Storage,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -129,6 +134,7 @@ impl Cluster {
             agent_sandbox_served: tokio::sync::OnceCell::new(),
             placement: config.placement.clone(),
             pod_start_limit: config.pod_start_limit.unwrap_or(POD_START_LIMIT),
+            storage: config.storage.clone(),
         })
     }
 

@@ -295,3 +295,18 @@ pub(super) async fn pods_of(
         .filter_map(|p| p.metadata.name)
         .collect())
 }
+
+/// Whether the owner lease `name` is still held by a living process (it
+/// exists and has not lapsed).
+pub(super) async fn lease_alive(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<bool> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    match leases.get(name).await {
+        Ok(lease) => Ok(!lapsed(&lease, now())),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(Call::new("get", "leases", namespace, name).error(e)),
+    }
+}

@@ -185,6 +185,11 @@ const PING_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 const PINGS: u32 = 40;
 
 impl Cluster {
+    /// Deletes pod `name` now; one already gone is fine.
+    pub(crate) async fn delete_pod(&self, name: &str) -> Result<()> {
+        delete(&self.pods(), self.namespace(), name).await
+    }
+
     /// Creates `pod`, owned by a guard made before the request.
     pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<(PodGuard, String)> {
         let name = pod.metadata.name.clone().unwrap_or_default();

@@ -18,6 +18,7 @@ pub mod labels;
 mod network;
 mod usage;
 mod volume;
+pub(crate) use volume::VolumeRecord;
 mod watchdog;
 
 pub(crate) use checkpoint::{

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, Pod, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SecretKeySelector, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -442,6 +443,9 @@ pub(crate) struct SessionShape<'a> {
     pub helpers: &'a [(&'static str, &'static str)],
     /// Whether it may reach anything (an allow-list).
     pub egress: bool,
+    /// The claim its workspace is kept on (a pausable or kept session on
+    /// a cluster); `None`: a volume of the pod's own, gone with it.
+    pub files_claim: Option<&'a str>,
 }
 
 /// A session as a Pod: dockhand's static session agent, which an init
@@ -456,10 +460,17 @@ pub(crate) fn session_pod(shape: SessionShape<'_>, opts: &KubeOptions) -> Result
     let mut main = pod::container("agent", &spec, mounts, opts)?;
     {
         // Docker writes the workspace into the container (owned by the
-        // session's user); here it is a volume, writable whatever the image has.
+        // session's user); here it is a volume, writable whatever the image
+        // has: the pod's own, or the claim a pausable session keeps it on.
         volumes.push(Volume {
             name: "workspace".into(),
-            empty_dir: Some(Default::default()),
+            empty_dir: shape.files_claim.is_none().then(Default::default),
+            persistent_volume_claim: shape.files_claim.map(|claim| {
+                PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.to_string(),
+                    read_only: Some(false),
+                }
+            }),
             ..Default::default()
         });
         main.volume_mounts
@@ -467,6 +478,26 @@ pub(crate) fn session_pod(shape: SessionShape<'_>, opts: &KubeOptions) -> Result
             .push(VolumeMount {
                 name: "workspace".into(),
                 mount_path: shape.workspace.to_string(),
+                ..Default::default()
+            });
+    }
+    // Named volumes: each its claim (the same name as Docker's volume).
+    for (i, (claim, path, read_only)) in spec.volumes.iter().enumerate() {
+        let name = format!("volume-{i}");
+        volumes.push(Volume {
+            name: name.clone(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.clone(),
+                read_only: Some(*read_only),
+            }),
+            ..Default::default()
+        });
+        main.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name,
+                mount_path: path.clone(),
+                read_only: Some(*read_only),
                 ..Default::default()
             });
     }

@@ -7,7 +7,8 @@
 //! env (`secretKeyRef` values read from the simulated Secrets), working
 //! directory, user and group, `fsGroup`, read-only root, dropped
 //! capabilities, and its volumes: emptyDirs as directories of its own, ConfigMaps and
-//! Secrets as read-only bind mounts of their files. Like a kubelet it
+//! Secrets as read-only bind mounts of their files, claims as the simulated
+//! node's directory of each. Like a kubelet it
 //! starts the container before anyone attaches: what the container prints
 //! before the attach goes to the log, not to the stream. Its stdin is
 //! taken by the first attach and closed when that attach ends (`stdinOnce`).
@@ -125,6 +126,14 @@ fn run_args(
         let Some(volume) = mount["name"].as_str().and_then(|n| volumes.get(n)) else {
             continue;
         };
+        if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() {
+            let dir = fake.claim_dir(claim);
+            let read_only = mount["readOnly"] == json!(true)
+                || volume["persistentVolumeClaim"]["readOnly"] == json!(true);
+            let mode = if read_only { ":ro" } else { "" };
+            args.extend(["-v".into(), format!("{}:{path}{mode}", dir.display())]);
+            continue;
+        }
         let dir = files.join(mount["name"].as_str().unwrap_or("volume"));
         let made = dir.exists();
         std::fs::create_dir_all(&dir).unwrap();

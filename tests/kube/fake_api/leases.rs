@@ -111,6 +111,20 @@ pub(super) async fn delete_lease(
         fake.remove_pod(&pod);
     }
     fake.collect_custom(&uid);
+    let claims: Vec<String> = fake.record(|r| {
+        r.claims
+            .iter()
+            .filter(|(_, c)| {
+                c["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    });
+    for claim in claims {
+        fake.remove_claim(&claim);
+    }
     // Companions not yet handed to a pod were the lease's.
     fake.record(|r| {
         let owned_by_lease = |o: &Value| {

@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 mod agent;
 pub mod agent_sandbox;
 mod bridge;
+mod claims;
 mod docker_kubelet;
 mod kubelet;
 mod leases;
@@ -170,6 +171,10 @@ pub struct Record {
     pub sandboxes: BTreeMap<String, agent_sandbox::PoolSandbox>,
     /// Claims bound to a sandbox the pool had ready.
     pub warm_claims: usize,
+    /// PersistentVolumeClaims, by name.
+    pub claims: BTreeMap<String, Value>,
+    /// Every PersistentVolumeClaim ever created, as the backend sent it.
+    pub claims_created: Vec<Value>,
 }
 
 pub struct Fake {
@@ -179,6 +184,8 @@ pub struct Fake {
     changed: tokio::sync::watch::Sender<u64>,
     /// Pods running as Docker containers, by pod name.
     docker: Mutex<BTreeMap<String, docker_kubelet::DockerPod>>,
+    /// The simulated node's storage: a directory per bound claim.
+    pub claims_dir: tempfile::TempDir,
 }
 
 impl Drop for Fake {
@@ -200,6 +207,7 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
         record: Mutex::new(Record::default()),
         changed: tokio::sync::watch::channel(0).0,
         docker: Mutex::new(BTreeMap::new()),
+        claims_dir: tempfile::tempdir().unwrap(),
     });
     let app = Router::new()
         .route("/version", get(version))
@@ -213,6 +221,14 @@ pub async fn start(namespace: &str, script: Script) -> (String, Shared) {
         )
         .route("/api/v1/namespaces/{ns}/pods/{name}/attach", get(attach))
         .route("/api/v1/namespaces/{ns}/pods/{name}/log", get(log))
+        .route(
+            "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+            get(claims::list_claims).post(claims::create),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}",
+            get(claims::get).patch(claims::patch).delete(claims::delete),
+        )
         .route(
             "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
             get(list_leases).post(create_lease),
@@ -360,6 +376,25 @@ impl Fake {
         if let Some(rv) = rv {
             self.changed.send_replace(rv);
         }
+    }
+
+    /// The directory claim `name`'s files are on (made on first use).
+    pub fn claim_dir(&self, name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.claims_dir.path().join(name);
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            // Writable by the pod's user, as a volume with fsGroup is.
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+        dir
+    }
+
+    /// Deletes claim `name` and its files.
+    pub fn remove_claim(&self, name: &str) -> Option<Value> {
+        let claim = self.record(|r| r.claims.remove(name))?;
+        let _ = std::fs::remove_dir_all(self.claims_dir.path().join(name));
+        Some(claim)
     }
 
     /// Deletes pod `name` as `kubectl delete` would (what it owns goes too).

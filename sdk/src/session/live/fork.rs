@@ -96,6 +96,15 @@ impl Session {
                 format!("a fork makes 1 to {MAX_FORKS} sessions, not {n}"),
             ));
         }
+        // Files on a claim (a cluster's): each fork on a copy of it.
+        if self.files_claim().is_some() {
+            return match mode {
+                PauseMode::Filesystem => self.fork_stored(n).await,
+                PauseMode::Memory => Err(Error::PauseUnsupported {
+                    reason: super::stored::MEMORY_ON_CLUSTER.into(),
+                }),
+            };
+        }
         match mode {
             PauseMode::Filesystem => self.fork_files(n).await,
             PauseMode::Memory => self.fork_memory(n).await,
@@ -106,14 +115,28 @@ impl Session {
         let engine = self.inner.client.engine()?.clone();
         let snapshot = self.commit_snapshot(Lifetime::Owned).await?;
         let image = ForkImage::new(&engine, snapshot.image.clone(), n);
+        self.start_forks(n, &snapshot.image, |fork| {
+            *lock(&fork.inner.fork_image) = Some(image.clone());
+        })
+        .await
+    }
+
+    /// Starts `n` sessions with this one's settings on `image`, each
+    /// prepared by `prepare` first; all of them, or none.
+    pub(super) async fn start_forks(
+        &self,
+        n: usize,
+        image: &str,
+        prepare: impl Fn(&Session),
+    ) -> Result<Vec<Session>> {
         let mut config = self.inner.config.clone();
-        config.image = crate::image::ImageSpec::prebuilt(snapshot.image.clone());
+        config.image = crate::image::ImageSpec::prebuilt(image);
         // The parent's setup made the files the forks start from.
         config.setup.clear();
         let forks: Vec<Session> = (0..n)
             .map(|_| {
                 let fork = self.inner.client.session(config.clone());
-                *lock(&fork.inner.fork_image) = Some(image.clone());
+                prepare(&fork);
                 fork
             })
             .collect();

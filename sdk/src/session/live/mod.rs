@@ -34,6 +34,7 @@ mod process;
 mod setup;
 mod spec;
 mod start;
+mod stored;
 mod upload;
 mod watch;
 pub use describe::SessionDescription;
@@ -164,6 +165,11 @@ struct Inner {
     /// This handle's hold of a kept session (see `hold`): released when
     /// the last clone goes.
     kept_hold: Mutex<Option<hold::Hold>>,
+    /// Where a pausable session keeps its files apart from its pod (a
+    /// cluster's claim; see `stored`), removed with the session.
+    files: Mutex<Option<crate::backend::FilesClaim>>,
+    /// The claim a fork's files are copied from, at its start.
+    fork_from: Mutex<Option<String>>,
 }
 
 impl Drop for Inner {
@@ -179,6 +185,9 @@ impl Drop for Inner {
         }
         if let Some(parked) = lock(&self.parked).take() {
             parked.held.release();
+        }
+        if let Some(files) = lock(&self.files).take() {
+            files.release();
         }
     }
 }
@@ -248,6 +257,8 @@ impl Client {
                 fork_image: Mutex::new(None),
                 relocated: Mutex::new(None),
                 kept_hold: Mutex::new(None),
+                files: Mutex::new(None),
+                fork_from: Mutex::new(None),
             }),
         }
     }
@@ -549,6 +560,13 @@ impl Session {
             let lease = conn.egress.lock().await.take();
             if let Some(lease) = lease {
                 lease.close().await;
+            }
+        }
+        // Its pod is gone or going: the claim goes once it has.
+        let files = lock(&self.inner.files).take();
+        if let Some(files) = files {
+            if let Err(e) = files.remove().await {
+                tracing::warn!(error = %e, "removing the session's files claim failed");
             }
         }
         let relocated = lock(&self.inner.relocated).take();

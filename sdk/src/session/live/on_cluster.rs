@@ -10,8 +10,13 @@ use super::*;
 use crate::cluster::Cluster;
 use crate::manifests::{KubeOptions, Manifests, SessionShape};
 
-/// The pod of a session with `c`, as the manifests renderer takes it.
-fn shape<'a>(c: &'a SessionConfig, opts: &KubeOptions) -> Result<SessionShape<'a>> {
+/// The pod of a session with `c` (its workspace on the claim `files`, if
+/// given), as the manifests renderer takes it.
+fn shape<'a>(
+    c: &'a SessionConfig,
+    opts: &KubeOptions,
+    files: Option<&'a str>,
+) -> Result<SessionShape<'a>> {
     Ok(SessionShape {
         name: c.name.as_deref().unwrap_or("session"),
         spec: super::spec::container_spec(c, opts.image())?,
@@ -22,6 +27,7 @@ fn shape<'a>(c: &'a SessionConfig, opts: &KubeOptions) -> Result<SessionShape<'a
         secrets: &c.secrets,
         helpers: &c.helpers,
         egress: c.network != Network::None,
+        files_claim: files,
     })
 }
 
@@ -30,30 +36,35 @@ fn shape<'a>(c: &'a SessionConfig, opts: &KubeOptions) -> Result<SessionShape<'a
 /// container copies from the agent's image into a volume of the pod, run in
 /// the workspace and spoken to over its attach stream as on Docker.
 pub fn session_manifests(config: &SessionConfig, opts: &KubeOptions) -> Result<Manifests> {
-    crate::manifests::session_pod(shape(config, opts)?, opts)
+    crate::manifests::session_pod(shape(config, opts, None)?, opts)
 }
 
 /// The pod of a session with `c` from `image`, with the secrets' `values`,
 /// claimed from `claims` if given (and bound within half the start's time,
-/// so one made after still fits).
+/// so one made after still fits); a session whose files are on a claim
+/// (`files`) has a pod of its own that mounts it.
 fn session_pod<'a>(
     c: &'a SessionConfig,
     image: String,
     values: Vec<(String, String)>,
     claims: Option<&'a crate::backend::AgentPool>,
+    files: Option<String>,
 ) -> crate::backend::InPod<'a> {
+    let claims = claims.filter(|_| files.is_none());
     crate::backend::InPod {
         prefix: format!("dockhand-session-{}", c.name.as_deref().unwrap_or("s")),
         image,
         values,
         network: c.network.clone(),
-        render: Box::new(move |opts| session_manifests(c, opts)),
+        render: Box::new(move |opts| {
+            crate::manifests::session_pod(shape(c, opts, files.as_deref())?, opts)
+        }),
         agent_image: true,
         container: "agent",
         ended_early: Box::new(|code, reason| {
             Error::SessionUnavailable {
             reason: format!(
-                "the session agent ended before it was ready ({reason}, exit {code}); is python3 in the image?"
+                "the session agent ended before it was ready ({reason}, exit {code}); can the image's user run programs from the agent's volume?"
             ),
         }
         }),
@@ -70,6 +81,7 @@ impl crate::backend::PodRecipe for SessionStart<'_> {
             image,
             values,
             inner.claims.as_deref(),
+            self.session.files_claim(),
         ))
     }
 }
@@ -86,11 +98,17 @@ impl crate::backend::PoolTemplate for SessionConfig {
     ) -> Result<Option<crate::backend::AgentPool>> {
         refuse_on(crate::backend::Offers::CLUSTER, self)?;
         crate::cluster::refuse_network(&self.network, &self.secrets)?;
-        if !self.secrets.is_empty() || matches!(self.network, Network::Egress(_)) {
+        // Secrets, an allow-list, volumes or a claim of its own are each
+        // pod's: such sessions keep pods of their own.
+        let own = !self.secrets.is_empty()
+            || matches!(self.network, Network::Egress(_))
+            || !self.volumes.is_empty()
+            || self.pausable;
+        if own {
             return Ok(None);
         }
         let image = cluster.resolve_image(&self.image).await?.reference;
-        let pod = session_pod(self, image, Vec::new(), None);
+        let pod = session_pod(self, image, Vec::new(), None, None);
         crate::backend::agent_pool_of(cluster, &pod, size)
             .await
             .map(Some)

@@ -131,10 +131,8 @@ impl Session {
         run_to_end("pause", async move { session.pause_now(mode).await }).await
     }
 
-    async fn pause_now(&self, mode: PauseMode) -> Result<Paused> {
-        // A cluster's pods cannot pause: said first, whatever else is asked.
-        let engine = self.inner.client.engine()?.clone();
-        let _one_at_a_time = self.inner.start_lock.lock().await;
+    /// Refuses a pause of a session that is busy or was not made pausable.
+    pub(super) fn check_pausable(&self) -> Result<()> {
         let state = self.state();
         if state != State::Idle {
             return Err(Error::InvalidTransition {
@@ -142,14 +140,25 @@ impl Session {
                 to: "paused (a pause needs an idle session: nothing under way)".into(),
             });
         }
-        let c = &self.inner.config;
-        if !c.pausable {
+        if !self.inner.config.pausable {
             return Err(Error::spec(
                 "session",
                 "this session was not made pausable: SessionConfig::pausable(true) (or keep(true)) \
                  lets its container outlive a stopped agent",
             ));
         }
+        Ok(())
+    }
+
+    async fn pause_now(&self, mode: PauseMode) -> Result<Paused> {
+        // Files kept apart from the container (a cluster's claim): its
+        // pod goes, the claim stays.
+        let Ok(engine) = self.inner.client.engine().cloned() else {
+            return self.pause_stored(mode).await;
+        };
+        let _one_at_a_time = self.inner.start_lock.lock().await;
+        self.check_pausable()?;
+        let c = &self.inner.config;
         let conn = self.conn()?;
         let id = conn.container_id.clone();
         if mode == PauseMode::Memory {
@@ -378,6 +387,9 @@ impl Session {
             return Err(self.gone());
         };
         self.set_state(State::Running)?;
+        if let Held::Stopped(_) = parked.held {
+            return self.resume_stored().await;
+        }
         let engine = self.inner.client.engine()?.clone();
         let id = parked.held.id().to_string();
         let checkpoint = parked.checkpoint.clone();
@@ -512,6 +524,10 @@ impl Client {
                 ),
             ));
         }
+        // Files on a claim of a cluster's, taken over from its last holder.
+        if let Some(session) = self.kept_stored(id, &config).await? {
+            return Ok(session);
+        }
         let engine = self.engine()?.clone();
         let unknown = || Error::SessionUnavailable {
             reason: format!(
@@ -609,7 +625,9 @@ impl Client {
     /// stopped, with their age. Only [`Session::close`] (or
     /// [`Client::remove_kept_session`]) removes them; `reap` leaves them.
     pub async fn kept_sessions(&self) -> Result<Vec<KeptSession>> {
-        let engine = self.engine()?;
+        let Ok(engine) = self.engine() else {
+            return self.kept_stored_list().await;
+        };
         let mut kept = Vec::new();
         for (id, l) in engine.list_managed_containers().await? {
             if l.get(labels::KEPT).map(String::as_str) != Some("true") {
@@ -644,7 +662,9 @@ impl Client {
     /// Removes a kept session's container (its checkpoints and scratch
     /// volumes with it); one that is gone already is fine.
     pub async fn remove_kept_session(&self, id: &str) -> Result<()> {
-        let engine = self.engine()?;
+        let Ok(engine) = self.engine() else {
+            return self.runs_on().remove_kept_files(id).await;
+        };
         let Some(found) = engine.inspect_stopped(id).await? else {
             return Ok(());
         };

@@ -118,6 +118,7 @@ impl Session {
         }
         let image = backend.resolve_image(&c.image, None).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
+        let files_made = self.ensure_files(&image.reference).await?;
         let resolved = c
             .secrets
             .iter()
@@ -161,8 +162,16 @@ impl Session {
                  `SessionConfig::start_timeout` allows more, for a first pull too)"
             ),
         };
-        backend
+        let started = backend
             .start_program(&recipe, limit, handshake, too_slow)
-            .await
+            .await;
+        if started.is_err() && files_made {
+            // Made for this start, which failed: nothing of it is kept.
+            let files = lock(&self.inner.files).take();
+            if let Some(files) = files {
+                let _ = files.remove().await;
+            }
+        }
+        started
     }
 }
