@@ -74,8 +74,14 @@ async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluste
         serde_json::json!([501, true]),
         "{report}"
     );
-    assert_eq!(report["volume"], serde_json::json!([501, true]), "{report}");
     assert_eq!(report["after_refusals"], "hello pod");
+    // A volume: a claim, written in one pod, read in another and through
+    // the content API, kept while mounted.
+    assert_eq!(report["volume_read_back"], "from a pod\n", "{report}");
+    assert_eq!(report["volume_content"], "from a pod\n", "{report}");
+    assert_ne!(report["volume_destroy_mounted"], "destroyed", "{report}");
+    assert_eq!(report["volume_destroyed"], true, "{report}");
+    assert!(fake.record(|r| r.claims.is_empty()), "claims left");
     assert_eq!(report["killed"], true);
     // The code interpreter: a real kernel in a pod.
     assert_eq!(report["run_code"], "42");

@@ -1,6 +1,7 @@
 """The E2B SDKs against `dockhand serve --backend kubernetes`: sandboxes are
 pods. What a cluster runs works as on Docker; what it cannot do (pause,
-snapshots, volumes) is refused with 501, saying so, and the sandbox runs on.
+snapshots) is refused with 501, saying so, and the sandbox runs on; a volume
+is a claim two sandboxes' pods mount in turn.
 
 Run by cli/tests/serve_kubernetes.rs (against the simulated API server) and
 by hand against a real cluster (docs/scale-out.md), with E2B_API_URL,
@@ -66,10 +67,26 @@ def session():
     report["running_after_pause"] = sbx.is_running()
     r = httpx.post(api + f"/sandboxes/{sbx.sandbox_id}/snapshots", headers=key, json={})
     report["snapshot"] = [r.status_code, "kubernetes" in r.json()["message"]]
-    r = httpx.post(api + "/volumes", headers=key, json={"name": "data"})
-    report["volume"] = [r.status_code, "kubernetes" in r.json().get("message", "")]
     report["after_refusals"] = sbx.commands.run("cat notes/a.txt").stdout
     sbx.kill()
+
+    # A volume is a claim: mounted by one sandbox's pod, then another's,
+    # its files read through the content API, not destroyed while mounted.
+    from e2b import Volume
+    vol = Volume.create("pod-data")
+    writer = BaseSandbox.create(timeout=60, volume_mounts={"/mnt/data": vol})
+    writer.commands.run("echo from a pod > /mnt/data/h.txt")
+    writer.kill()
+    reader = BaseSandbox.create(timeout=60, volume_mounts={"/mnt/data": "pod-data"})
+    report["volume_read_back"] = reader.commands.run("cat /mnt/data/h.txt").stdout
+    report["volume_content"] = vol.read_file("h.txt")
+    try:
+        Volume.destroy(vol.volume_id)
+        report["volume_destroy_mounted"] = "destroyed"
+    except Exception as e:
+        report["volume_destroy_mounted"] = type(e).__name__
+    reader.kill()
+    report["volume_destroyed"] = Volume.destroy(vol.volume_id)
     report["killed"] = sbx.sandbox_id not in [s.sandbox_id for s in BaseSandbox.list().next_items()]
 
 
