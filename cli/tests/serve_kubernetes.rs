@@ -79,6 +79,7 @@ async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluste
     // the content API, kept while mounted.
     assert_eq!(report["volume_read_back"], "from a pod\n", "{report}");
     assert_eq!(report["volume_content"], "from a pod\n", "{report}");
+    assert_eq!(report["volume_content_while_written"], "409", "{report}");
     assert_ne!(report["volume_destroy_mounted"], "destroyed", "{report}");
     assert_eq!(report["volume_destroyed"], true, "{report}");
     assert!(fake.record(|r| r.claims.is_empty()), "claims left");

@@ -525,6 +525,14 @@ pub async fn pause(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Res
             PauseMode::Filesystem
         }
     });
+    if server.client.backend() == "kubernetes" {
+        // Its sessions are not made pausable there: each would need a
+        // claim of its own, which a pool cannot hand out yet.
+        return api_error(
+            StatusCode::NOT_IMPLEMENTED,
+            "pausing a sandbox is not available on the kubernetes backend of serve yet (the SDK's sessions pause there, on a claim of their own)",
+        );
+    }
     match sandbox.pause(mode).await {
         Ok(true) => {
             server.registry.persist(&sandbox);

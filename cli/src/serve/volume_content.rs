@@ -301,10 +301,14 @@ async fn answer(
         .session(server, &volume)
         .await
         .map_err(|e| {
-            api_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("opening the volume: {e}"),
-            )
+            // A volume another sandbox writes, where its claim takes one
+            // writer (a cluster's ReadWriteOnce), is a conflict of the
+            // caller's to resolve, not the server's failure.
+            let status = match e {
+                dockhand::Error::InvalidSpec { .. } => StatusCode::CONFLICT,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            api_error(status, format!("opening the volume: {e}"))
         })?;
     let method = request.method().clone();
     use axum::http::Method;
