@@ -51,6 +51,10 @@ struct Cli {
     /// images run on the cluster.
     #[arg(long, global = true, env = "DOCKHAND_KUBE_REGISTRY")]
     kube_registry: Option<String>,
+    /// On `--backend kubernetes`: the StorageClass of the claims volumes and
+    /// pausable sessions keep their files on (default: the cluster's default class).
+    #[arg(long, global = true, env = "DOCKHAND_KUBE_STORAGE_CLASS")]
+    kube_storage_class: Option<String>,
     /// How log lines are written to stderr: `text`, or `json` (one object
     /// a line, for a log collector). DOCKHAND_LOG sets what is logged.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
         ("DOCKHAND_KUBE_CONTEXT", &cli.kube_context),
         ("DOCKHAND_KUBE_NAMESPACE", &cli.kube_namespace),
         ("DOCKHAND_KUBE_REGISTRY", &cli.kube_registry),
+        ("DOCKHAND_KUBE_STORAGE_CLASS", &cli.kube_storage_class),
     ] {
         if let Some(value) = value {
             std::env::set_var(name, value);

@@ -147,3 +147,55 @@ fn serve_on_kubernetes_refuses_keeping_sandboxes_across_restarts() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_on_kubernetes_with_claims_pauses_and_connects_through_the_e2b_sdk() {
+    let docker = dockhand::Client::builder()
+        .docker()
+        .connect()
+        .await
+        .expect("the Docker daemon");
+    let registry = registry::TestRegistry::open(&docker).await;
+    let (url, fake) = sim::fake_api::start("sim", Script::on_docker()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), &url);
+    let repository = format!("{}/serve", registry.host);
+    let kubeconfig = config.to_str().unwrap().to_string();
+    let (server, report) = tokio::task::spawn_blocking(move || {
+        let args = [
+            "--backend",
+            "kubernetes",
+            "--kube-registry",
+            &repository,
+            "--kube-pausable",
+        ];
+        let server = Server::start_with_env(0, &args, &[("KUBECONFIG", &kubeconfig)]);
+        let report = json_output(server.python("cluster.py", &["pause"]));
+        (server, report)
+    })
+    .await
+    .unwrap();
+    let pause = &report["pause"];
+    assert_eq!(pause["paused"], true, "{report}");
+    assert_eq!(pause["state_after_pause"], "paused", "{report}");
+    assert_eq!(pause["paused_again"], false, "{report}");
+    assert_eq!(pause["state_after_connect"], "running", "{report}");
+    assert_eq!(pause["file_after"], "kept in a claim", "{report}");
+    assert_eq!(pause["command_after"], "kept in a claim", "{report}");
+    assert_eq!(pause["paused_at_timeout"], true, "{report}");
+    assert_eq!(pause["auto_resumed_read"], "auto", "{report}");
+    assert_eq!(pause["running_after_call"], "running", "{report}");
+    // Each sandbox had a claim of its own, owned by the server's lease:
+    // paused, its pod went and its claim stayed; killed, both went.
+    let made = fake.record(|r| r.claims_created.len());
+    assert!(made >= 2, "{made} claims");
+    drop(server);
+    sim::assert_no_pods_left(&fake).await;
+    for _ in 0..100 {
+        if fake.record(|r| r.claims.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(fake.record(|r| r.claims.is_empty()), "claims left behind");
+}

@@ -186,7 +186,8 @@ struct ConfigFile {
 /// anyone waits): the SDKs run every command with `bash -l`, and the first
 /// one in a fresh container otherwise pays for the files it opens.
 /// `pausable`: E2B's pause needs the container to outlive its stopped
-/// agent (a cluster's pods cannot pause: there it is refused instead).
+/// agent, or on a cluster its files on a claim of its own (without one,
+/// pause is refused there instead).
 pub fn serve_session(session: SessionConfig, pausable: bool) -> SessionConfig {
     session
         .workspace(HOME)
@@ -206,11 +207,11 @@ pub fn templates(
     kept_as: Option<String>,
     gvisor: bool,
     languages: &[Language],
-    on_cluster: bool,
+    unpausable: bool,
 ) -> anyhow::Result<BTreeMap<String, Template>> {
     // With a state directory, containers outlive the server, named as its.
     let prepare = move |session: SessionConfig| {
-        let mut session = serve_session(session, !on_cluster).read_limit(transfer_limit);
+        let mut session = serve_session(session, !unpausable).read_limit(transfer_limit);
         if gvisor {
             session = session.isolation(dockhand::Isolation::Gvisor);
         }

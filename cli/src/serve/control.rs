@@ -525,12 +525,10 @@ pub async fn pause(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Res
             PauseMode::Filesystem
         }
     });
-    if server.client.backend() == "kubernetes" {
-        // Its sessions are not made pausable there: each would need a
-        // claim of its own, which a pool cannot hand out yet.
+    if !server.pausable {
         return api_error(
             StatusCode::NOT_IMPLEMENTED,
-            "pausing a sandbox is not available on the kubernetes backend of serve yet (the SDK's sessions pause there, on a claim of their own)",
+            "pausing a sandbox on the kubernetes backend needs its files on a claim of its own: start the server with --kube-pausable (and a storage class the cluster binds claims of)",
         );
     }
     match sandbox.pause(mode).await {

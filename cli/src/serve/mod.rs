@@ -117,6 +117,13 @@ pub struct ServeArgs {
     /// database here, so a restarted server adopts them again.
     #[arg(long, env = "DOCKHAND_SERVE_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// On `--backend kubernetes`: each sandbox keeps its files on a
+    /// PersistentVolumeClaim of its own (the class of `--kube-storage-class`,
+    /// else the cluster's default), so E2B's pause, connect and auto-pause
+    /// work there (files only: a pod's memory is not kept). Every sandbox
+    /// then needs a claim the cluster binds.
+    #[arg(long, env = "DOCKHAND_SERVE_KUBE_PAUSABLE")]
+    kube_pausable: bool,
     /// What a shutdown (SIGTERM, Ctrl-C) does to the sandboxes: `keep`
     /// them for the next start (the default with --state-dir), `pause`
     /// them, or `kill` them (the default without).
@@ -220,6 +227,9 @@ pub struct Server {
     telemetry: telemetry::Telemetry,
     /// Turns for starting sandboxes that no pool hands over.
     admission: admission::Admission,
+    /// Whether sandboxes can pause: always on Docker; on a cluster with
+    /// `--kube-pausable` (their files on claims).
+    pausable: bool,
 }
 
 impl Server {
@@ -458,7 +468,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             .map(restore::owner_name),
         args.gvisor,
         &args.languages.concat(),
-        on_cluster,
+        on_cluster && !args.kube_pausable,
     )?;
     let pools = templates
         .keys()
@@ -498,6 +508,7 @@ pub async fn serve(args: ServeArgs, host: Option<String>) -> anyhow::Result<()> 
             args.max_waiting_creates,
             Duration::from_secs(args.max_start_wait),
         ),
+        pausable: !on_cluster || args.kube_pausable,
     });
     if let Some(store) = &store {
         let adopted = restore::adopt(&server, store).await?;

@@ -103,6 +103,43 @@ def session():
     report["killed"] = sbx.sandbox_id not in [s.sandbox_id for s in BaseSandbox.list().next_items()]
 
 
+def wait_state(sandbox_id, state, limit=60):
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if BaseSandbox.get_info(sandbox_id).state == state:
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def pause():
+    """With `serve --kube-pausable`: a sandbox's files on a claim of its
+    own, its pod deleted at a pause and made again at connect; the
+    lifecycle's pause at the timeout and the call that resumes it."""
+    out = {}
+    sbx = BaseSandbox.create(timeout=120)
+    sbx.files.write("notes/a.txt", "kept in a claim")
+    out["paused"] = sbx.pause()
+    out["state_after_pause"] = BaseSandbox.get_info(sbx.sandbox_id).state
+    out["paused_again"] = sbx.pause()
+    started = time.monotonic()
+    again = BaseSandbox.connect(sbx.sandbox_id, timeout=120)
+    out["resume_seconds"] = time.monotonic() - started
+    out["state_after_connect"] = BaseSandbox.get_info(sbx.sandbox_id).state
+    out["file_after"] = again.files.read("notes/a.txt")
+    out["command_after"] = again.commands.run("cat notes/a.txt").stdout
+    again.kill()
+    auto = BaseSandbox.create(
+        timeout=3, lifecycle={"on_timeout": "pause", "auto_resume": True}
+    )
+    auto.files.write("kept.txt", "auto")
+    out["paused_at_timeout"] = wait_state(auto.sandbox_id, "paused")
+    out["auto_resumed_read"] = auto.files.read("kept.txt")
+    out["running_after_call"] = BaseSandbox.get_info(auto.sandbox_id).state
+    auto.kill()
+    report["pause"] = out
+
+
 def interpreter():
     sbx = Sandbox.create(timeout=120)
     ex = sbx.run_code("x = 20\nx + 22")
@@ -113,7 +150,10 @@ def interpreter():
     sbx.kill()
 
 
-session()
+if "pause" in sys.argv[1:]:
+    pause()
+else:
+    session()
 if "interpreter" in sys.argv[1:]:
     interpreter()
 print(json.dumps(report))

@@ -204,7 +204,8 @@ impl KubeConfig {
     /// The backend `DOCKHAND_BACKEND` asks for: `None` for Docker (unset,
     /// empty or `docker`), a config for `kubernetes` (or `k8s`) with the
     /// context and namespace of `DOCKHAND_KUBE_CONTEXT` and
-    /// `DOCKHAND_KUBE_NAMESPACE`; any other value is
+    /// `DOCKHAND_KUBE_NAMESPACE` (and claims in the StorageClass of
+    /// `DOCKHAND_KUBE_STORAGE_CLASS`); any other value is
     /// [`Error::InvalidSpec`](crate::Error::InvalidSpec). What
     /// `Client::connect` does without a config, for a caller that adds to it.
     ///
@@ -277,6 +278,9 @@ pub(super) fn backend_choice(backend: &str) -> Result<Option<KubeConfig>> {
             }
             if let Some(namespace) = non_empty_env("DOCKHAND_KUBE_NAMESPACE") {
                 config = config.namespace(namespace);
+            }
+            if let Some(class) = non_empty_env("DOCKHAND_KUBE_STORAGE_CLASS") {
+                config = config.storage(super::Storage::new().class(class));
             }
             Ok(Some(config))
         }
