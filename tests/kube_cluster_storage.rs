@@ -361,3 +361,93 @@ async fn cluster_kept_session_moves_node_and_process() {
     assert_no_claims(&two).await;
     two.close().await.unwrap();
 }
+
+const CHILD_ENV: &str = "DOCKHAND_KUBE_STORAGE_CHILD";
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "run as a child process by cluster_owner_death_takes_its_claims_and_leaves_kept_ones"]
+async fn cluster_storage_owner_child() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let client = connect(None).await;
+    let pausable = client.session(session(SessionConfig::new().pausable(true).name("dies")));
+    pausable.start().await.unwrap();
+    let kept = client.session(session(SessionConfig::new().keep(true).name("outlives")));
+    kept.start().await.unwrap();
+    kept.write_file("left.txt", b"by a dead process")
+        .await
+        .unwrap();
+    let id = kept.pause(PauseMode::Filesystem).await.unwrap().id;
+    println!("kept {id}");
+    println!("pod {}", pausable.describe().container_id.unwrap());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_owner_death_takes_its_claims_and_leaves_kept_ones() {
+    use std::io::BufRead;
+    if !enabled("cluster_owner_death_takes_its_claims_and_leaves_kept_ones") {
+        return;
+    }
+    local_volumes(2).await;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cluster_storage_owner_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    let kept = lines
+        .find_map(|l| l.strip_prefix("kept ").map(String::from))
+        .expect("the child kept a session");
+    let pod = lines
+        .find_map(|l| l.strip_prefix("pod ").map(String::from))
+        .expect("the child started a pausable session");
+    child.kill().unwrap();
+    let _ = child.wait();
+    // Another process sweeps the lapsed lease; the garbage collector takes
+    // the pausable session's pod and claim, and leaves the kept claim.
+    let client = connect(None).await;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(kube().await, &namespace());
+    let pods: Api<Pod> = Api::namespaced(kube().await, &namespace());
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        client.reap().await.unwrap();
+        let left: Vec<String> = claims
+            .list(&ListParams::default().labels("dev.dockhand.managed=true"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        let pod_gone = pods.get_opt(&pod).await.unwrap().is_none();
+        if pod_gone && left == vec![kept.clone()] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after the owner's SIGKILL: pod {pod} gone {pod_gone}, claims {left:?} (only {kept} should stay)"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // The kept one is taken over, with its files, and then removed.
+    let s = client
+        .resume_session(&kept, session(SessionConfig::new()))
+        .await
+        .unwrap();
+    assert_eq!(s.read_file("left.txt").await.unwrap(), b"by a dead process");
+    s.close().await.unwrap();
+    assert_no_claims(&client).await;
+    client.close().await.unwrap();
+}
