@@ -12,6 +12,15 @@
 //!
 //! The API server's `/metrics` must be readable (cluster-admin, or a role
 //! with `nonResourceURLs: ["/metrics"]`).
+//!
+//! Then, unless `BENCH_KUBE_STORAGE=0`, what claims cost, beside a plain
+//! session pod's start in the same run (the baseline): a pausable session's
+//! start (its claim made), a pause (its pod deleted), a resume on the same
+//! claim, a kept session resumed by another client on another node (with
+//! two nodes or more), a fork of 4 (copies of the claim) and a session that
+//! mounts a volume. `DOCKHAND_KUBE_PYTHON_IMAGE` is the sessions' image,
+//! `DOCKHAND_KUBE_AGENT_IMAGE` the agent's; the cluster must bind claims
+//! (a default StorageClass, or PersistentVolumes without a class).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -268,5 +277,138 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "pod watches the API server held: {watchers_before:.0} before dockhand connected (kubelets', controllers'), at most {:.0} during the runs, {idle_watchers:.0} after them",
         *watchers.lock().unwrap_or_else(|p| p.into_inner())
     );
+    if std::env::var("BENCH_KUBE_STORAGE").map_or(true, |v| v != "0") {
+        storage(&kube).await?;
+    }
+    Ok(())
+}
+
+/// A client of the cluster whose pods go to `node` (any, if `None`).
+async fn cluster_client(node: Option<&str>) -> Result<Client, Box<dyn std::error::Error>> {
+    let mut config = KubeConfig::infer();
+    if let Ok(namespace) = std::env::var("DOCKHAND_KUBE_NAMESPACE") {
+        config = config.namespace(namespace);
+    }
+    if let Ok(agent) = std::env::var("DOCKHAND_KUBE_AGENT_IMAGE") {
+        config = config.agent_image(agent);
+    }
+    if let Some(node) = node {
+        config = config.placement(
+            dockhand::k8s::Placement::new().node_selector("kubernetes.io/hostname", node),
+        );
+    }
+    Ok(Client::builder().kubernetes(config).connect().await?)
+}
+
+/// The median of `samples`, in ms.
+fn median_ms(samples: &mut [Duration]) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e3
+}
+
+/// Claims' costs beside a plain session pod's start (see the module's doc).
+async fn storage(kube: &kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+    use dockhand::session::{PauseMode, SessionApi, SessionConfig};
+    const ROUNDS: usize = 3;
+    let image =
+        std::env::var("DOCKHAND_KUBE_PYTHON_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into());
+    let nodes: Vec<String> = kube::Api::<k8s_openapi::api::core::v1::Node>::all(kube.clone())
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let config = || {
+        SessionConfig::new()
+            .image(ImageSpec::prebuilt(&image))
+            .cpus(0.2)
+            .start_timeout(Duration::from_secs(300))
+    };
+    let client = cluster_client(None).await?;
+    let timed = |at: Instant| at.elapsed();
+    let (mut plain, mut claimed, mut paused, mut resumed, mut mounted) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut forked = Vec::new();
+    dockhand::Volume::create(&client, "bench-volume").await?;
+    for _ in 0..ROUNDS {
+        let s = client.session(config());
+        let at = Instant::now();
+        s.start().await?;
+        plain.push(timed(at));
+        s.close().await?;
+
+        let s = client.session(config().pausable(true));
+        let at = Instant::now();
+        s.start().await?;
+        claimed.push(timed(at));
+        s.write_file("state.txt", &vec![b'x'; 1 << 20]).await?;
+        let at = Instant::now();
+        s.pause(PauseMode::Filesystem).await?;
+        paused.push(timed(at));
+        let at = Instant::now();
+        s.resume().await?;
+        resumed.push(timed(at));
+        let at = Instant::now();
+        let forks = s.fork(4, PauseMode::Filesystem).await?;
+        forked.push(timed(at));
+        for f in forks {
+            f.close().await?;
+        }
+        s.close().await?;
+
+        let s = client.session(config().volume("bench-volume", "/data"));
+        let at = Instant::now();
+        s.start().await?;
+        mounted.push(timed(at));
+        s.close().await?;
+    }
+    dockhand::Volume::remove_named(&client, "bench-volume").await?;
+    // A kept session paused by a client on one node, resumed by another
+    // client on another node.
+    let mut moved = Vec::new();
+    if let [first, second, ..] = nodes.as_slice() {
+        for _ in 0..ROUNDS {
+            let one = cluster_client(Some(first)).await?;
+            let s = one.session(config().keep(true));
+            s.start().await?;
+            s.write_file("state.txt", &vec![b'x'; 1 << 20]).await?;
+            let id = s.pause(PauseMode::Filesystem).await?.id;
+            drop(s);
+            one.close().await?;
+            let two = cluster_client(Some(second)).await?;
+            let at = Instant::now();
+            let s = two.resume_session(&id, config()).await?;
+            moved.push(timed(at));
+            s.close().await?;
+            two.close().await?;
+        }
+    }
+    client.close().await?;
+    println!("\nclaims, p50 of {ROUNDS} (1 MiB in the workspace):");
+    let base = median_ms(&mut plain);
+    println!("  plain session pod start (baseline)   {base:>8.0} ms");
+    for (what, samples) in [
+        ("pausable session start (+ its claim)", &mut claimed),
+        ("pause (pod deleted, claim kept)", &mut paused),
+        ("resume on the claim", &mut resumed),
+        ("fork of 4 (claim copies)", &mut forked),
+        ("session start with a volume mounted", &mut mounted),
+    ] {
+        let ms = median_ms(samples);
+        println!(
+            "  {what:<37} {ms:>8.0} ms  ({:.2}x the baseline)",
+            ms / base
+        );
+    }
+    if moved.is_empty() {
+        println!("  resume on another node: one node only");
+    } else {
+        let ms = median_ms(&mut moved);
+        println!(
+            "  kept session resumed on another node  {ms:>8.0} ms  ({:.2}x the baseline)",
+            ms / base
+        );
+    }
     Ok(())
 }
