@@ -235,7 +235,7 @@ async fn cluster_pause_resume_and_fork_of_four() {
     if !enabled("cluster_pause_resume_and_fork_of_four") {
         return;
     }
-    local_volumes(6).await;
+    local_volumes(9).await;
     let client = connect(None).await;
     let s = client.session(session(
         SessionConfig::new().pausable(true).name("pausable"),
@@ -296,6 +296,16 @@ async fn cluster_pause_resume_and_fork_of_four() {
     for f in forks {
         f.close().await.unwrap();
     }
+    // A snapshot: a kept copy of the claim a later session starts from.
+    let started = std::time::Instant::now();
+    let snapshot = s.snapshot().await.unwrap();
+    println!("snapshot in {:?} ({:?})", started.elapsed(), snapshot.files);
+    s.write_file("notes.txt", b"after").await.unwrap();
+    let from = client.session(session(SessionConfig::new()).from_snapshot(&snapshot));
+    from.start().await.unwrap();
+    assert_eq!(from.read_file("notes.txt").await.unwrap(), b"kept");
+    from.close().await.unwrap();
+    client.remove_snapshot(&snapshot).await.unwrap();
     s.close().await.unwrap();
     assert_no_claims(&client).await;
     client.close().await.unwrap();

@@ -287,3 +287,63 @@ async fn simulated_kept_session_is_held_by_one_client_and_taken_over_by_another(
 fn fake_url(client: &Client) -> String {
     client.endpoint().trim_end_matches('/').to_string()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_snapshot_is_a_kept_copy_of_the_claim_and_sessions_start_from_it() {
+    let (client, fake, image) = cluster().await;
+    // Not pausable: no claim to copy, refused before anything is made.
+    let plain = client.session(SessionConfig::new().image(image.clone()));
+    plain.start().await.unwrap();
+    match plain.snapshot().await {
+        Err(Error::Unsupported { hint, .. }) => assert!(hint.contains("pausable"), "{hint}"),
+        other => panic!("{other:?}"),
+    }
+    plain.close().await.unwrap();
+
+    let s = client.session(
+        SessionConfig::new()
+            .image(image)
+            .pausable(true)
+            .name("snap"),
+    );
+    s.start().await.unwrap();
+    s.write_file("state.txt", b"at the snapshot").await.unwrap();
+    let snapshot = s.snapshot().await.unwrap();
+    let files = snapshot.files.clone().expect("a claim");
+    let claim = fake.record(|r| r.claims[&files].clone());
+    assert_eq!(
+        claim["metadata"]["labels"]["dev.dockhand.kind"],
+        "session-snapshot"
+    );
+    assert!(claim["metadata"]["ownerReferences"].is_null(), "{claim}");
+    assert!(
+        claim["metadata"]["annotations"]["dev.dockhand.held-by"].is_null(),
+        "{claim}"
+    );
+    assert_eq!(client.snapshots().await.unwrap(), vec![snapshot.clone()]);
+    s.write_file("state.txt", b"after it").await.unwrap();
+    // Two sessions from it: each on a copy, each seeing the snapshot's files.
+    let one = client.session(SessionConfig::new().from_snapshot(&snapshot));
+    let two = client.session(SessionConfig::new().from_snapshot(&snapshot));
+    one.start().await.unwrap();
+    two.start().await.unwrap();
+    assert_eq!(
+        one.read_file("state.txt").await.unwrap(),
+        b"at the snapshot"
+    );
+    one.write_file("state.txt", b"one's").await.unwrap();
+    assert_eq!(
+        two.read_file("state.txt").await.unwrap(),
+        b"at the snapshot"
+    );
+    assert_eq!(s.read_file("state.txt").await.unwrap(), b"after it");
+    for session in [one, two, s] {
+        session.close().await.unwrap();
+    }
+    // The snapshot outlives its session; removed, its claim goes.
+    assert!(fake.record(|r| r.claims.contains_key(&files)));
+    client.remove_snapshot(&snapshot).await.unwrap();
+    assert!(client.snapshots().await.unwrap().is_empty());
+    assert_no_pods_left(&fake).await;
+    assert_no_claims_left(&fake).await;
+}

@@ -328,6 +328,7 @@ pub async fn remove_image(server: &Server, snapshot: &Snapshot) {
     let image = dockhand::session::Snapshot {
         image: snapshot.image.clone(),
         id: String::new(),
+        files: None,
     };
     if let Err(e) = server.client.remove_snapshot(&image).await {
         tracing::warn!(snapshot = %snapshot.id, error = %e, "removing a snapshot's image");

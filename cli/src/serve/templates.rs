@@ -575,6 +575,7 @@ pub async fn remove_image(server: &Server, image: &str) {
     let snapshot = dockhand::session::Snapshot {
         image: image.to_string(),
         id: String::new(),
+        files: None,
     };
     if let Err(e) = server.client.remove_snapshot(&snapshot).await {
         tracing::warn!(image, error = %e, "removing a template's image");

@@ -121,6 +121,14 @@ pub(super) async fn remove_kept(cluster: &Cluster, _id: &str) -> Result<()> {
     match *cluster {}
 }
 
+pub(super) async fn snapshot_list(cluster: &Cluster) -> Result<Vec<super::KeptFiles>> {
+    match *cluster {}
+}
+
+pub(super) async fn remove_snapshot(cluster: &Cluster, _name: &str) -> Result<()> {
+    match *cluster {}
+}
+
 /// A claim of a session's files (never, without the feature).
 pub(crate) enum FilesClaim {}
 

@@ -144,8 +144,12 @@ pub(super) async fn files_claim(
     cluster: &Cluster,
     about: &super::FilesOf<'_>,
 ) -> Result<FilesClaim> {
+    let prefix = match about.kind {
+        Some(super::SNAPSHOT_KIND) => "dockhand-snapshot",
+        _ => "dockhand-files",
+    };
     let name = crate::manifests::pod_name(&format!(
-        "dockhand-files-{}-{}",
+        "{prefix}-{}-{}",
         about.session_name,
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     ));
@@ -184,7 +188,8 @@ pub(super) async fn files_claim(
             .copy_claim(from, &name, about.image, about.user)
             .await?;
     }
-    if about.kept {
+    // A kept session's claim is held by its process; a snapshot's by none.
+    if about.kept && about.kind.is_none() {
         cluster.hold_claim(&name).await?;
     }
     Ok(guard)
@@ -233,6 +238,37 @@ pub(super) async fn kept_list(cluster: &Cluster) -> Result<Vec<super::KeptFiles>
         .into_iter()
         .map(kept_of)
         .collect())
+}
+
+/// Every snapshot's claim in the namespace.
+pub(super) async fn snapshot_list(cluster: &Cluster) -> Result<Vec<super::KeptFiles>> {
+    Ok(cluster
+        .claims_labelled(&kind_selector(super::SNAPSHOT_KIND))
+        .await?
+        .into_iter()
+        .map(kept_of)
+        .collect())
+}
+
+/// Removes the snapshot claim `name` (refused while a copy reads it); one
+/// gone already is fine.
+pub(super) async fn remove_snapshot(cluster: &Cluster, name: &str) -> Result<()> {
+    let Some(claim) = cluster.claim(name).await? else {
+        return Ok(());
+    };
+    if claim.labels.get(labels::KIND).map(String::as_str) != Some(super::SNAPSHOT_KIND) {
+        return Err(Error::spec(
+            "snapshot",
+            format!("`{name}` is not a snapshot's claim (Client::snapshots lists them)"),
+        ));
+    }
+    if !cluster.delete_claim(name).await? {
+        return Err(Error::spec(
+            "snapshot",
+            format!("snapshot `{name}` is being copied from; remove it once the session starting from it has started"),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a pod runs on the kept claim `id` now.

@@ -145,6 +145,9 @@ pub(crate) struct FilesOf<'a> {
     pub(crate) tag: Option<(&'a str, &'a str)>,
 }
 
+/// The kind label of snapshots' claims (a cluster's).
+pub(crate) const SNAPSHOT_KIND: &str = "session-snapshot";
+
 /// A kept session's files on a cluster, as another process finds them.
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
@@ -488,6 +491,23 @@ impl Backend {
         match self {
             Backend::Docker { .. } => Ok(()),
             Backend::Kubernetes(cluster) => cluster_storage::remove_kept(cluster, id).await,
+        }
+    }
+
+    /// Every snapshot's files (a cluster's claims; none on Docker, whose
+    /// snapshots are images).
+    pub(crate) async fn snapshot_files_list(&self) -> Result<Vec<KeptFiles>> {
+        match self {
+            Backend::Docker { .. } => Ok(Vec::new()),
+            Backend::Kubernetes(cluster) => cluster_storage::snapshot_list(cluster).await,
+        }
+    }
+
+    /// Removes a snapshot's files (a cluster's claim).
+    pub(crate) async fn remove_snapshot_files(&self, name: &str) -> Result<()> {
+        match self {
+            Backend::Docker { .. } => Ok(()),
+            Backend::Kubernetes(cluster) => cluster_storage::remove_snapshot(cluster, name).await,
         }
     }
 

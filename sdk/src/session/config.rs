@@ -30,13 +30,20 @@ pub(crate) enum SetupStep {
     Hook(Arc<dyn std::any::Any + Send + Sync>),
 }
 
-/// A snapshot of a session: an image committed from its container.
+/// A snapshot of a session: an image committed from its container, or on
+/// a cluster, a kept copy of a pausable session's claim (its files) and
+/// the image its pod ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    /// The image reference (`dockhand/snapshot:...`).
+    /// The image reference (`dockhand/snapshot:...`; on a cluster, the
+    /// session's image).
     pub image: String,
-    /// The image id.
+    /// The image id (on a cluster, the claim's name).
     pub id: String,
+    /// On a cluster, the PersistentVolumeClaim holding the snapshot's
+    /// files (a session from it starts on a copy); `None` on Docker, where
+    /// the image holds them.
+    pub files: Option<String>,
 }
 
 /// Options of an interactive session, validated when it starts.
@@ -67,6 +74,8 @@ pub struct SessionConfig {
     pub(crate) hardening: Hardening,
     pub(crate) setup: Vec<SetupStep>,
     pub(crate) persist: bool,
+    /// A snapshot's claim a session starts on a copy of (a cluster's).
+    pub(crate) from_files: Option<String>,
     pub(crate) exec_timeout: Option<Duration>,
     pub(crate) output_limit: usize,
     pub(crate) read_limit: u64,
@@ -122,6 +131,7 @@ impl Default for SessionConfig {
             hardening: Hardening::default().writable_root(),
             setup: Vec::new(),
             persist: false,
+            from_files: None,
             exec_timeout: Some(Duration::from_secs(120)),
             output_limit: 1 << 20,
             read_limit: 64 << 20,
@@ -166,6 +176,11 @@ impl SessionConfig {
     /// Starts from a snapshot: the files are as they were when it was taken.
     pub fn from_snapshot(mut self, snapshot: &Snapshot) -> Self {
         self.image = ImageSpec::prebuilt(snapshot.image.clone());
+        if let Some(files) = &snapshot.files {
+            // Its files come on a claim of its own, copied from the snapshot's.
+            self.from_files = Some(files.clone());
+            self.pausable = true;
+        }
         self
     }
 

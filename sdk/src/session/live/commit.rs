@@ -27,6 +27,17 @@ impl Session {
     /// to a labelled image that a new session can start from. The session's
     /// secrets are not in it.
     pub async fn snapshot(&self) -> Result<Snapshot> {
+        // Files on a claim (a cluster's): a kept copy of it.
+        if self.files_claim().is_some() {
+            return self.snapshot_stored().await;
+        }
+        let offers = self.inner.client.runs_on().offers();
+        if !offers.image_commit {
+            return Err(offers.unsupported(
+                "a snapshot of a session that is not pausable",
+                "a snapshot there is a copy of a pausable session's claim: make the session pausable(true)",
+            ));
+        }
         let snapshot = self.commit_snapshot(Lifetime::Kept).await?;
         lock(&self.inner.status)
             .snapshots
@@ -58,7 +69,11 @@ impl Session {
         let id = self
             .commit_image(&engine, &conn.container_id, &image, lifetime)
             .await?;
-        Ok(Snapshot { image, id })
+        Ok(Snapshot {
+            image,
+            id,
+            files: None,
+        })
     }
 
     /// Commits `container` as `image`; its id. Dropped before the daemon

@@ -263,22 +263,30 @@ impl Client {
         }
     }
 
-    /// Snapshots taken by any session (images labelled as such).
+    /// Snapshots taken by any session (images labelled as such; on a
+    /// cluster, snapshots' claims).
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>> {
-        let images = self.engine()?.list_managed_images("snapshot").await?;
+        let Ok(engine) = self.engine() else {
+            return self.stored_snapshots().await;
+        };
+        let images = engine.list_managed_images("snapshot").await?;
         Ok(images
             .into_iter()
             .flat_map(|(id, tags)| {
                 tags.into_iter().map(move |image| Snapshot {
                     image,
                     id: id.clone(),
+                    files: None,
                 })
             })
             .collect())
     }
 
-    /// Removes a snapshot image.
+    /// Removes a snapshot image (on a cluster, its claim).
     pub async fn remove_snapshot(&self, snapshot: &Snapshot) -> Result<()> {
+        if let Some(files) = &snapshot.files {
+            return self.runs_on().remove_snapshot_files(files).await;
+        }
         self.engine()?.remove_image(&snapshot.image).await
     }
 }

@@ -41,7 +41,9 @@ impl Session {
         if !c.pausable || lock(&self.inner.files).is_some() {
             return Ok(false);
         }
-        let from = lock(&self.inner.fork_from).clone();
+        let from = lock(&self.inner.fork_from)
+            .clone()
+            .or_else(|| c.from_files.clone());
         let (uid, gid) = c.hardening.owner_ids();
         let about = FilesOf {
             session_name: c.name.as_deref().unwrap_or("s"),
@@ -110,7 +112,63 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A snapshot of a session whose files are on a claim: a copy of the
+    /// claim that outlives the session (and this process), with the image
+    /// its pod runs.
+    pub(super) async fn snapshot_stored(&self) -> Result<Snapshot> {
+        let from = self.files_claim().ok_or_else(|| self.gone())?;
+        let image = lock(&self.inner.status)
+            .life
+            .image
+            .clone()
+            .ok_or_else(|| self.gone())?;
+        let c = &self.inner.config;
+        let (uid, gid) = c.hardening.owner_ids();
+        let about = FilesOf {
+            session_name: c.name.as_deref().unwrap_or("s"),
+            image: &image,
+            workspace: &c.workspace,
+            kept: true,
+            from: Some(&from),
+            user: c.hardening.user_name().map(|_| (uid as i64, gid as i64)),
+            kind: Some(crate::backend::SNAPSHOT_KIND),
+            tag: None,
+        };
+        let files = self
+            .inner
+            .client
+            .runs_on()
+            .files_claim(&about)
+            .await?
+            .ok_or_else(|| self.gone())?;
+        let name = files.name().to_string();
+        files.release();
+        lock(&self.inner.status).snapshots.push(name.clone());
+        Ok(Snapshot {
+            image,
+            id: name.clone(),
+            files: Some(name),
+        })
+    }
+}
+
 impl Client {
+    /// Snapshots whose files are on claims (a cluster's).
+    pub(super) async fn stored_snapshots(&self) -> Result<Vec<Snapshot>> {
+        Ok(self
+            .runs_on()
+            .snapshot_files_list()
+            .await?
+            .into_iter()
+            .map(|f| Snapshot {
+                image: f.image,
+                id: f.name.clone(),
+                files: Some(f.name),
+            })
+            .collect())
+    }
+
     /// The kept session `id` on a backend that keeps its files on a
     /// claim (a cluster), as a paused session of this process; `None` if
     /// no such claim exists. Refused while another living process holds it.
