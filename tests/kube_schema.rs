@@ -5,7 +5,7 @@
 //!
 //! Two sources: the manifests of `dockhand::k8s` (what users apply), and
 //! what the Kubernetes backend itself sends (pods, Secrets, ConfigMaps,
-//! its Lease, the offline NetworkPolicy), captured by the SIMULATED API
+//! its Lease, the offline NetworkPolicy, PersistentVolumeClaims), captured by the SIMULATED API
 //! server (tests/kube/fake_api) during a one-shot and a session. The
 //! agent-sandbox objects are custom resources with no schema in the
 //! Kubernetes API; the pod each one holds is validated as a Pod.
@@ -136,6 +136,21 @@ async fn sent() -> Vec<Value> {
     session.start().await.expect("the simulated session");
     session.exec("echo ok").await.unwrap();
     session.close().await.unwrap();
+    // A volume's claim, and a pausable session's claim and pod mounting both.
+    dockhand::Volume::create(&client, "schema-data")
+        .await
+        .expect("the simulated claim");
+    let stored = client.session(
+        SessionConfig::new()
+            .image(ImageSpec::prebuilt(IMAGE))
+            .pausable(true)
+            .volume_read_only("schema-data", "/data"),
+    );
+    stored
+        .start()
+        .await
+        .expect("the simulated pausable session");
+    stored.close().await.unwrap();
     // A kernel's pod carries its helpers in a ConfigMap. The scripted agent
     // runs no kernel relay, so the start fails once the objects are sent.
     let kernel = client.kernel(KernelConfig::new().image(ImageSpec::prebuilt(IMAGE)));
@@ -148,6 +163,7 @@ async fn sent() -> Vec<Value> {
         objects.extend(r.companions_created.iter().map(|(_, o)| o.clone()));
         objects.extend(r.leases.values().cloned());
         objects.extend(r.policies.values().cloned());
+        objects.extend(r.claims_created.iter().cloned());
         objects
     })
 }
@@ -158,7 +174,14 @@ async fn every_manifest_and_every_object_the_backend_sends_fits_the_openapi_sche
     let sent = sent().await;
     let kinds: std::collections::BTreeSet<&str> =
         sent.iter().filter_map(|o| o["kind"].as_str()).collect();
-    for kind in ["Pod", "Secret", "ConfigMap", "Lease", "NetworkPolicy"] {
+    for kind in [
+        "Pod",
+        "Secret",
+        "ConfigMap",
+        "Lease",
+        "NetworkPolicy",
+        "PersistentVolumeClaim",
+    ] {
         assert!(kinds.contains(kind), "the backend sent a {kind}: {kinds:?}");
     }
     objects.extend(sent);

@@ -347,3 +347,33 @@ async fn simulated_snapshot_is_a_kept_copy_of_the_claim_and_sessions_start_from_
     assert_no_pods_left(&fake).await;
     assert_no_claims_left(&fake).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulated_dropped_starts_and_forks_leave_no_claim_or_pod() {
+    let (client, fake, image) = cluster().await;
+    let config = SessionConfig::new().image(image).pausable(true);
+    // Dropped at any point of its start: the claim and the pod go.
+    for delay_ms in [0, 10, 50, 200, 800] {
+        let s = client.session(config.clone());
+        let _ = tokio::time::timeout(Duration::from_millis(delay_ms), s.start()).await;
+        drop(s);
+    }
+    assert_no_pods_left(&fake).await;
+    assert_no_claims_left(&fake).await;
+    // A fork dropped while its copies run: copies, claims and pods go; the
+    // parent runs on.
+    let parent = client.session(config.clone());
+    parent.start().await.unwrap();
+    parent.write_file("a.txt", b"parent").await.unwrap();
+    for delay_ms in [30, 300, 1500] {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(delay_ms),
+            parent.fork(2, PauseMode::Filesystem),
+        )
+        .await;
+    }
+    assert_eq!(parent.read_file("a.txt").await.unwrap(), b"parent");
+    parent.close().await.unwrap();
+    assert_no_pods_left(&fake).await;
+    assert_no_claims_left(&fake).await;
+}
