@@ -149,7 +149,7 @@ fn serve_on_kubernetes_refuses_keeping_sandboxes_across_restarts() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn serve_on_kubernetes_with_claims_pauses_and_connects_through_the_e2b_sdk() {
+async fn serve_on_kubernetes_with_claims_pauses_connects_and_snapshots_through_the_e2b_sdk() {
     let docker = dockhand::Client::builder()
         .docker()
         .connect()
@@ -185,6 +185,13 @@ async fn serve_on_kubernetes_with_claims_pauses_and_connects_through_the_e2b_sdk
     assert_eq!(pause["paused_at_timeout"], true, "{report}");
     assert_eq!(pause["auto_resumed_read"], "auto", "{report}");
     assert_eq!(pause["running_after_call"], "running", "{report}");
+    assert_eq!(pause["snapshot_copy"], "from the snapshot", "{report}");
+    assert_eq!(pause["snapshot_source"], "changed after", "{report}");
+    assert_eq!(
+        pause["snapshot_after_source_killed"], "from the snapshot",
+        "{report}"
+    );
+    assert_eq!(pause["snapshot_deleted"], true, "{report}");
     // Each sandbox had a claim of its own, owned by the server's lease:
     // paused, its pod went and its claim stayed; killed, both went.
     let made = fake.record(|r| r.claims_created.len());

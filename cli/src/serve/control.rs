@@ -288,7 +288,12 @@ async fn create_sandbox(
     };
     let made = match &frozen {
         Some(frozen) => frozen.fork().await,
-        None => server.container(template, network, image, &volumes).await,
+        None => {
+            let files = snapshot.as_ref().and_then(|s| s.files.as_deref());
+            server
+                .container(template, network, image, files, &volumes)
+                .await
+        }
     };
     let (session, kernel) = match made {
         Ok(parts) => parts,

@@ -241,6 +241,7 @@ impl Server {
         template: &Template,
         network: Network,
         image: Option<&str>,
+        files: Option<&str>,
         volumes: &[(String, String)],
     ) -> dockhand::Result<Parts> {
         if !from_pool(&network, image, volumes) {
@@ -255,9 +256,15 @@ impl Server {
                 for (volume, path) in volumes {
                     s = s.volume(volume, path);
                 }
-                match image {
-                    Some(image) => s.image(dockhand::ImageSpec::prebuilt(image)),
-                    None => s,
+                match (image, files) {
+                    // A snapshot on a claim (a cluster's): a copy of it.
+                    (Some(image), Some(files)) => s.from_snapshot(&dockhand::session::Snapshot {
+                        image: image.to_string(),
+                        id: files.to_string(),
+                        files: Some(files.to_string()),
+                    }),
+                    (Some(image), None) => s.image(dockhand::ImageSpec::prebuilt(image)),
+                    (None, _) => s,
                 }
             };
             return match &template.kind {

@@ -1,5 +1,5 @@
 //! E2B's snapshots: `create_snapshot()` commits a sandbox's files to an
-//! image and, where the daemon can save memory (gVisor with checkpoints),
+//! image (on a cluster with `--kube-pausable`, copies its claim) and, where the daemon can save memory (gVisor with checkpoints),
 //! keeps its memory too, as a paused fork (the sandbox runs on);
 //! `Sandbox.create(<snapshot id>)` starts new sandboxes from it (forks of
 //! that fork: processes, kernels' variables and all), `list_snapshots()` and `delete_snapshot()` manage
@@ -134,8 +134,10 @@ pub struct Snapshot {
     pub key_hash: String,
     /// The template its sandbox came from: what sandboxes from it are.
     pub template: String,
-    /// Its image on the daemon.
+    /// Its image on the daemon (on a cluster, its source's image).
     pub image: String,
+    /// On a cluster, the claim holding its files (see `dockhand::session::Snapshot::files`).
+    pub files: Option<String>,
     pub names: Vec<String>,
     pub source: String,
     pub created: DateTime<Utc>,
@@ -277,6 +279,7 @@ pub async fn create(server: &Server, tenant: usize, id: &str, body: &[u8]) -> Re
         key_hash: sandbox.key_hash.clone(),
         template: sandbox.template.clone(),
         image: image.image,
+        files: image.files,
         source: sandbox.id.clone(),
         created: Utc::now(),
         frozen,
@@ -328,7 +331,7 @@ pub async fn remove_image(server: &Server, snapshot: &Snapshot) {
     let image = dockhand::session::Snapshot {
         image: snapshot.image.clone(),
         id: String::new(),
-        files: None,
+        files: snapshot.files.clone(),
     };
     if let Err(e) = server.client.remove_snapshot(&image).await {
         tracing::warn!(snapshot = %snapshot.id, error = %e, "removing a snapshot's image");
@@ -339,8 +342,8 @@ impl Store {
     /// Stores a snapshot.
     pub fn put_snapshot(&self, s: &Snapshot) -> anyhow::Result<()> {
         self.lock().execute(
-            "INSERT OR REPLACE INTO snapshots (id, key_hash, template, image, names, source, created)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT OR REPLACE INTO snapshots (id, key_hash, template, image, names, source, created, files)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             rusqlite::params![
                 s.id,
                 s.key_hash,
@@ -348,7 +351,8 @@ impl Store {
                 s.image,
                 serde_json::to_string(&s.names).unwrap_or_default(),
                 s.source,
-                s.created.to_rfc3339()
+                s.created.to_rfc3339(),
+                s.files
             ],
         )?;
         Ok(())
@@ -365,7 +369,7 @@ impl Store {
     pub fn snapshots(&self) -> anyhow::Result<Vec<Snapshot>> {
         let db = self.lock();
         let mut query = db.prepare(
-            "SELECT id, key_hash, template, image, names, source, created FROM snapshots",
+            "SELECT id, key_hash, template, image, names, source, created, files FROM snapshots",
         )?;
         let rows = query.query_map([], |r| {
             let names: String = r.get(4)?;
@@ -376,6 +380,7 @@ impl Store {
                 key_hash: r.get(1)?,
                 template: r.get(2)?,
                 image: r.get(3)?,
+                files: r.get(7)?,
                 names: serde_json::from_str(&names).unwrap_or_default(),
                 source: r.get(5)?,
                 created: DateTime::parse_from_rfc3339(&created)

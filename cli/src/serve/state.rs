@@ -18,7 +18,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 const DB: &str = "serve.db";
 /// What the schema is; a database of a later one is refused, an earlier
 /// one is brought up to it.
-const SCHEMA: i64 = 2;
+const SCHEMA: i64 = 3;
 
 /// One sandbox as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +119,8 @@ impl Store {
                  image TEXT NOT NULL,
                  names TEXT NOT NULL,
                  source TEXT NOT NULL,
-                 created TEXT NOT NULL
+                 created TEXT NOT NULL,
+                 files TEXT
              );
              CREATE TABLE IF NOT EXISTS templates (
                  id TEXT PRIMARY KEY,
@@ -142,11 +143,17 @@ impl Store {
                 Ok(id)
             }
             // Schema 1 knew no public sandboxes: each of its sandboxes
-            // keeps asking for its traffic token.
-            Some(s) if s == "1" => {
+            // keeps asking for its traffic token. Schema 2 knew no
+            // snapshots on claims: each of its snapshots is an image.
+            Some(s) if s == "1" || s == "2" => {
+                if s == "1" {
+                    db.execute_batch(
+                        "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;",
+                    )?;
+                }
                 db.execute_batch(
-                    "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;
-                     UPDATE meta SET value = '2' WHERE key = 'schema';",
+                    "ALTER TABLE snapshots ADD COLUMN files TEXT;
+                     UPDATE meta SET value = '3' WHERE key = 'schema';",
                 )?;
                 Ok(db.query_row("SELECT value FROM meta WHERE key = 'id'", [], |r| r.get(0))?)
             }
@@ -284,6 +291,7 @@ mod tests {
         let db = Connection::open(dir.path().join(DB)).unwrap();
         db.execute_batch(
             "ALTER TABLE sandboxes DROP COLUMN public;
+             ALTER TABLE snapshots DROP COLUMN files;
              UPDATE meta SET value = '1' WHERE key = 'schema';",
         )
         .unwrap();

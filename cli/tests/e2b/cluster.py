@@ -142,6 +142,22 @@ def pause():
     out["auto_resumed_read"] = auto.files.read("kept.txt")
     out["running_after_call"] = BaseSandbox.get_info(auto.sandbox_id).state
     auto.kill()
+    # A snapshot: a copy of the sandbox's claim, which new sandboxes start
+    # on copies of; it outlives its sandbox until deleted.
+    src = BaseSandbox.create(timeout=120)
+    src.files.write("snap.txt", "from the snapshot")
+    info = src.create_snapshot()
+    src.files.write("snap.txt", "changed after")
+    copy = BaseSandbox.create(info.snapshot_id, timeout=120)
+    out["snapshot_copy"] = copy.files.read("snap.txt")
+    copy.files.write("snap.txt", "copy's own")
+    out["snapshot_source"] = src.files.read("snap.txt")
+    src.kill()
+    copy.kill()
+    later = BaseSandbox.create(info.snapshot_id, timeout=120)
+    out["snapshot_after_source_killed"] = later.files.read("snap.txt")
+    later.kill()
+    out["snapshot_deleted"] = BaseSandbox.delete_snapshot(info.snapshot_id)
     report["pause"] = out
 
 
