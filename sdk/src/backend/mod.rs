@@ -435,7 +435,9 @@ impl Backend {
     pub(crate) async fn check_volume_writers(&self, writes: &[(&str, String)]) -> Result<()> {
         match self {
             Backend::Docker { .. } => Ok(()),
-            Backend::Kubernetes(cluster) => cluster_storage::check_writers(cluster, writes).await,
+            Backend::Kubernetes(cluster) => {
+                Box::pin(cluster_storage::check_writers(cluster, writes)).await
+            }
         }
     }
 
@@ -445,9 +447,9 @@ impl Backend {
     pub(crate) async fn files_claim(&self, about: &FilesOf<'_>) -> Result<Option<FilesClaim>> {
         match self {
             Backend::Docker { .. } => Ok(None),
-            Backend::Kubernetes(cluster) => {
-                cluster_storage::files_claim(cluster, about).await.map(Some)
-            }
+            Backend::Kubernetes(cluster) => Box::pin(cluster_storage::files_claim(cluster, about))
+                .await
+                .map(Some),
         }
     }
 

@@ -29,7 +29,7 @@ impl Session {
     pub async fn snapshot(&self) -> Result<Snapshot> {
         // Files on a claim (a cluster's): a kept copy of it.
         if self.files_claim().is_some() {
-            return self.snapshot_stored().await;
+            return Box::pin(self.snapshot_stored()).await;
         }
         let offers = self.inner.client.runs_on().offers();
         if !offers.image_commit {

@@ -99,7 +99,7 @@ impl Session {
         // Files on a claim (a cluster's): each fork on a copy of it.
         if self.files_claim().is_some() {
             return match mode {
-                PauseMode::Filesystem => self.fork_stored(n).await,
+                PauseMode::Filesystem => Box::pin(self.fork_stored(n)).await,
                 PauseMode::Memory => Err(Error::PauseUnsupported {
                     reason: super::stored::MEMORY_ON_CLUSTER.into(),
                 }),

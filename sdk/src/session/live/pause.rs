@@ -154,7 +154,8 @@ impl Session {
         // Files kept apart from the container (a cluster's claim): its
         // pod goes, the claim stays.
         let Ok(engine) = self.inner.client.engine().cloned() else {
-            return self.pause_stored(mode).await;
+            // Boxed: the cluster's path stays out of every pause's future.
+            return Box::pin(self.pause_stored(mode)).await;
         };
         let _one_at_a_time = self.inner.start_lock.lock().await;
         self.check_pausable()?;
@@ -388,7 +389,8 @@ impl Session {
         };
         self.set_state(State::Running)?;
         if let Held::Stopped(_) = parked.held {
-            return self.resume_stored().await;
+            // Boxed: a new pod's start is large, and would grow every resume.
+            return Box::pin(self.resume_stored()).await;
         }
         let engine = self.inner.client.engine()?.clone();
         let id = parked.held.id().to_string();
@@ -525,7 +527,7 @@ impl Client {
             ));
         }
         // Files on a claim of a cluster's, taken over from its last holder.
-        if let Some(session) = self.kept_stored(id, &config).await? {
+        if let Some(session) = Box::pin(self.kept_stored(id, &config)).await? {
             return Ok(session);
         }
         let engine = self.engine()?.clone();

@@ -118,7 +118,8 @@ impl Session {
         }
         let image = backend.resolve_image(&c.image, None).await?;
         lock(&self.inner.status).life.image = Some(image.reference.clone());
-        let files_made = self.ensure_files(&image.reference).await?;
+        // Boxed: a claim's copy would grow every start's future (Docker's too).
+        let files_made = Box::pin(self.ensure_files(&image.reference)).await?;
         let resolved = c
             .secrets
             .iter()
