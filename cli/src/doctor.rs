@@ -27,6 +27,34 @@ fn check(name: &'static str, status: &'static str, detail: String, fix: Option<S
     }
 }
 
+/// What a cluster gives that dockhand cannot check from outside: claims
+/// that bind (for volumes and pausable sessions), and a network plugin
+/// that enforces NetworkPolicy (else pods are not held offline, nor to
+/// their allow-lists).
+fn cluster_checks(client: &dockhand::Client) -> Vec<Check> {
+    let class = std::env::var("DOCKHAND_KUBE_STORAGE_CLASS")
+        .ok()
+        .filter(|c| !c.trim().is_empty());
+    vec![
+        check("cluster", "ok", client.endpoint().to_string(), None),
+        check(
+            "storage",
+            "ok",
+            format!(
+                "volumes and pausable, kept or forked sessions keep their files on PersistentVolumeClaims of {}; they wait until the cluster binds them",
+                class.map_or("the cluster's default StorageClass".to_string(), |c| format!("StorageClass `{c}`"))
+            ),
+            Some("`kubectl get storageclass` should show one (default); else name one with --kube-storage-class".into()),
+        ),
+        check(
+            "network policy",
+            "warn",
+            "dockhand cannot tell whether this cluster's network plugin enforces NetworkPolicy: where it does not (kindnet, flannel alone), pods without a network reach anything, and allow-lists allow everything".into(),
+            Some("run a plugin that enforces NetworkPolicy (Calico, Cilium), or check yours: a pod under a deny-all policy must not reach the outside".into()),
+        ),
+    ]
+}
+
 /// A TCP connection to Docker Hub's registry within a few seconds.
 async fn registry_reachable() -> bool {
     let connect = tokio::net::TcpStream::connect("registry-1.docker.io:443");
@@ -72,7 +100,11 @@ pub async fn run(host: Option<String>, json: bool) -> Result<ExitCode> {
         }
     };
     let mut base_present = false;
-    if let Some(client) = &client {
+    let on_cluster = client.as_ref().is_some_and(|c| c.backend() == "kubernetes");
+    if let Some(client) = client.as_ref().filter(|_| on_cluster) {
+        checks.extend(cluster_checks(client));
+    }
+    if let Some(client) = client.as_ref().filter(|_| !on_cluster) {
         match client.daemon_info().await {
             Ok(info) => {
                 // gVisor is optional: say whether `--runtime gvisor` would work, and how to make it.
@@ -149,6 +181,12 @@ pub async fn run(host: Option<String>, json: bool) -> Result<ExitCode> {
             "debootstrap",
             "ok",
             "not installed (not needed here)".into(),
+            None,
+        ),
+        (None, false) if on_cluster => check(
+            "debootstrap",
+            "ok",
+            "not installed (only images built here for --kube-registry may need it)".into(),
             None,
         ),
         (None, false) => check(

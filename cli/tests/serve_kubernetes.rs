@@ -206,3 +206,47 @@ async fn serve_on_kubernetes_with_claims_pauses_connects_and_snapshots_through_t
     }
     assert!(fake.record(|r| r.claims.is_empty()), "claims left behind");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_on_kubernetes_says_what_it_cannot_check_of_the_cluster() {
+    let (url, _fake) = sim::fake_api::start("sim", Script::idle()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), &url);
+    let out = tokio::task::spawn_blocking(move || {
+        common::dockhand()
+            .args(["--backend", "kubernetes", "--json", "doctor"])
+            .env("KUBECONFIG", &config)
+            .env("DOCKHAND_KUBE_STORAGE_CLASS", "fast-ssd")
+            .timeout(Duration::from_secs(120))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check: {report}"))
+    };
+    assert_eq!(check("cluster")["status"], "ok", "{report}");
+    assert!(check("storage")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("`fast-ssd`"));
+    let policy = check("network policy");
+    assert_eq!(policy["status"], "warn", "{report}");
+    assert!(policy["detail"].as_str().unwrap().contains("NetworkPolicy"));
+    // No Docker daemon is asked about on a cluster.
+    assert!(report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["name"] != "daemon"));
+    assert_eq!(report["ok"], true, "{report}");
+}
