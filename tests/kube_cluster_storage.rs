@@ -143,20 +143,25 @@ async fn local_volumes(count: usize) {
     }
 }
 
-/// No claim of dockhand's kinds left in the namespace but the `kept` ones.
-async fn assert_no_claims(client: &Client) {
+/// The names of dockhand's claims in the namespace not being deleted.
+async fn managed_claims() -> Vec<String> {
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(kube().await, &namespace());
+    claims
+        .list(&ListParams::default().labels("dev.dockhand.managed=true"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
+/// No claim of dockhand's left in the namespace, nor a pod of the client's.
+async fn assert_no_claims(client: &Client) {
     for _ in 0..60 {
-        let left: Vec<String> = claims
-            .list(&ListParams::default().labels("dev.dockhand.managed=true"))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter_map(|c| c.metadata.name)
-            .collect();
+        let left = managed_claims().await;
         if left.is_empty() && client.live_containers().await.unwrap().is_empty() {
             return;
         }
@@ -426,21 +431,11 @@ async fn cluster_owner_death_takes_its_claims_and_leaves_kept_ones() {
     // Another process sweeps the lapsed lease; the garbage collector takes
     // the pausable session's pod and claim, and leaves the kept claim.
     let client = connect(None).await;
-    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-        Api::namespaced(kube().await, &namespace());
     let pods: Api<Pod> = Api::namespaced(kube().await, &namespace());
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {
         client.reap().await.unwrap();
-        let left: Vec<String> = claims
-            .list(&ListParams::default().labels("dev.dockhand.managed=true"))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter_map(|c| c.metadata.name)
-            .collect();
+        let left = managed_claims().await;
         let pod_gone = pods.get_opt(&pod).await.unwrap().is_none();
         if pod_gone && left == vec![kept.clone()] {
             break;

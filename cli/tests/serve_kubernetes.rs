@@ -33,8 +33,23 @@ fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
     path
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluster_cannot_do() {
+/// What a run of `cluster.py` against `serve --backend kubernetes` leaves
+/// to look at: the server (running), the script's report, the simulated
+/// API server, and the registry its images went to (kept while they are).
+struct OnCluster {
+    server: Server,
+    report: serde_json::Value,
+    fake: sim::fake_api::Shared,
+    repository: String,
+    _registry: registry::TestRegistry,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts `serve --backend kubernetes` with a pool of `pool` and `extra`
+/// arguments against the simulated API server (its kubelet on Docker),
+/// images pushed to a registry of the test's own, and runs `cluster.py`
+/// with `script_args`.
+async fn cluster_py(pool: usize, extra: &[&str], script_args: &[&str]) -> OnCluster {
     let docker = dockhand::Client::builder()
         .docker()
         .connect()
@@ -43,18 +58,44 @@ async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluste
     let registry = registry::TestRegistry::open(&docker).await;
     let (url, fake) = sim::fake_api::start("sim", Script::on_docker()).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig(dir.path(), &url);
+    let kubeconfig = kubeconfig(dir.path(), &url).to_str().unwrap().to_string();
     let repository = format!("{}/serve", registry.host);
-    let kubeconfig = config.to_str().unwrap().to_string();
-    let pushed_to = repository.clone();
+    let mut args: Vec<String> = ["--backend", "kubernetes", "--kube-registry", &repository]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let script_args: Vec<String> = script_args.iter().map(|a| a.to_string()).collect();
     let (server, report) = tokio::task::spawn_blocking(move || {
-        let args = ["--backend", "kubernetes", "--kube-registry", &pushed_to];
-        let server = Server::start_with_env(1, &args, &[("KUBECONFIG", &kubeconfig)]);
-        let report = json_output(server.python("cluster.py", &["interpreter"]));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let script_args: Vec<&str> = script_args.iter().map(String::as_str).collect();
+        let server = Server::start_with_env(pool, &args, &[("KUBECONFIG", &kubeconfig)]);
+        let report = json_output(server.python("cluster.py", &script_args));
         (server, report)
     })
     .await
     .unwrap();
+    OnCluster {
+        server,
+        report,
+        fake,
+        repository,
+        _registry: registry,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_on_kubernetes_runs_the_e2b_sdks_in_pods_and_refuses_what_a_cluster_cannot_do() {
+    // The registry and directory live to the test's end, as bindings.
+    let OnCluster {
+        server,
+        report,
+        fake,
+        repository,
+        _registry,
+        _dir,
+    } = cluster_py(1, &[], &["interpreter"]).await;
 
     // Commands, files and streaming, in a pod.
     assert_eq!(report["listed"], true, "{report}");
@@ -150,31 +191,14 @@ fn serve_on_kubernetes_refuses_keeping_sandboxes_across_restarts() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_on_kubernetes_with_claims_pauses_connects_and_snapshots_through_the_e2b_sdk() {
-    let docker = dockhand::Client::builder()
-        .docker()
-        .connect()
-        .await
-        .expect("the Docker daemon");
-    let registry = registry::TestRegistry::open(&docker).await;
-    let (url, fake) = sim::fake_api::start("sim", Script::on_docker()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig(dir.path(), &url);
-    let repository = format!("{}/serve", registry.host);
-    let kubeconfig = config.to_str().unwrap().to_string();
-    let (server, report) = tokio::task::spawn_blocking(move || {
-        let args = [
-            "--backend",
-            "kubernetes",
-            "--kube-registry",
-            &repository,
-            "--kube-pausable",
-        ];
-        let server = Server::start_with_env(0, &args, &[("KUBECONFIG", &kubeconfig)]);
-        let report = json_output(server.python("cluster.py", &["pause"]));
-        (server, report)
-    })
-    .await
-    .unwrap();
+    let OnCluster {
+        server,
+        report,
+        fake,
+        _registry,
+        _dir,
+        ..
+    } = cluster_py(0, &["--kube-pausable"], &["pause"]).await;
     let pause = &report["pause"];
     assert_eq!(pause["paused"], true, "{report}");
     assert_eq!(pause["state_after_pause"], "paused", "{report}");

@@ -101,11 +101,10 @@ pub(super) async fn files_claim(
     match *cluster {}
 }
 
-pub(super) async fn kept_files(cluster: &Cluster, _id: &str) -> Result<Option<super::KeptFiles>> {
-    match *cluster {}
-}
-
-pub(super) async fn hold_kept(cluster: &Cluster, _id: &str) -> Result<FilesClaim> {
+pub(super) async fn hold_kept(
+    cluster: &Cluster,
+    _id: &str,
+) -> Result<Option<(super::KeptFiles, FilesClaim)>> {
     match *cluster {}
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::cluster::{is_claim_name, kind_selector, Cluster, FilesClaim, NewClaim};
 use crate::engine::{labels, VolumeRecord};
-use crate::error::{Error, Result};
+use crate::error::{ClusterError, Error, Result};
 
 /// The annotation holding a volume's labels, as JSON.
 const LABELS: &str = "dev.dockhand.labels";
@@ -49,12 +49,6 @@ pub(super) async fn create_volume(
     claim_name(name)?;
     let mut user = extra;
     let volume = user.remove(labels::VOLUME).unwrap_or_default();
-    if cluster.claim(name).await?.is_some() {
-        return Err(Error::spec(
-            "volume",
-            format!("a volume named `{volume}` exists already"),
-        ));
-    }
     let mut annotations = BTreeMap::new();
     if !user.is_empty() {
         annotations.insert(
@@ -72,7 +66,14 @@ pub(super) async fn create_volume(
             volume: true,
             clone_of: None,
         })
-        .await?;
+        .await
+        .map_err(|e| match e {
+            Error::Cluster(ClusterError::Conflict { .. }) => Error::spec(
+                "volume",
+                format!("a volume named `{volume}` exists already (or is still being removed)"),
+            ),
+            other => other,
+        })?;
     user.insert(labels::VOLUME.into(), volume);
     Ok(VolumeRecord {
         name: name.to_string(),
@@ -157,10 +158,7 @@ pub(super) async fn files_claim(
     if about.kept {
         claim_labels.insert(labels::KEPT.to_string(), "true".to_string());
     }
-    if let Some(tag) = about.tag {
-        claim_labels.insert(tag.0.to_string(), tag.1.to_string());
-    }
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (IMAGE.to_string(), about.image.to_string()),
         (WORKSPACE.to_string(), about.workspace.to_string()),
         (
@@ -168,6 +166,12 @@ pub(super) async fn files_claim(
             about.session_name.to_string(),
         ),
     ]);
+    // A kept session's claim is held by its process from its creation; a
+    // snapshot's by none.
+    if about.kept && about.kind.is_none() {
+        let (key, holder) = cluster.holder_annotation();
+        annotations.insert(key, holder);
+    }
     let clone = about.from.filter(|_| cluster.storage().clones);
     // Owned from before its create request: a dropped start or a failed
     // copy removes it.
@@ -188,30 +192,24 @@ pub(super) async fn files_claim(
             .copy_claim(from, &name, about.image, about.user)
             .await?;
     }
-    // A kept session's claim is held by its process; a snapshot's by none.
-    if about.kept && about.kind.is_none() {
-        cluster.hold_claim(&name).await?;
-    }
     Ok(guard)
 }
 
-/// A kept session's claim, as another process finds it.
-pub(super) async fn kept_files(cluster: &Cluster, id: &str) -> Result<Option<super::KeptFiles>> {
+/// The claim `id` if it is a kept session's.
+async fn kept_claim(cluster: &Cluster, id: &str) -> Result<Option<crate::cluster::ClaimRecord>> {
     if !is_claim_name(id) {
         return Ok(None);
     }
-    let Some(claim) = cluster.claim(id).await? else {
-        return Ok(None);
-    };
-    let kept = claim.labels.get(labels::KEPT).map(String::as_str) == Some("true")
-        && claim.labels.get(labels::KIND).map(String::as_str) == Some(FILES_KIND);
-    if !kept {
-        return Ok(None);
-    }
-    Ok(Some(kept_of(claim)))
+    Ok(cluster.claim(id).await?.filter(is_kept))
 }
 
-fn kept_of(claim: crate::cluster::ClaimRecord) -> super::KeptFiles {
+/// Whether `claim` holds a kept session's files.
+fn is_kept(claim: &crate::cluster::ClaimRecord) -> bool {
+    claim.labels.get(labels::KEPT).map(String::as_str) == Some("true")
+        && claim.labels.get(labels::KIND).map(String::as_str) == Some(FILES_KIND)
+}
+
+fn kept_of(claim: crate::cluster::ClaimRecord, running: bool) -> super::KeptFiles {
     let note = |key: &str| claim.annotations.get(key).cloned();
     super::KeptFiles {
         image: note(IMAGE).unwrap_or_default(),
@@ -219,24 +217,42 @@ fn kept_of(claim: crate::cluster::ClaimRecord) -> super::KeptFiles {
         session_name: note("dev.dockhand.session-name"),
         created: claim.created.clone(),
         name: claim.name,
+        running,
     }
 }
 
-/// Takes the kept claim `id` for this process (refused while another
-/// living process holds it), owned by a guard that leaves it in place.
-pub(super) async fn hold_kept(cluster: &Cluster, id: &str) -> Result<FilesClaim> {
-    cluster.hold_claim(id).await?;
-    Ok(cluster.claim_guard(id))
+/// The kept session `id`'s claim taken for this process (refused while
+/// another living process holds it), owned by a guard that leaves it in
+/// place; `None` if there is no such claim.
+pub(super) async fn hold_kept(
+    cluster: &Cluster,
+    id: &str,
+) -> Result<Option<(super::KeptFiles, FilesClaim)>> {
+    let Some(claim) = kept_claim(cluster, id).await? else {
+        return Ok(None);
+    };
+    cluster.hold_claim(&claim).await?;
+    Ok(Some((kept_of(claim, false), cluster.claim_guard(id))))
 }
 
-/// Every kept session's claim in the namespace.
+/// Every kept session's claim in the namespace, each with whether a pod
+/// runs on it.
 pub(super) async fn kept_list(cluster: &Cluster) -> Result<Vec<super::KeptFiles>> {
     let selector = format!("{},{}=true", kind_selector(FILES_KIND), labels::KEPT);
+    let mounted: std::collections::HashSet<String> = cluster
+        .claims_mounted()
+        .await?
+        .into_iter()
+        .map(|(claim, _)| claim)
+        .collect();
     Ok(cluster
         .claims_labelled(&selector)
         .await?
         .into_iter()
-        .map(kept_of)
+        .map(|claim| {
+            let running = mounted.contains(&claim.name);
+            kept_of(claim, running)
+        })
         .collect())
 }
 
@@ -246,7 +262,7 @@ pub(super) async fn snapshot_list(cluster: &Cluster) -> Result<Vec<super::KeptFi
         .claims_labelled(&kind_selector(super::SNAPSHOT_KIND))
         .await?
         .into_iter()
-        .map(kept_of)
+        .map(|claim| kept_of(claim, false))
         .collect())
 }
 
@@ -279,11 +295,13 @@ pub(super) async fn in_use(cluster: &Cluster, id: &str) -> Result<bool> {
 /// Removes the kept claim `id` and the pods on it (the claim goes once
 /// they have); one gone already, or not a kept session's, is left.
 pub(super) async fn remove_kept(cluster: &Cluster, id: &str) -> Result<()> {
-    let exists = is_claim_name(id) && cluster.claim(id).await?.is_some();
-    if !exists {
+    if !is_claim_name(id) {
         return Ok(());
     }
-    if kept_files(cluster, id).await?.is_none() {
+    let Some(claim) = cluster.claim(id).await? else {
+        return Ok(());
+    };
+    if !is_kept(&claim) {
         return Err(Error::SessionUnavailable {
             reason: format!(
                 "`{id}` is not a kept session's claim (Client::kept_sessions lists them)"

@@ -141,8 +141,6 @@ pub(crate) struct FilesOf<'a> {
     pub(crate) user: Option<(i64, i64)>,
     /// The claim's kind label (default: a session's files).
     pub(crate) kind: Option<&'a str>,
-    /// One more label of the caller's.
-    pub(crate) tag: Option<(&'a str, &'a str)>,
 }
 
 /// The kind label of snapshots' claims (a cluster's).
@@ -160,6 +158,8 @@ pub(crate) struct KeptFiles {
     pub(crate) workspace: String,
     pub(crate) session_name: Option<String>,
     pub(crate) created: Option<String>,
+    /// A pod runs on them now (as `kept_files_list` found them).
+    pub(crate) running: bool,
 }
 
 /// What [`Client::reap`](crate::Client::reap) removed.
@@ -453,21 +453,16 @@ impl Backend {
         }
     }
 
-    /// The kept session `id`'s files, where they live apart from a
-    /// container (a cluster); `None` on Docker or if there is none.
-    pub(crate) async fn kept_files(&self, id: &str) -> Result<Option<KeptFiles>> {
+    /// The kept session `id`'s files taken for this process, where they
+    /// live apart from a container (a cluster): refused while another
+    /// living process holds them; `None` on Docker or if there are none.
+    pub(crate) async fn hold_kept_files(
+        &self,
+        id: &str,
+    ) -> Result<Option<(KeptFiles, FilesClaim)>> {
         match self {
             Backend::Docker { .. } => Ok(None),
-            Backend::Kubernetes(cluster) => cluster_storage::kept_files(cluster, id).await,
-        }
-    }
-
-    /// Takes the kept session `id`'s files for this process (see
-    /// `kept_files`): refused while another living process holds them.
-    pub(crate) async fn hold_kept_files(&self, id: &str) -> Result<Option<FilesClaim>> {
-        match self {
-            Backend::Docker { .. } => Ok(None),
-            Backend::Kubernetes(cluster) => cluster_storage::hold_kept(cluster, id).await.map(Some),
+            Backend::Kubernetes(cluster) => cluster_storage::hold_kept(cluster, id).await,
         }
     }
 

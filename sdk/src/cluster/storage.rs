@@ -284,32 +284,44 @@ impl Cluster {
     /// Pods not ended that mount the claim `name`, each with whether it
     /// mounts it read-only and the node it is on.
     pub(crate) async fn claim_users(&self, name: &str) -> Result<Vec<ClaimUser>> {
+        Ok(self
+            .claims_mounted()
+            .await?
+            .into_iter()
+            .filter(|(claim, _)| claim == name)
+            .map(|(_, user)| user)
+            .collect())
+    }
+
+    /// Every claim mounted by a pod of dockhand's not ended, with that pod.
+    pub(crate) async fn claims_mounted(&self) -> Result<Vec<(String, ClaimUser)>> {
         let pods = self
             .pods()
             .list(&ListParams::default().labels(&format!("{}=true", labels::MANAGED)))
             .await
             .map_err(|e| Call::new("list", "pods", self.namespace(), "").error(e))?;
-        Ok(pods
-            .items
-            .into_iter()
-            .filter(|p| {
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                !matches!(phase, Some("Succeeded" | "Failed"))
-                    && p.metadata.deletion_timestamp.is_none()
-            })
-            .filter_map(|p| {
-                let spec = p.spec?;
-                let read_only = spec.volumes.unwrap_or_default().iter().find_map(|v| {
-                    let source = v.persistent_volume_claim.as_ref()?;
-                    (source.claim_name == name).then_some(source.read_only.unwrap_or(false))
-                })?;
-                Some(ClaimUser {
-                    pod: p.metadata.name.unwrap_or_default(),
-                    read_only,
-                    node: spec.node_name,
-                })
-            })
-            .collect())
+        let mut mounted = Vec::new();
+        for pod in pods.items {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed"))
+                || pod.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            let Some(spec) = pod.spec else { continue };
+            let name = pod.metadata.name.unwrap_or_default();
+            for volume in spec.volumes.iter().flatten() {
+                if let Some(source) = &volume.persistent_volume_claim {
+                    let user = ClaimUser {
+                        pod: name.clone(),
+                        read_only: source.read_only.unwrap_or(false),
+                        node: spec.node_name.clone(),
+                    };
+                    mounted.push((source.claim_name.clone(), user));
+                }
+            }
+        }
+        Ok(mounted)
     }
 
     /// Deletes the claim `name` unless a pod uses it (`false` then); one
@@ -563,12 +575,14 @@ pub(crate) fn kind_selector(kind: &str) -> String {
 pub(crate) const HOLDER: &str = "dev.dockhand.held-by";
 
 impl Cluster {
-    /// Takes the kept session's claim `name` for this process: refused
-    /// while another living process holds it (its owner lease renewed).
-    pub(crate) async fn hold_claim(&self, name: &str) -> Result<()> {
-        let Some(claim) = self.claim(name).await? else {
-            return Ok(());
-        };
+    /// The annotation naming this process as a kept claim's holder.
+    pub(crate) fn holder_annotation(&self) -> (String, String) {
+        (HOLDER.to_string(), self.owner.lease_name().to_string())
+    }
+
+    /// Takes the kept session's `claim` for this process: refused while
+    /// another living process holds it (its owner lease renewed).
+    pub(crate) async fn hold_claim(&self, claim: &ClaimRecord) -> Result<()> {
         let own = self.owner.lease_name();
         if let Some(holder) = claim.annotations.get(HOLDER) {
             if holder != own
@@ -576,13 +590,14 @@ impl Cluster {
             {
                 return Err(Error::SessionUnavailable {
                     reason: format!(
-                        "the kept session `{name}` is held by another running process (owner lease {holder}); it is free once that process closes it or ends"
+                        "the kept session `{}` is held by another running process (owner lease {holder}); it is free once that process closes it or ends",
+                        claim.name
                     ),
                 });
             }
         }
         self.annotate_claim(
-            name,
+            &claim.name,
             &BTreeMap::from([(HOLDER.to_string(), Some(own.to_string()))]),
         )
         .await

@@ -33,6 +33,36 @@ fn stopped(files: String) -> Parked {
 }
 
 impl Session {
+    /// What a claim of this session's files is made of: its name, `image`,
+    /// workspace and user; copied from `from` if given, kept or not.
+    fn files_of<'a>(
+        &'a self,
+        image: &'a str,
+        from: Option<&'a str>,
+        kept: bool,
+        kind: Option<&'a str>,
+    ) -> FilesOf<'a> {
+        let c = &self.inner.config;
+        let (uid, gid) = c.hardening.owner_ids();
+        FilesOf {
+            session_name: c.name.as_deref().unwrap_or("s"),
+            image,
+            workspace: &c.workspace,
+            kept,
+            from,
+            user: c.hardening.user_name().map(|_| (uid as i64, gid as i64)),
+            kind,
+        }
+    }
+
+    /// The claim this session's files are on and the image its pod runs,
+    /// what a fork or a snapshot copies.
+    fn stored_source(&self) -> Result<(String, String)> {
+        let from = self.files_claim().ok_or_else(|| self.gone())?;
+        let image = lock(&self.inner.status).life.image.clone();
+        Ok((from, image.ok_or_else(|| self.gone())?))
+    }
+
     /// Makes the claim a pausable session keeps its files on, where its
     /// backend keeps files apart from the pod (a cluster), unless it has
     /// one: `true` if made now. A fork's is a copy of its parent's.
@@ -44,17 +74,7 @@ impl Session {
         let from = lock(&self.inner.fork_from)
             .clone()
             .or_else(|| c.from_files.clone());
-        let (uid, gid) = c.hardening.owner_ids();
-        let about = FilesOf {
-            session_name: c.name.as_deref().unwrap_or("s"),
-            image,
-            workspace: &c.workspace,
-            kept: c.keep,
-            from: from.as_deref(),
-            user: c.hardening.user_name().map(|_| (uid as i64, gid as i64)),
-            kind: None,
-            tag: None,
-        };
+        let about = self.files_of(image, from.as_deref(), c.keep, None);
         match self.inner.client.runs_on().files_claim(&about).await? {
             Some(files) => {
                 *lock(&self.inner.files) = Some(files);
@@ -117,24 +137,13 @@ impl Session {
     /// claim that outlives the session (and this process), with the image
     /// its pod runs.
     pub(super) async fn snapshot_stored(&self) -> Result<Snapshot> {
-        let from = self.files_claim().ok_or_else(|| self.gone())?;
-        let image = lock(&self.inner.status)
-            .life
-            .image
-            .clone()
-            .ok_or_else(|| self.gone())?;
-        let c = &self.inner.config;
-        let (uid, gid) = c.hardening.owner_ids();
-        let about = FilesOf {
-            session_name: c.name.as_deref().unwrap_or("s"),
-            image: &image,
-            workspace: &c.workspace,
-            kept: true,
-            from: Some(&from),
-            user: c.hardening.user_name().map(|_| (uid as i64, gid as i64)),
-            kind: Some(crate::backend::SNAPSHOT_KIND),
-            tag: None,
-        };
+        let (from, image) = self.stored_source()?;
+        let about = self.files_of(
+            &image,
+            Some(&from),
+            true,
+            Some(crate::backend::SNAPSHOT_KIND),
+        );
         let files = self
             .inner
             .client
@@ -178,10 +187,7 @@ impl Client {
         config: &SessionConfig,
     ) -> Result<Option<Session>> {
         let backend = self.runs_on();
-        let Some(found) = backend.kept_files(id).await? else {
-            return Ok(None);
-        };
-        let Some(files) = backend.hold_kept_files(id).await? else {
+        let Some((found, files)) = backend.hold_kept_files(id).await? else {
             return Ok(None);
         };
         // Pods of its earlier holder, which has ended (else the hold was
@@ -211,33 +217,26 @@ impl Client {
 
     /// Kept sessions whose files are on claims (a cluster's).
     pub(super) async fn kept_stored_list(&self) -> Result<Vec<KeptSession>> {
-        let backend = self.runs_on();
-        let mut kept = Vec::new();
-        for files in backend.kept_files_list().await? {
-            let running = backend.kept_files_in_use(&files.name).await?;
-            kept.push(KeptSession {
+        let listed = self.runs_on().kept_files_list().await?;
+        Ok(listed
+            .into_iter()
+            .map(|files| KeptSession {
                 id: files.name,
                 name: files.session_name.filter(|n| n != "s"),
-                state: match running {
+                state: match files.running {
                     true => "running".into(),
                     false => "stopped (files)".into(),
                 },
-                since: (!running).then_some(files.created).flatten(),
-            });
-        }
-        Ok(kept)
+                since: (!files.running).then_some(files.created).flatten(),
+            })
+            .collect())
     }
 }
 
 impl Session {
     /// `n` sessions each on a copy of this one's claim (see `fork`).
     pub(super) async fn fork_stored(&self, n: usize) -> Result<Vec<Session>> {
-        let from = self.files_claim().ok_or_else(|| self.gone())?;
-        let image = lock(&self.inner.status)
-            .life
-            .image
-            .clone()
-            .ok_or_else(|| self.gone())?;
+        let (from, image) = self.stored_source()?;
         self.start_forks(n, &image, |fork| {
             *lock(&fork.inner.fork_from) = Some(from.clone());
         })
